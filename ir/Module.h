@@ -1,0 +1,187 @@
+// The ganc IR: a module of parameters, buffers and training phases, each phase an SSA graph.
+#pragma once
+
+#include "ir/Status.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace ganc::ir {
+
+/// The type of an SSA value. Tensors carry a dtype and a shape (dimensions of -1 are unknown);
+/// everything else is a named kind ("int", "bool", "list", ...) with optional element types.
+struct Type {
+  enum class Kind { Tensor, Other };
+  Kind kind = Kind::Other;
+  /// Tensor element type ("f32", "bf16", "i64", ...) or "" when unknown.
+  std::string dtype;
+  /// Tensor shape; meaningful only when hasShape.
+  std::vector<int64_t> shape;
+  bool hasShape = false;
+  /// Non-tensor kind: int, float, bool, none, str, device, number, list, tuple, optional,
+  /// object, any.
+  std::string name;
+  /// Element types of list/tuple/optional, or the class name of an object as a single Other.
+  std::vector<Type> elements;
+
+  static Type tensor(std::string dtype, std::vector<int64_t> shape);
+  static Type unknownTensor(std::string dtype = "");
+  static Type other(std::string name, std::vector<Type> elements = {});
+
+  bool isTensor() const { return kind == Kind::Tensor; }
+  /// Whether a value of this type can carry a gradient: a floating tensor, or a container that
+  /// may hold one. Integer and bool tensors and scalars never do.
+  bool mayCarryGradient() const;
+  /// Bytes of one element of a tensor dtype; 0 if unknown.
+  static int64_t elementSize(const std::string &dtype);
+  /// Number of elements of a fully known tensor shape, or -1.
+  int64_t numel() const;
+  bool operator==(const Type &other) const;
+  bool operator!=(const Type &other) const { return !(*this == other); }
+  std::string str() const;
+};
+
+/// Parses the text form of a type ("f32[64,3,?]", "list<int>", "tensor").
+Expected<Type> parseType(const std::string &text);
+
+/// An attribute value on an op: integer, float, string, bool, or a list of integers.
+using Attribute = std::variant<int64_t, double, std::string, bool, std::vector<int64_t>>;
+
+struct Op;
+
+/// An SSA value: a phase input, a block argument or an op result.
+struct Value {
+  std::string name;
+  Type type;
+  /// The op defining this value; null for inputs and block arguments.
+  Op *definingOp = nullptr;
+};
+
+/// A sequence of ops with arguments (loop-carried values) and the values it yields.
+struct Block {
+  std::vector<Value *> arguments;
+  std::vector<std::unique_ptr<Op>> ops;
+  std::vector<Value *> yields;
+};
+
+/// One operation. Names follow TorchScript ("aten::conv2d", "prim::If"); ganc's own ops are
+/// "ganc.param" and "ganc.buffer", whose symbol names the module parameter or buffer they read.
+struct Op {
+  std::string name;
+  /// The qualified parameter/buffer name of ganc.param / ganc.buffer, else empty.
+  std::string symbol;
+  std::vector<Value *> operands;
+  std::vector<Value *> results;
+  std::vector<std::pair<std::string, Attribute>> attributes;
+  std::vector<Block> regions;
+  /// Runs with gradient recording disabled (inside torch.no_grad(), or traced without grad).
+  bool noGrad = false;
+
+  const Attribute *attribute(const std::string &key) const;
+};
+
+/// A trainable tensor of the module (a parameter or a buffer), named by its qualified path.
+struct Tensor {
+  std::string name;
+  Type type;
+  /// The top-level submodule holding it ("generator"), or "" for the module itself.
+  std::string owner;
+  int64_t bytes() const;
+};
+
+/// Where a phase input comes from at run time.
+struct PhaseInput {
+  Value *value = nullptr;
+  /// "data", "normal", "stage" or "alpha".
+  std::string source;
+};
+
+/// Every parameter's slot in a bucket starts at a multiple of this many bytes, so that views
+/// into the flat buffer keep the alignment vectorised kernels want.
+constexpr int64_t kBucketAlignment = 64;
+
+/// One all-reduce bucket: parameters laid out at aligned byte offsets in one flat buffer.
+struct Bucket {
+  struct Slot {
+    std::string parameter;
+    int64_t offset = 0; // bytes from the start of the bucket
+    int64_t bytes = 0;
+  };
+  std::string dtype;
+  std::string device;
+  int64_t bytes = 0; // total size including alignment padding
+  std::vector<Slot> slots;
+};
+
+/// When a bucket is all-reduced: right after `afterParameter`'s gradient is ready.
+struct ScheduledAllReduce {
+  int bucket = 0;
+  std::string afterParameter;
+};
+
+/// One training phase: a method returning a scalar loss, the submodules it updates, and the
+/// facts passes derive about it.
+struct Phase {
+  std::string name;
+  std::string method;
+  std::vector<std::string> updates;
+  int64_t interval = 1;
+  std::vector<PhaseInput> inputs;
+  Block body;
+  Value *loss = nullptr;
+
+  // Facts added by passes; empty until the pass has run.
+  bool hasUsedFacts = false;
+  std::vector<std::string> used;
+  std::vector<std::string> unused;
+  std::vector<std::string> readyOrder;
+  std::vector<Bucket> buckets;
+  std::vector<ScheduledAllReduce> schedule;
+  /// Why the phase must run eagerly instead of as a captured graph; empty if capture is safe.
+  std::string eagerReason;
+  bool hasCaptureFacts = false;
+
+  /// Creates a value owned by this phase.
+  Value *newValue(std::string name, Type type);
+  /// Visits every op, nested regions included, in program (pre-)order.
+  template <typename F> void walk(F &&visit) const { walkBlock(body, visit); }
+
+private:
+  template <typename F> static void walkBlock(const Block &block, F &visit) {
+    for (const auto &op : block.ops) {
+      visit(*op);
+      for (const auto &region : op->regions)
+        walkBlock(region, visit);
+    }
+  }
+  std::vector<std::unique_ptr<Value>> values_;
+};
+
+/// The whole GAN: its trainable tensors and its phases.
+struct Module {
+  std::string name;
+  /// Fingerprint of the archive (code, spec, parameter names and shapes) the IR came from.
+  std::string identity;
+  /// Bucket size caps the bucketing pass used (0 until it ran): the first bucket's and the rest.
+  int64_t firstBucketCapBytes = 0;
+  int64_t bucketCapBytes = 0;
+  std::vector<Tensor> parameters;
+  std::vector<Tensor> buffers;
+  std::vector<std::unique_ptr<Phase>> phases;
+
+  const Tensor *findParameter(const std::string &name) const;
+  Phase *findPhase(const std::string &name) const;
+};
+
+/// Prints the module in its stable text form.
+std::string print(const Module &module);
+/// Parses the text form; print(*parse(text)) == text for printer output.
+Expected<std::unique_ptr<Module>> parse(const std::string &text);
+/// Checks the IR's invariants (SSA, unique names, facts consistent with each other).
+Status verify(const Module &module);
+
+} // namespace ganc::ir

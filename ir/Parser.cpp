@@ -1,0 +1,514 @@
+// Reads the ganc IR text form (the printer's output, plus `//` comments) back into a Module.
+#include "ir/Module.h"
+
+#include <cctype>
+#include <cstdlib>
+#include <map>
+
+namespace ganc::ir {
+
+namespace {
+
+class Parser {
+public:
+  explicit Parser(const std::string &text) : text_(text) {}
+
+  Expected<std::unique_ptr<Module>> run() {
+    auto module = std::make_unique<Module>();
+    GANC_TRY(expectWord("module"));
+    GANC_TRY(symbol(module->name));
+    GANC_TRY(expect('{'));
+    while (!peek('}')) {
+      std::string word = identifier();
+      if (word == "identity") {
+        GANC_TRY(string(module->identity));
+      } else if (word == "bucket_cap") {
+        GANC_TRY(integer(module->bucketCapBytes));
+        GANC_TRY(expectWord("first"));
+        GANC_TRY(integer(module->firstBucketCapBytes));
+      } else if (word == "param" || word == "buffer") {
+        Tensor t;
+        GANC_TRY(symbol(t.name));
+        GANC_TRY(expect(':'));
+        auto type = typeText();
+        if (!type)
+          return type.status();
+        t.type = type.take();
+        if (peekWord("owner")) {
+          identifier();
+          t.owner = identifier();
+        }
+        (word == "param" ? module->parameters : module->buffers).push_back(std::move(t));
+      } else if (word == "phase") {
+        auto phase = std::make_unique<Phase>();
+        GANC_TRY(parsePhase(*phase, *module));
+        module->phases.push_back(std::move(phase));
+      } else {
+        return error("expected 'identity', 'bucket_cap', 'param', 'buffer' or 'phase', got '" +
+                     word + "'");
+      }
+    }
+    GANC_TRY(expect('}'));
+    skipSpace();
+    if (pos_ != text_.size())
+      return error("text after the end of the module");
+    return module;
+  }
+
+private:
+  // ---- lexical helpers -------------------------------------------------------------------
+
+  void skipSpace() {
+    while (pos_ < text_.size()) {
+      if (std::isspace(static_cast<unsigned char>(text_[pos_]))) {
+        if (text_[pos_] == '\n')
+          ++line_;
+        ++pos_;
+      } else if (text_.compare(pos_, 2, "//") == 0) {
+        while (pos_ < text_.size() && text_[pos_] != '\n')
+          ++pos_;
+      } else {
+        break;
+      }
+    }
+  }
+
+  Status error(const std::string &message) const {
+    return Status::error("line " + std::to_string(line_) + ": " + message);
+  }
+
+  bool peek(char c) {
+    skipSpace();
+    return pos_ < text_.size() && text_[pos_] == c;
+  }
+
+  Status expect(char c) {
+    if (!peek(c))
+      return error(std::string("expected '") + c + "'" +
+                   (pos_ < text_.size() ? std::string(", got '") + text_[pos_] + "'" : ""));
+    ++pos_;
+    return Status::ok();
+  }
+
+  static bool isNameChar(char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+  }
+
+  /// Names of ops, types and keywords; "::" may appear inside ("aten::conv2d"), a lone ':' not.
+  std::string identifier() {
+    skipSpace();
+    size_t start = pos_;
+    while (pos_ < text_.size()) {
+      char c = text_[pos_];
+      if (c == ':') {
+        if (text_.compare(pos_, 2, "::") != 0)
+          break;
+        pos_ += 2;
+        continue;
+      }
+      if (!isNameChar(c))
+        break;
+      ++pos_;
+    }
+    return text_.substr(start, pos_ - start);
+  }
+
+  bool peekWord(const std::string &word) {
+    skipSpace();
+    return text_.compare(pos_, word.size(), word) == 0 &&
+           (pos_ + word.size() >= text_.size() || !isNameChar(text_[pos_ + word.size()]));
+  }
+
+  Status expectWord(const std::string &word) {
+    if (!peekWord(word))
+      return error("expected '" + word + "'");
+    pos_ += word.size();
+    return Status::ok();
+  }
+
+  Status sigilName(char sigil, std::string &out) {
+    GANC_TRY(expect(sigil));
+    size_t start = pos_;
+    while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) ||
+                                   text_[pos_] == '_' || text_[pos_] == '.'))
+      ++pos_;
+    if (start == pos_)
+      return error(std::string("expected a name after '") + sigil + "'");
+    out = text_.substr(start, pos_ - start);
+    return Status::ok();
+  }
+
+  Status symbol(std::string &out) { return sigilName('@', out); }
+
+  Status string(std::string &out) {
+    GANC_TRY(expect('"'));
+    out.clear();
+    while (pos_ < text_.size() && text_[pos_] != '"') {
+      char c = text_[pos_++];
+      if (c == '\\' && pos_ < text_.size()) {
+        c = text_[pos_++];
+        if (c == 'n')
+          c = '\n';
+      }
+      out += c;
+    }
+    if (pos_ >= text_.size())
+      return error("unterminated string");
+    ++pos_;
+    return Status::ok();
+  }
+
+  Status integer(int64_t &out) {
+    skipSpace();
+    size_t start = pos_;
+    if (pos_ < text_.size() && text_[pos_] == '-')
+      ++pos_;
+    while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_])))
+      ++pos_;
+    if (start == pos_ || (pos_ == start + 1 && text_[start] == '-'))
+      return error("expected an integer");
+    out = std::stoll(text_.substr(start, pos_ - start));
+    return Status::ok();
+  }
+
+  /// A type runs until a ',' or '{' or end of line outside of brackets.
+  Expected<Type> typeText() {
+    skipSpace();
+    size_t start = pos_;
+    int depth = 0;
+    while (pos_ < text_.size()) {
+      char c = text_[pos_];
+      if (c == '[' || c == '<')
+        ++depth;
+      else if (c == ']' || c == '>')
+        --depth;
+      else if (depth == 0 && (c == ',' || c == '{' || c == ')' || std::isspace(c)))
+        break;
+      ++pos_;
+    }
+    auto type = parseType(text_.substr(start, pos_ - start));
+    if (!type)
+      return error(type.status().message());
+    return type;
+  }
+
+  // ---- values ------------------------------------------------------------------------------
+
+  Expected<Value *> use() {
+    std::string name;
+    GANC_TRY(sigilName('%', name));
+    auto it = scope_.find(name);
+    if (it == scope_.end())
+      return error("use of undefined value %" + name);
+    return it->second;
+  }
+
+  Expected<Value *> define(Phase &phase, const std::string &name, Type type) {
+    if (scope_.count(name))
+      return error("value %" + name + " is defined twice");
+    Value *v = phase.newValue(name, std::move(type));
+    scope_[name] = v;
+    return v;
+  }
+
+  Status valueList(std::vector<Value *> &out, char close) {
+    if (peek(close))
+      return Status::ok();
+    while (true) {
+      auto v = use();
+      if (!v)
+        return v.status();
+      out.push_back(*v);
+      if (!peek(','))
+        return Status::ok();
+      ++pos_;
+    }
+  }
+
+  Status symbolList(std::vector<std::string> &out, bool sigil) {
+    GANC_TRY(expect('['));
+    while (!peek(']')) {
+      std::string name;
+      if (sigil)
+        GANC_TRY(symbol(name));
+      else
+        name = identifier();
+      if (name.empty())
+        return error("expected a name in list");
+      out.push_back(name);
+      if (peek(','))
+        ++pos_;
+    }
+    return expect(']');
+  }
+
+  // ---- phases and ops ----------------------------------------------------------------------
+
+  Status parsePhase(Phase &p, const Module &m) {
+    scope_.clear();
+    GANC_TRY(symbol(p.name));
+    GANC_TRY(expect('{'));
+    while (!peek('}')) {
+      std::string word = identifier();
+      if (word == "method") {
+        GANC_TRY(string(p.method));
+      } else if (word == "updates") {
+        GANC_TRY(symbolList(p.updates, false));
+      } else if (word == "interval") {
+        GANC_TRY(integer(p.interval));
+      } else if (word == "input") {
+        std::string name;
+        GANC_TRY(sigilName('%', name));
+        GANC_TRY(expect(':'));
+        auto type = typeText();
+        if (!type)
+          return type.status();
+        GANC_TRY(expectWord("from"));
+        PhaseInput input;
+        input.source = identifier();
+        auto v = define(p, name, type.take());
+        if (!v)
+          return v.status();
+        input.value = *v;
+        p.inputs.push_back(input);
+      } else if (word == "graph") {
+        GANC_TRY(expect('{'));
+        GANC_TRY(parseOps(p, p.body, /*topLevel=*/true));
+        GANC_TRY(expect('}'));
+      } else if (word == "used") {
+        p.hasUsedFacts = true;
+        GANC_TRY(symbolList(p.used, true));
+      } else if (word == "unused") {
+        p.hasUsedFacts = true;
+        GANC_TRY(symbolList(p.unused, true));
+      } else if (word == "ready") {
+        GANC_TRY(symbolList(p.readyOrder, true));
+      } else if (word == "bucket") {
+        GANC_TRY(parseBucket(p));
+      } else if (word == "allreduce") {
+        ScheduledAllReduce s;
+        int64_t index = 0;
+        GANC_TRY(expect('#'));
+        GANC_TRY(integer(index));
+        s.bucket = static_cast<int>(index);
+        GANC_TRY(expectWord("after"));
+        GANC_TRY(symbol(s.afterParameter));
+        p.schedule.push_back(s);
+      } else if (word == "capture") {
+        p.hasCaptureFacts = true;
+        std::string mode = identifier();
+        if (mode == "eager")
+          GANC_TRY(string(p.eagerReason));
+        else if (mode != "graph")
+          return error("expected 'graph' or 'eager' after 'capture'");
+      } else {
+        return error("unexpected '" + word + "' in phase @" + p.name);
+      }
+    }
+    (void)m;
+    return expect('}');
+  }
+
+  Status parseBucket(Phase &p) {
+    Bucket b;
+    int64_t index = 0;
+    GANC_TRY(expect('#'));
+    GANC_TRY(integer(index));
+    if (index != static_cast<int64_t>(p.buckets.size()))
+      return error("bucket #" + std::to_string(index) + " out of order");
+    b.dtype = identifier();
+    b.device = identifier();
+    GANC_TRY(integer(b.bytes));
+    GANC_TRY(expect('{'));
+    while (!peek('}')) {
+      Bucket::Slot slot;
+      GANC_TRY(symbol(slot.parameter));
+      GANC_TRY(expect('+'));
+      GANC_TRY(integer(slot.offset));
+      GANC_TRY(integer(slot.bytes));
+      b.slots.push_back(slot);
+    }
+    GANC_TRY(expect('}'));
+    p.buckets.push_back(std::move(b));
+    return Status::ok();
+  }
+
+  /// Ops until '}' (top level: until 'return'; regions: until 'yield').
+  Status parseOps(Phase &p, Block &block, bool topLevel) {
+    while (true) {
+      if (topLevel && peekWord("return")) {
+        identifier();
+        auto v = use();
+        if (!v)
+          return v.status();
+        p.loss = *v;
+        return Status::ok();
+      }
+      if (topLevel && peek('}'))
+        return Status::ok();
+      if (!topLevel && peekWord("yield")) {
+        identifier();
+        if (peek('%'))
+          GANC_TRY(valueList(block.yields, '\n'));
+        return Status::ok();
+      }
+      GANC_TRY(parseOp(p, block));
+    }
+  }
+
+  Status parseOp(Phase &p, Block &block) {
+    auto op = std::make_unique<Op>();
+    std::vector<std::string> resultNames;
+    if (peek('%')) {
+      while (true) {
+        std::string name;
+        GANC_TRY(sigilName('%', name));
+        resultNames.push_back(name);
+        if (!peek(','))
+          break;
+        ++pos_;
+      }
+      GANC_TRY(expect('='));
+    }
+    if (peekWord("nograd")) {
+      identifier();
+      op->noGrad = true;
+    }
+    op->name = identifier();
+    if (op->name.empty())
+      return error("expected an op name");
+    if (peek('@'))
+      GANC_TRY(symbol(op->symbol));
+    if (peek('(')) {
+      ++pos_;
+      GANC_TRY(valueList(op->operands, ')'));
+      GANC_TRY(expect(')'));
+    }
+    // Attributes are "{ key = value, ... }"; a region also starts with '{' but only after the
+    // result types, so an attribute dictionary is recognised by its "key =" shape.
+    if (peek('{') && looksLikeAttributes())
+      GANC_TRY(parseAttributes(*op));
+    std::vector<Type> types;
+    if (peek(':')) {
+      ++pos_;
+      while (true) {
+        auto type = typeText();
+        if (!type)
+          return type.status();
+        types.push_back(type.take());
+        if (!peek(','))
+          break;
+        ++pos_;
+      }
+    }
+    if (types.size() != resultNames.size())
+      return error("op " + op->name + " has " + std::to_string(resultNames.size()) +
+                   " results but " + std::to_string(types.size()) + " types");
+    // Results are visible after the op (SSA), so regions are parsed first.
+    while (peek('{')) {
+      ++pos_;
+      Block region;
+      if (peek('^')) {
+        ++pos_;
+        GANC_TRY(expect('('));
+        while (!peek(')')) {
+          std::string name;
+          GANC_TRY(sigilName('%', name));
+          GANC_TRY(expect(':'));
+          auto type = typeText();
+          if (!type)
+            return type.status();
+          auto v = define(p, name, type.take());
+          if (!v)
+            return v.status();
+          region.arguments.push_back(*v);
+          if (peek(','))
+            ++pos_;
+        }
+        GANC_TRY(expect(')'));
+      }
+      GANC_TRY(parseOps(p, region, /*topLevel=*/false));
+      GANC_TRY(expect('}'));
+      op->regions.push_back(std::move(region));
+    }
+    for (size_t i = 0; i < resultNames.size(); ++i) {
+      auto v = define(p, resultNames[i], types[i]);
+      if (!v)
+        return v.status();
+      (*v)->definingOp = op.get();
+      op->results.push_back(*v);
+    }
+    block.ops.push_back(std::move(op));
+    return Status::ok();
+  }
+
+  bool looksLikeAttributes() {
+    size_t save = pos_;
+    int saveLine = line_;
+    ++pos_;
+    std::string key = identifier();
+    bool result = !key.empty() && peek('=');
+    pos_ = save;
+    line_ = saveLine;
+    return result;
+  }
+
+  Status parseAttributes(Op &op) {
+    GANC_TRY(expect('{'));
+    while (!peek('}')) {
+      std::string key = identifier();
+      if (key.empty())
+        return error("expected an attribute name");
+      GANC_TRY(expect('='));
+      skipSpace();
+      Attribute value;
+      if (peek('"')) {
+        std::string s;
+        GANC_TRY(string(s));
+        value = s;
+      } else if (peek('[')) {
+        ++pos_;
+        std::vector<int64_t> list;
+        while (!peek(']')) {
+          int64_t v = 0;
+          GANC_TRY(integer(v));
+          list.push_back(v);
+          if (peek(','))
+            ++pos_;
+        }
+        ++pos_;
+        value = list;
+      } else if (peekWord("true") || peekWord("false")) {
+        value = identifier() == "true";
+      } else {
+        size_t start = pos_;
+        while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) ||
+                                       text_[pos_] == '-' || text_[pos_] == '+' ||
+                                       text_[pos_] == '.'))
+          ++pos_;
+        std::string number = text_.substr(start, pos_ - start);
+        if (number.empty())
+          return error("expected an attribute value for '" + key + "'");
+        if (number.find_first_of(".eEn") != std::string::npos)
+          value = std::strtod(number.c_str(), nullptr);
+        else
+          value = static_cast<int64_t>(std::stoll(number));
+      }
+      op.attributes.emplace_back(key, value);
+      if (peek(','))
+        ++pos_;
+    }
+    return expect('}');
+  }
+
+  const std::string &text_;
+  size_t pos_ = 0;
+  int line_ = 1;
+  std::map<std::string, Value *> scope_;
+};
+
+} // namespace
+
+Expected<std::unique_ptr<Module>> parse(const std::string &text) { return Parser(text).run(); }
+
+} // namespace ganc::ir

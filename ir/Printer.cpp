@@ -1,0 +1,193 @@
+// Prints a module in the stable text form that ir/Parser.cpp reads back.
+#include "ir/Module.h"
+#include "ir/TextFormat.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+namespace ganc::ir {
+
+std::string formatDouble(double value) {
+  char buffer[64];
+  // Shortest form that reads back to the same double, always with a '.' or exponent so that
+  // the parser knows it is a float.
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buffer, sizeof(buffer), "%.*g", precision, value);
+    if (std::strtod(buffer, nullptr) == value)
+      break;
+  }
+  std::string s = buffer;
+  if (s.find_first_of(".eEn") == std::string::npos)
+    s += ".0";
+  return s;
+}
+
+std::string quote(const std::string &text) {
+  std::string s = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\')
+      s += '\\';
+    if (c == '\n') {
+      s += "\\n";
+      continue;
+    }
+    s += c;
+  }
+  return s + "\"";
+}
+
+namespace {
+
+std::string attributeText(const Attribute &attribute) {
+  struct Visitor {
+    std::string operator()(int64_t v) const { return std::to_string(v); }
+    std::string operator()(double v) const { return formatDouble(v); }
+    std::string operator()(const std::string &v) const { return quote(v); }
+    std::string operator()(bool v) const { return v ? "true" : "false"; }
+    std::string operator()(const std::vector<int64_t> &v) const {
+      std::string s = "[";
+      for (size_t i = 0; i < v.size(); ++i)
+        s += (i ? "," : "") + std::to_string(v[i]);
+      return s + "]";
+    }
+  };
+  return std::visit(Visitor{}, attribute);
+}
+
+std::string valueList(const std::vector<Value *> &values) {
+  std::string s;
+  for (size_t i = 0; i < values.size(); ++i)
+    s += (i ? ", %" : "%") + values[i]->name;
+  return s;
+}
+
+std::string symbolList(const std::vector<std::string> &names, char sigil) {
+  std::string s = "[";
+  for (size_t i = 0; i < names.size(); ++i)
+    s += (i ? ", " : "") + (sigil ? std::string(1, sigil) : "") + names[i];
+  return s + "]";
+}
+
+class Printer {
+public:
+  std::string run(const Module &m) {
+    line(0, "module @" + m.name + " {");
+    if (!m.identity.empty())
+      line(1, "identity " + quote(m.identity));
+    if (m.bucketCapBytes)
+      line(1, "bucket_cap " + std::to_string(m.bucketCapBytes) + " first " +
+                  std::to_string(m.firstBucketCapBytes));
+    for (const Tensor &p : m.parameters)
+      line(1, tensorLine("param", p));
+    for (const Tensor &b : m.buffers)
+      line(1, tensorLine("buffer", b));
+    for (const auto &phase : m.phases)
+      printPhase(*phase);
+    line(0, "}");
+    return out_.str();
+  }
+
+private:
+  static std::string tensorLine(const char *keyword, const Tensor &t) {
+    std::string s = std::string(keyword) + " @" + t.name + " : " + t.type.str();
+    if (!t.owner.empty())
+      s += " owner " + t.owner;
+    return s;
+  }
+
+  void line(int depth, const std::string &text) {
+    out_ << std::string(2 * depth, ' ') << text << "\n";
+  }
+
+  void printPhase(const Phase &p) {
+    line(1, "phase @" + p.name + " {");
+    line(2, "method " + quote(p.method));
+    line(2, "updates " + symbolList(p.updates, 0));
+    line(2, "interval " + std::to_string(p.interval));
+    for (const PhaseInput &input : p.inputs)
+      line(2, "input %" + input.value->name + " : " + input.value->type.str() + " from " +
+                  input.source);
+    line(2, "graph {");
+    printOps(p.body, 3);
+    if (p.loss)
+      line(3, "return %" + p.loss->name);
+    line(2, "}");
+    if (p.hasUsedFacts) {
+      line(2, "used " + symbolList(p.used, '@'));
+      line(2, "unused " + symbolList(p.unused, '@'));
+    }
+    if (!p.readyOrder.empty())
+      line(2, "ready " + symbolList(p.readyOrder, '@'));
+    for (size_t i = 0; i < p.buckets.size(); ++i) {
+      const Bucket &b = p.buckets[i];
+      line(2, "bucket #" + std::to_string(i) + " " + b.dtype + " " + b.device + " " +
+                  std::to_string(b.bytes) + " {");
+      for (const Bucket::Slot &slot : b.slots)
+        line(3, "@" + slot.parameter + " +" + std::to_string(slot.offset) + " " +
+                    std::to_string(slot.bytes));
+      line(2, "}");
+    }
+    for (const ScheduledAllReduce &s : p.schedule)
+      line(2, "allreduce #" + std::to_string(s.bucket) + " after @" + s.afterParameter);
+    if (p.hasCaptureFacts)
+      line(2, p.eagerReason.empty() ? "capture graph" : "capture eager " + quote(p.eagerReason));
+    line(1, "}");
+  }
+
+  void printOps(const Block &block, int depth) {
+    for (const auto &op : block.ops)
+      printOp(*op, depth);
+  }
+
+  void printOp(const Op &op, int depth) {
+    std::string s;
+    if (!op.results.empty())
+      s += valueList(op.results) + " = ";
+    if (op.noGrad)
+      s += "nograd ";
+    s += op.name;
+    if (!op.symbol.empty())
+      s += " @" + op.symbol;
+    if (!op.operands.empty() || op.symbol.empty())
+      s += "(" + valueList(op.operands) + ")";
+    if (!op.attributes.empty()) {
+      s += " {";
+      for (size_t i = 0; i < op.attributes.size(); ++i)
+        s += (i ? ", " : "") + op.attributes[i].first + " = " +
+             attributeText(op.attributes[i].second);
+      s += "}";
+    }
+    if (!op.results.empty()) {
+      s += " : ";
+      for (size_t i = 0; i < op.results.size(); ++i)
+        s += (i ? ", " : "") + op.results[i]->type.str();
+    }
+    if (op.regions.empty()) {
+      line(depth, s);
+      return;
+    }
+    line(depth, s + " {");
+    for (size_t r = 0; r < op.regions.size(); ++r) {
+      const Block &region = op.regions[r];
+      if (!region.arguments.empty()) {
+        std::string args = "^(";
+        for (size_t i = 0; i < region.arguments.size(); ++i)
+          args += (i ? ", %" : "%") + region.arguments[i]->name + " : " +
+                  region.arguments[i]->type.str();
+        line(depth + 1, args + ")");
+      }
+      printOps(region, depth + 1);
+      line(depth + 1, "yield" + (region.yields.empty() ? "" : " " + valueList(region.yields)));
+      line(depth, r + 1 < op.regions.size() ? "} {" : "}");
+    }
+  }
+
+  std::ostringstream out_;
+};
+
+} // namespace
+
+std::string print(const Module &module) { return Printer().run(module); }
+
+} // namespace ganc::ir

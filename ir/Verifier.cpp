@@ -1,0 +1,191 @@
+// Checks the IR's invariants; run after every pass in tests and by ganc-opt.
+#include "ir/Module.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace ganc::ir {
+
+namespace {
+
+class Verifier {
+public:
+  explicit Verifier(const Module &m) : m_(m) {}
+
+  Status run() {
+    std::set<std::string> names;
+    for (const Tensor &t : m_.parameters) {
+      if (!names.insert(t.name).second)
+        return Status::error("parameter @" + t.name + " is declared twice");
+      if (!t.type.isTensor())
+        return Status::error("parameter @" + t.name + " is not a tensor");
+    }
+    for (const Tensor &t : m_.buffers)
+      if (!names.insert(t.name).second)
+        return Status::error("buffer @" + t.name + " is declared twice");
+    std::set<std::string> phaseNames;
+    for (const auto &phase : m_.phases) {
+      if (!phaseNames.insert(phase->name).second)
+        return Status::error("phase @" + phase->name + " is declared twice");
+      GANC_TRY(verifyPhase(*phase).withContext("phase @" + phase->name));
+    }
+    return Status::ok();
+  }
+
+private:
+  Status verifyPhase(const Phase &p) {
+    if (p.interval < 1)
+      return Status::error("interval must be at least 1, got " + std::to_string(p.interval));
+    if (p.updates.empty())
+      return Status::error("updates no submodule");
+    // Value names only need to be unique within a phase.
+    defined_.clear();
+    valueNames_.clear();
+    for (const PhaseInput &input : p.inputs)
+      GANC_TRY(define(input.value));
+    GANC_TRY(verifyBlock(p.body));
+    if (!p.loss)
+      return Status::error("has no returned loss");
+    if (!defined_.count(p.loss))
+      return Status::error("returns undefined value %" + p.loss->name);
+    GANC_TRY(verifyUsedFacts(p));
+    GANC_TRY(verifyBuckets(p));
+    return Status::ok();
+  }
+
+  Status define(const Value *v) {
+    if (!valueNames_.insert(v->name).second)
+      return Status::error("value %" + v->name + " is defined twice");
+    defined_.insert(v);
+    return Status::ok();
+  }
+
+  Status verifyBlock(const Block &block) {
+    for (const Value *arg : block.arguments)
+      GANC_TRY(define(arg));
+    for (const auto &op : block.ops) {
+      for (const Value *operand : op->operands)
+        if (!defined_.count(operand))
+          return Status::error("op " + op->name + " uses %" + operand->name +
+                               " before it is defined");
+      if (op->name == "ganc.param" && !m_.findParameter(op->symbol))
+        return Status::error("ganc.param reads unknown parameter @" + op->symbol);
+      if (op->name == "ganc.buffer" &&
+          std::none_of(m_.buffers.begin(), m_.buffers.end(),
+                       [&](const Tensor &b) { return b.name == op->symbol; }))
+        return Status::error("ganc.buffer reads unknown buffer @" + op->symbol);
+      for (const Block &region : op->regions)
+        GANC_TRY(verifyBlock(region));
+      for (const Value *result : op->results) {
+        if (result->definingOp != op.get())
+          return Status::error("result %" + result->name + " of " + op->name +
+                               " does not point back to its op");
+        GANC_TRY(define(result));
+      }
+    }
+    for (const Value *y : block.yields)
+      if (!defined_.count(y))
+        return Status::error("yield of undefined value %" + y->name);
+    return Status::ok();
+  }
+
+  Status verifyUsedFacts(const Phase &p) {
+    if (!p.hasUsedFacts)
+      return Status::ok();
+    std::set<std::string> seen;
+    for (const auto *list : {&p.used, &p.unused})
+      for (const std::string &name : *list) {
+        const Tensor *param = m_.findParameter(name);
+        if (!param)
+          return Status::error("fact names unknown parameter @" + name);
+        if (std::find(p.updates.begin(), p.updates.end(), param->owner) == p.updates.end())
+          return Status::error("parameter @" + name + " belongs to '" + param->owner +
+                               "', which the phase does not update");
+        if (!seen.insert(name).second)
+          return Status::error("parameter @" + name + " is listed twice in used/unused");
+      }
+    if (!p.readyOrder.empty()) {
+      std::vector<std::string> a = p.readyOrder, b = p.used;
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      if (a != b)
+        return Status::error("ready order is not a permutation of the used parameters");
+    }
+    return Status::ok();
+  }
+
+  Status verifyBuckets(const Phase &p) {
+    if (p.buckets.empty() && p.schedule.empty())
+      return Status::ok();
+    std::map<std::string, int> bucketOf;
+    for (size_t i = 0; i < p.buckets.size(); ++i) {
+      const Bucket &b = p.buckets[i];
+      std::string where = "bucket #" + std::to_string(i);
+      if (b.slots.empty())
+        return Status::error(where + " is empty");
+      int64_t end = 0;
+      for (const Bucket::Slot &slot : b.slots) {
+        const Tensor *param = m_.findParameter(slot.parameter);
+        if (!param)
+          return Status::error(where + " holds unknown parameter @" + slot.parameter);
+        if (!bucketOf.emplace(slot.parameter, static_cast<int>(i)).second)
+          return Status::error("parameter @" + slot.parameter + " is in two buckets");
+        if (param->type.dtype != b.dtype)
+          return Status::error(where + " is " + b.dtype + " but holds " + param->type.dtype +
+                               " parameter @" + slot.parameter);
+        if (slot.offset % kBucketAlignment != 0)
+          return Status::error(where + ": @" + slot.parameter + " at unaligned offset " +
+                               std::to_string(slot.offset));
+        if (slot.offset < end)
+          return Status::error(where + ": @" + slot.parameter + " overlaps the slot before it");
+        if (slot.bytes != param->bytes())
+          return Status::error(where + ": @" + slot.parameter + " slot has " +
+                               std::to_string(slot.bytes) + " bytes, the parameter " +
+                               std::to_string(param->bytes()));
+        end = slot.offset + slot.bytes;
+      }
+      if (end > b.bytes)
+        return Status::error(where + " is smaller than its slots");
+      int64_t cap = i == 0 ? m_.firstBucketCapBytes : m_.bucketCapBytes;
+      if (cap > 0 && b.slots.size() > 1 && end > cap)
+        return Status::error(where + " holds " + std::to_string(end) + " bytes, over its cap of " +
+                             std::to_string(cap));
+    }
+    if (p.hasUsedFacts)
+      for (const std::string &name : p.used)
+        if (!bucketOf.count(name))
+          return Status::error("used parameter @" + name + " is in no bucket");
+    std::vector<int> scheduled;
+    for (const ScheduledAllReduce &s : p.schedule) {
+      if (s.bucket < 0 || s.bucket >= static_cast<int>(p.buckets.size()))
+        return Status::error("all-reduce of unknown bucket #" + std::to_string(s.bucket));
+      auto it = bucketOf.find(s.afterParameter);
+      if (it == bucketOf.end() || it->second != s.bucket)
+        return Status::error("bucket #" + std::to_string(s.bucket) + " is reduced after @" +
+                             s.afterParameter + ", which it does not hold");
+      scheduled.push_back(s.bucket);
+    }
+    if (p.schedule.empty())
+      return Status::ok(); // not scheduled yet
+    std::sort(scheduled.begin(), scheduled.end());
+    bool coversEachOnce = scheduled.size() == p.buckets.size();
+    for (size_t i = 0; coversEachOnce && i < scheduled.size(); ++i)
+      coversEachOnce = scheduled[i] == static_cast<int>(i);
+    if (!coversEachOnce)
+      return Status::error("the all-reduce schedule does not cover every bucket exactly once");
+    return Status::ok();
+  }
+
+  const Module &m_;
+  std::set<const Value *> defined_;
+  std::set<std::string> valueNames_;
+};
+
+} // namespace
+
+Status verify(const Module &module) {
+  return Verifier(module).run();
+}
+
+} // namespace ganc::ir

@@ -1,0 +1,54 @@
+// The pass interface, the registry built from Passes.def, and the pipeline runner.
+#pragma once
+
+#include "ir/Module.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ganc::passes {
+
+using ir::Block;
+using ir::Op;
+using ir::Value;
+
+/// Options every pass may read. The defaults are DDP's.
+struct PassOptions {
+  int64_t bucketCapBytes = 25 * 1024 * 1024;
+  int64_t firstBucketCapBytes = 1 * 1024 * 1024;
+};
+
+/// A pass rewrites or annotates the module and says whether it changed anything.
+using PassFn = Expected<bool> (*)(ir::Module &, const PassOptions &);
+
+struct PassInfo {
+  const char *name;
+  PassFn run;
+  const char *description;
+};
+
+/// Every pass, in default pipeline order.
+const std::vector<PassInfo> &allPasses();
+/// The pass called `name`, or null.
+const PassInfo *findPass(const std::string &name);
+/// The default compile pipeline: every pass in Passes.def order.
+std::vector<std::string> defaultPipeline();
+
+struct PipelineOptions {
+  PassOptions pass;
+  /// Run the IR verifier after every pass (on in tests and in ganc-opt).
+  bool verifyEach = true;
+  /// Called after each pass with its name, so drivers can print the IR after it.
+  std::function<void(const std::string &, const ir::Module &)> afterPass;
+};
+
+/// Runs the named passes in order; stops at the first failure, naming the pass.
+Status runPipeline(ir::Module &module, const std::vector<std::string> &names,
+                   const PipelineOptions &options);
+
+// The passes themselves, one file each (see Passes.def).
+#define GANC_PASS(NAME, FN, DESC) Expected<bool> FN(ir::Module &, const PassOptions &);
+#include "passes/Passes.def"
+
+} // namespace ganc::passes

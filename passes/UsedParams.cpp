@@ -1,0 +1,186 @@
+// used-params: which parameters of the updated submodules receive a gradient in each phase.
+//
+// Algorithm. Build a "may carry gradient from" relation over SSA values: an op's results
+// depend on its operands, unless the op runs under no_grad, is non-differentiable (detach,
+// *_like factories, size queries), or the value cannot hold a gradient (integer/bool tensors,
+// scalars, objects). prim::If results depend on the values both branches yield; prim::Loop
+// carried values depend on their initial value and on what the body yields, to a fixpoint.
+// In-place ops that survived the frontend's mutation removal write into their first operand:
+// every value aliasing that operand (through views or earlier in-place ops) then also depends
+// on the op's other operands. Parameters reachable backwards from the loss are used.
+//
+// Invariant left: phase.used lists, in declaration order, the reachable parameters owned by a
+// submodule the phase updates; phase.unused the remaining parameters of those submodules.
+// Neither contains a parameter of a submodule the phase does not update.
+#include "passes/Pass.h"
+
+#include <map>
+#include <numeric>
+#include <set>
+
+namespace ganc::passes {
+
+namespace {
+
+bool endsWith(const std::string &s, const std::string &suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// Ops whose outputs never require grad, whatever their inputs.
+bool isNonDifferentiable(const std::string &name) {
+  static const std::set<std::string> ops = {
+      "aten::detach",     "aten::detach_",     "aten::zeros_like",  "aten::ones_like",
+      "aten::empty_like", "aten::full_like",   "aten::rand_like",   "aten::randn_like",
+      "aten::randint_like", "aten::new_zeros", "aten::new_ones",    "aten::new_empty",
+      "aten::new_full",   "aten::size",        "aten::numel",       "aten::dim",
+      "aten::argmax",     "aten::argmin",      "prim::NumToTensor", "aten::detach_copy",
+      "prim::shape",      "aten::len"};
+  return ops.count(name) > 0;
+}
+
+/// Ops whose result shares storage with their first operand.
+bool isView(const std::string &name) {
+  static const std::set<std::string> ops = {
+      "aten::view",     "aten::reshape",  "aten::flatten",   "aten::unflatten",
+      "aten::squeeze",  "aten::unsqueeze", "aten::transpose", "aten::t",
+      "aten::permute",  "aten::expand",   "aten::expand_as", "aten::select",
+      "aten::slice",    "aten::narrow",   "aten::as_strided", "aten::view_as",
+      "aten::unbind",   "aten::split",    "aten::chunk",     "aten::diagonal",
+      "aten::movedim",  "aten::unfold",   "aten::alias",     "aten::contiguous",
+      "aten::to",       "aten::type_as",  "aten::__getitem__", "prim::ListUnpack",
+      "aten::reshape_as", "aten::split_with_sizes", "aten::tensor_split", "aten::real",
+      "aten::imag",     "aten::swapaxes", "aten::mT"};
+  return ops.count(name) > 0;
+}
+
+bool isInPlace(const Op &op) {
+  // "aten::add_" but not dunder methods such as "aten::__and__".
+  return op.name.rfind("aten::", 0) == 0 && endsWith(op.name, "_") && !endsWith(op.name, "__");
+}
+
+class Reachability {
+public:
+  void addEdge(const Value *to, const Value *from) {
+    if (to->type.mayCarryGradient() && from->type.mayCarryGradient())
+      deps_[to].insert(from);
+  }
+
+  void unite(const Value *a, const Value *b) { parent_[find(a)] = find(b); }
+
+  const Value *find(const Value *v) {
+    auto it = parent_.find(v);
+    if (it == parent_.end() || it->second == v)
+      return v;
+    return parent_[v] = find(it->second);
+  }
+
+  void build(const Block &block) {
+    for (const auto &op : block.ops) {
+      for (const Block &region : op->regions)
+        build(region);
+      if (isView(op->name) || isInPlace(*op))
+        for (const Value *r : op->results)
+          if (!op->operands.empty())
+            unite(r, op->operands[0]);
+      if (op->noGrad || isNonDifferentiable(op->name))
+        continue;
+      if (op->name == "prim::If") {
+        for (const Block &region : op->regions)
+          for (size_t i = 0; i < op->results.size() && i < region.yields.size(); ++i)
+            addEdge(op->results[i], region.yields[i]);
+        continue;
+      }
+      if (op->name == "prim::Loop" && op->regions.size() == 1) {
+        // operands: trip count, initial condition, carried values...;
+        // body arguments: iteration, carried values...; body yields: condition, carried...
+        const Block &body = op->regions[0];
+        for (size_t i = 0; i < op->results.size(); ++i) {
+          const Value *initial = i + 2 < op->operands.size() ? op->operands[i + 2] : nullptr;
+          const Value *next = i + 1 < body.yields.size() ? body.yields[i + 1] : nullptr;
+          const Value *arg = i + 1 < body.arguments.size() ? body.arguments[i + 1] : nullptr;
+          for (const Value *target : {static_cast<const Value *>(op->results[i]), arg}) {
+            if (!target)
+              continue;
+            if (initial)
+              addEdge(target, initial);
+            if (next)
+              addEdge(target, next);
+          }
+        }
+        continue;
+      }
+      for (const Value *r : op->results) {
+        for (const Value *operand : op->operands)
+          addEdge(r, operand);
+        for (const Block &region : op->regions)
+          for (const Value *y : region.yields)
+            addEdge(r, y);
+      }
+      if (isInPlace(*op))
+        inPlace_.push_back(op.get());
+    }
+  }
+
+  /// Values from which a gradient can flow into `root`.
+  std::set<const Value *> reach(const Value *root) {
+    // Mutations: everything aliasing the written operand depends on the written values.
+    std::map<const Value *, std::vector<const Value *>> classDeps;
+    for (const Op *op : inPlace_)
+      for (size_t i = 1; i < op->operands.size(); ++i)
+        classDeps[find(op->operands[0])].push_back(op->operands[i]);
+    std::set<const Value *> seen;
+    std::vector<const Value *> work = {root};
+    std::set<const Value *> classesDone;
+    while (!work.empty()) {
+      const Value *v = work.back();
+      work.pop_back();
+      if (!seen.insert(v).second)
+        continue;
+      for (const Value *d : deps_[v])
+        work.push_back(d);
+      const Value *cls = find(v);
+      if (classesDone.insert(cls).second)
+        for (const Value *d : classDeps[cls])
+          if (d->type.mayCarryGradient())
+            work.push_back(d);
+    }
+    return seen;
+  }
+
+private:
+  std::map<const Value *, std::set<const Value *>> deps_;
+  std::map<const Value *, const Value *> parent_;
+  std::vector<const Op *> inPlace_;
+};
+
+} // namespace
+
+Expected<bool> runUsedParams(ir::Module &module, const PassOptions &) {
+  bool changed = false;
+  for (auto &phase : module.phases) {
+    if (!phase->loss)
+      return Status::error("phase @" + phase->name + " has no loss");
+    Reachability graph;
+    graph.build(phase->body);
+    std::set<const Value *> reached = graph.reach(phase->loss);
+    std::set<std::string> usedNames;
+    phase->walk([&](const Op &op) {
+      if (op.name == "ganc.param" && !op.results.empty() && reached.count(op.results[0]))
+        usedNames.insert(op.symbol);
+    });
+    std::vector<std::string> used, unused;
+    std::set<std::string> updates(phase->updates.begin(), phase->updates.end());
+    for (const ir::Tensor &p : module.parameters) {
+      if (!updates.count(p.owner))
+        continue;
+      (usedNames.count(p.name) ? used : unused).push_back(p.name);
+    }
+    changed |= !phase->hasUsedFacts || used != phase->used || unused != phase->unused;
+    phase->used = std::move(used);
+    phase->unused = std::move(unused);
+    phase->hasUsedFacts = true;
+  }
+  return changed;
+}
+
+} // namespace ganc::passes
