@@ -1,0 +1,563 @@
+// Loads a TorchScript GAN archive and lowers each phase method to ganc IR.
+#include "frontend/Frontend.h"
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/passes/remove_mutation.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+
+namespace ganc::frontend {
+
+namespace jit = torch::jit;
+
+std::string dtypeName(c10::ScalarType type) {
+  switch (type) {
+  case c10::ScalarType::Half: return "f16";
+  case c10::ScalarType::BFloat16: return "bf16";
+  case c10::ScalarType::Float: return "f32";
+  case c10::ScalarType::Double: return "f64";
+  case c10::ScalarType::Char: return "i8";
+  case c10::ScalarType::Short: return "i16";
+  case c10::ScalarType::Int: return "i32";
+  case c10::ScalarType::Long: return "i64";
+  case c10::ScalarType::Byte: return "u8";
+  case c10::ScalarType::Bool: return "b8";
+  case c10::ScalarType::ComplexFloat: return "c64";
+  case c10::ScalarType::ComplexDouble: return "c128";
+  default: return "";
+  }
+}
+
+namespace {
+
+/// The first line of a LibTorch error, without its C++ stack trace.
+std::string firstLine(const std::exception &e) {
+  const c10::Error *ce = dynamic_cast<const c10::Error *>(&e);
+  std::string s = ce ? ce->msg() : e.what();
+  size_t end = s.find('\n');
+  return end == std::string::npos ? s : s.substr(0, end);
+}
+
+uint64_t fnv1a(uint64_t h, const void *data, size_t size) {
+  const auto *p = static_cast<const unsigned char *>(data);
+  for (size_t i = 0; i < size; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+uint64_t fnv1a(uint64_t h, const std::string &s) { return fnv1a(h, s.data(), s.size() + 1); }
+
+} // namespace
+
+std::string modelIdentity(const std::string &path, const torch::jit::Module &module,
+                          const std::string &specText) {
+  uint64_t h = 1469598103934665603ULL;
+  caffe2::serialize::PyTorchStreamReader reader(path);
+  std::vector<std::string> records = reader.getAllRecords();
+  std::sort(records.begin(), records.end());
+  for (const std::string &name : records) {
+    if (name.rfind("code/", 0) != 0 || name.find(".debug_pkl") != std::string::npos)
+      continue;
+    auto [data, size] = reader.getRecord(name);
+    h = fnv1a(h, name);
+    h = fnv1a(h, data.get(), size);
+  }
+  h = fnv1a(h, specText);
+  for (const auto &p : module.named_parameters(/*recurse=*/true)) {
+    h = fnv1a(h, p.name);
+    h = fnv1a(h, dtypeName(p.value.scalar_type()));
+    for (int64_t d : p.value.sizes())
+      h = fnv1a(h, &d, sizeof(d));
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+Expected<Archive> loadArchive(const std::string &path) {
+  {
+    std::ifstream probe(path, std::ios::binary);
+    if (!probe)
+      return Status::error(path + ": cannot open the file");
+  }
+  Archive archive;
+  archive.path = path;
+  jit::ExtraFilesMap extra{{"ganc.json", ""}};
+  try {
+    archive.module = jit::load(path, c10::kCPU, extra);
+  } catch (const std::exception &e) {
+    return Status::error(path + ": not a TorchScript archive (" + firstLine(e) + ")");
+  }
+  const std::string &specText = extra["ganc.json"];
+  if (specText.empty())
+    return Status::error(path + ": the archive has no ganc.json spec; export it with "
+                                "ganc.export(model, path, spec) (see docs/spec.md)");
+  auto spec = parseSpec(specText);
+  if (!spec)
+    return spec.status().withContext(path);
+  archive.spec = spec.take();
+  for (const PhaseSpec &phase : archive.spec.phases) {
+    std::string where = path + ": phase '" + phase.name + "'";
+    if (!archive.module.find_method(phase.method))
+      return Status::error(where + ": method '" + phase.method +
+                           "' does not exist in the archive (was it exported?)");
+    for (const std::string &sub : phase.updates) {
+      auto slot = archive.module._ivalue()->type()->findAttributeSlot(sub);
+      if (!slot || !archive.module._ivalue()->getSlot(*slot).isModule())
+        return Status::error(where + ": updates '" + sub + "', which is not a submodule");
+    }
+    size_t arity = archive.module.get_method(phase.method).function().num_inputs() - 1;
+    if (arity != phase.inputs.size())
+      return Status::error(where + ": method '" + phase.method + "' takes " +
+                           std::to_string(arity) + " inputs but the spec lists " +
+                           std::to_string(phase.inputs.size()));
+  }
+  if (archive.spec.sample) {
+    auto slot = archive.module._ivalue()->type()->findAttributeSlot(archive.spec.sample->submodule);
+    if (!slot)
+      return Status::error(path + ": sample submodule '" + archive.spec.sample->submodule +
+                           "' does not exist");
+  }
+  try {
+    archive.identity = modelIdentity(path, archive.module, specText);
+  } catch (const std::exception &e) {
+    return Status::error(path + ": cannot read the archive's records (" + firstLine(e) + ")");
+  }
+  archive.module.train(true);
+  return archive;
+}
+
+namespace {
+
+/// What a GetAttr chain from `self` reaches.
+struct AttrTarget {
+  enum class Kind { Module, Parameter, Buffer, Constant, Other } kind = Kind::Other;
+  std::string path;
+  c10::IValue value;
+};
+
+class PhaseLowering {
+public:
+  PhaseLowering(Archive &archive, const PhaseSpec &spec, ir::Module &module)
+      : archive_(archive), spec_(spec), module_(module) {}
+
+  Expected<std::unique_ptr<ir::Phase>> run() {
+    auto graph = archive_.module.get_method(spec_.method).graph()->copy();
+    GANC_TRY(inlineAll(*graph));
+    foldModuleAttributes(graph);
+    jit::ConstantPropagation(graph);
+    jit::EliminateDeadCode(graph);
+    jit::RemoveTensorMutation(graph);
+    jit::EliminateDeadCode(graph);
+    // Module paths must be recomputed: the passes above created new values.
+    resolveAttributes(graph->block(), graph->inputs()[0], true);
+    GANC_TRY(recordShapes(graph));
+    return lower(*graph);
+  }
+
+private:
+  static size_t countCalls(jit::Block *block) {
+    size_t n = 0;
+    for (jit::Node *node : block->nodes()) {
+      if (node->kind() == c10::prim::CallMethod || node->kind() == c10::prim::CallFunction)
+        ++n;
+      for (jit::Block *b : node->blocks())
+        n += countCalls(b);
+    }
+    return n;
+  }
+
+  /// One Inline round leaves calls that the inlined bodies made; repeat until none is left.
+  Status inlineAll(jit::Graph &graph) {
+    size_t calls = countCalls(graph.block());
+    while (calls > 0) {
+      jit::Inline(graph);
+      size_t now = countCalls(graph.block());
+      if (now >= calls)
+        return Status::error("phase '" + spec_.name + "': cannot inline every call in method '" +
+                             spec_.method + "' (calls through interfaces are not supported)");
+      calls = now;
+    }
+    return Status::ok();
+  }
+
+  /// Maps each value produced by a GetAttr chain from `self` to what it names.
+  void resolveAttributes(jit::Block *block, jit::Value *self, bool top) {
+    if (top) {
+      targets_.clear();
+      targets_[self] = AttrTarget{AttrTarget::Kind::Module, "", archive_.module._ivalue()};
+    }
+    for (jit::Node *node : block->nodes()) {
+      if (node->kind() == c10::prim::GetAttr) {
+        auto parent = targets_.find(node->input());
+        if (parent != targets_.end() && parent->second.kind == AttrTarget::Kind::Module) {
+          targets_[node->output()] = classify(parent->second, node->s(c10::attr::name));
+        }
+      }
+      for (jit::Block *b : node->blocks())
+        resolveAttributes(b, self, false);
+    }
+  }
+
+  AttrTarget classify(const AttrTarget &parent, const std::string &name) {
+    auto object = parent.value.toObject();
+    const auto &type = object->type();
+    AttrTarget t;
+    t.path = parent.path.empty() ? name : parent.path + "." + name;
+    auto slot = type->findAttributeSlot(name);
+    if (!slot)
+      return t;
+    t.value = object->getSlot(*slot);
+    if (t.value.isModule() || (t.value.isObject() && type->getAttribute(*slot)->is_module()))
+      t.kind = AttrTarget::Kind::Module;
+    else if (t.value.isNone())
+      t.kind = AttrTarget::Kind::Constant; // e.g. a bias=False layer's None parameter
+    else if (type->is_parameter(*slot))
+      t.kind = AttrTarget::Kind::Parameter;
+    else if (type->is_buffer(*slot))
+      t.kind = AttrTarget::Kind::Buffer;
+    else if (t.value.isBool() || t.value.isInt() || t.value.isDouble() || t.value.isString() ||
+             t.value.isNone())
+      t.kind = AttrTarget::Kind::Constant;
+    return t;
+  }
+
+  static void collectSetAttrs(jit::Block *block, std::set<std::string> &names) {
+    for (jit::Node *node : block->nodes()) {
+      if (node->kind() == c10::prim::SetAttr)
+        names.insert(node->s(c10::attr::name));
+      for (jit::Block *b : node->blocks())
+        collectSetAttrs(b, names);
+    }
+  }
+
+  /// Replaces reads of plain module attributes (self.training, flags, sizes) by constants so
+  /// that branches on them fold away, unless the phase itself assigns such an attribute.
+  void foldModuleAttributes(std::shared_ptr<jit::Graph> &graph) {
+    resolveAttributes(graph->block(), graph->inputs()[0], true);
+    std::set<std::string> assigned;
+    collectSetAttrs(graph->block(), assigned);
+    for (auto &[value, target] : targets_) {
+      if (target.kind != AttrTarget::Kind::Constant)
+        continue;
+      std::string leaf = target.path.substr(target.path.rfind('.') + 1);
+      if (assigned.count(leaf))
+        continue;
+      jit::WithInsertPoint guard(value->node());
+      jit::Value *constant = graph->insertConstant(target.value);
+      value->replaceAllUsesWith(constant);
+    }
+  }
+
+  /// Runs the phase once on example inputs (spec shapes, spec batch) and records the shape
+  /// and dtype of every top-level tensor value.
+  Status recordShapes(const std::shared_ptr<jit::Graph> &graph) {
+    // The interpreter compiles its own copy of the graph, so the extra outputs registered
+    // here are removed again right after and the lowered graph is left as it was.
+    size_t originalOutputs = graph->outputs().size();
+    std::vector<jit::Value *> probed;
+    for (jit::Node *node : graph->nodes())
+      for (jit::Value *v : node->outputs())
+        if (v->type()->kind() == c10::TypeKind::TensorType) {
+          graph->registerOutput(v);
+          probed.push_back(v);
+        }
+    jit::Stack stack;
+    stack.emplace_back(archive_.module._ivalue());
+    for (size_t i = 0; i < spec_.inputs.size(); ++i) {
+      const InputSpec &input = spec_.inputs[i];
+      std::vector<int64_t> shape = {archive_.spec.batchSize};
+      const auto &sample = input.source == "data" ? archive_.spec.dataShape : input.shape;
+      shape.insert(shape.end(), sample.begin(), sample.end());
+      stack.emplace_back(torch::randn(shape));
+      shapes_[graph->inputs()[i + 1]] = ir::Type::tensor("f32", shape);
+    }
+    std::string failure;
+    try {
+      jit::Code code(graph, spec_.method);
+      jit::InterpreterState(code).run(stack);
+    } catch (const std::exception &e) {
+      failure = firstLine(e);
+    }
+    while (graph->outputs().size() > originalOutputs)
+      graph->eraseOutput(graph->outputs().size() - 1);
+    if (!failure.empty())
+      return Status::error("phase '" + spec_.name + "': running method '" + spec_.method +
+                           "' on example inputs failed: " + failure);
+    if (stack.size() != originalOutputs + probed.size())
+      return Status::error("phase '" + spec_.name + "': unexpected interpreter result");
+    const c10::IValue &loss = stack[0];
+    if (originalOutputs != 1 || !loss.isTensor())
+      return Status::error("phase '" + spec_.name + "': method '" + spec_.method +
+                           "' must return one scalar loss tensor");
+    if (loss.toTensor().dim() != 0)
+      return Status::error("phase '" + spec_.name + "': method '" + spec_.method +
+                           "' returns a tensor of shape " + c10::str(loss.toTensor().sizes()) +
+                           ", not a scalar loss");
+    for (size_t i = 0; i < probed.size(); ++i) {
+      const c10::IValue &value = stack[originalOutputs + i];
+      if (!value.isTensor())
+        continue;
+      const at::Tensor &t = value.toTensor();
+      shapes_[probed[i]] = ir::Type::tensor(dtypeName(t.scalar_type()), t.sizes().vec());
+    }
+    return Status::ok();
+  }
+
+  ir::Type typeOf(jit::Value *v) {
+    auto it = shapes_.find(v);
+    if (it != shapes_.end())
+      return it->second;
+    return convert(v->type());
+  }
+
+  static ir::Type convert(const c10::TypePtr &type) {
+    using c10::TypeKind;
+    switch (type->kind()) {
+    case TypeKind::TensorType: {
+      auto t = type->expect<c10::TensorType>();
+      std::string dtype = t->scalarType() ? dtypeName(*t->scalarType()) : "";
+      if (auto sizes = t->sizes().concrete_sizes())
+        return ir::Type::tensor(dtype, *sizes);
+      return ir::Type::unknownTensor(dtype);
+    }
+    case TypeKind::IntType: return ir::Type::other("int");
+    case TypeKind::FloatType: return ir::Type::other("float");
+    case TypeKind::BoolType: return ir::Type::other("bool");
+    case TypeKind::NoneType: return ir::Type::other("none");
+    case TypeKind::StringType: return ir::Type::other("str");
+    case TypeKind::DeviceObjType: return ir::Type::other("device");
+    case TypeKind::NumberType: return ir::Type::other("number");
+    case TypeKind::ListType:
+      return ir::Type::other("list", {convert(type->containedTypes()[0])});
+    case TypeKind::OptionalType:
+      return ir::Type::other("optional", {convert(type->containedTypes()[0])});
+    case TypeKind::TupleType: {
+      std::vector<ir::Type> elements;
+      for (const auto &t : type->containedTypes())
+        elements.push_back(convert(t));
+      return ir::Type::other("tuple", elements);
+    }
+    case TypeKind::ClassType: return ir::Type::other("object");
+    default: return ir::Type::other("any");
+    }
+  }
+
+  static bool isGradModeObject(jit::Value *v, bool &enables) {
+    std::string name = v->type()->str();
+    enables = name.find("enable_grad") != std::string::npos;
+    return name.find("grad_mode.no_grad") != std::string::npos || enables;
+  }
+
+  static std::vector<std::pair<std::string, ir::Attribute>> attributesOf(jit::Node *node) {
+    std::vector<std::pair<std::string, ir::Attribute>> attrs;
+    for (c10::Symbol name : node->attributeNames()) {
+      std::string key = name.toUnqualString();
+      switch (node->kindOf(name)) {
+      case jit::AttributeKind::i: attrs.emplace_back(key, node->i(name)); break;
+      case jit::AttributeKind::f: attrs.emplace_back(key, node->f(name)); break;
+      case jit::AttributeKind::s: attrs.emplace_back(key, node->s(name)); break;
+      case jit::AttributeKind::is: attrs.emplace_back(key, node->is(name)); break;
+      case jit::AttributeKind::ival: {
+        const c10::IValue &v = node->ival(name);
+        if (v.isBool())
+          attrs.emplace_back(key, v.toBool());
+        else if (v.isInt())
+          attrs.emplace_back(key, v.toInt());
+        else if (v.isDouble())
+          attrs.emplace_back(key, v.toDouble());
+        else if (v.isString())
+          attrs.emplace_back(key, v.toStringRef());
+        else if (v.isDevice())
+          attrs.emplace_back(key, v.toDevice().str());
+        else if (v.isIntList())
+          attrs.emplace_back(key, v.toIntVector());
+        else
+          attrs.emplace_back(key, std::string(v.tagKind()));
+        break;
+      }
+      case jit::AttributeKind::t: attrs.emplace_back(key, std::string("tensor")); break;
+      default: break;
+      }
+    }
+    return attrs;
+  }
+
+  Expected<std::unique_ptr<ir::Phase>> lower(jit::Graph &graph) {
+    auto phase = std::make_unique<ir::Phase>();
+    phase_ = phase.get();
+    phase->name = spec_.name;
+    phase->method = spec_.method;
+    phase->updates = spec_.updates;
+    phase->interval = spec_.interval;
+    for (size_t i = 0; i < spec_.inputs.size(); ++i) {
+      jit::Value *in = graph.inputs()[i + 1];
+      ir::PhaseInput input;
+      input.value = phase->newValue(in->debugName(), typeOf(in));
+      input.source = spec_.inputs[i].source;
+      values_[in] = input.value;
+      phase->inputs.push_back(input);
+    }
+    GANC_TRY(lowerBlock(graph.block(), phase->body, false));
+    auto loss = values_.find(graph.outputs()[0]);
+    if (loss == values_.end())
+      return Status::error("phase '" + spec_.name + "': the loss is not a lowered value");
+    phase->loss = loss->second;
+    return phase;
+  }
+
+  Status lowerBlock(jit::Block *block, ir::Block &out, bool noGrad) {
+    // The graph's own inputs (self and the phase inputs) are not block arguments.
+    for (jit::Value *arg : block == block->owningGraph()->block() ? c10::ArrayRef<jit::Value *>()
+                                                                 : block->inputs()) {
+      ir::Value *v = phase_->newValue(arg->debugName(), typeOf(arg));
+      values_[arg] = v;
+      out.arguments.push_back(v);
+    }
+    for (jit::Node *node : block->nodes()) {
+      auto kind = node->kind();
+      // Grad-mode context managers become the noGrad flag of the ops they enclose.
+      bool enables = false;
+      if (kind == c10::prim::Enter && isGradModeObject(node->input(), enables)) {
+        gradModeStack_.push_back(noGrad);
+        noGrad = !enables;
+        continue;
+      }
+      if (kind == c10::prim::Exit && isGradModeObject(node->input(), enables)) {
+        if (!gradModeStack_.empty()) {
+          noGrad = gradModeStack_.back();
+          gradModeStack_.pop_back();
+        }
+        continue;
+      }
+      if ((kind == c10::prim::CreateObject && isGradModeObject(node->output(), enables)) ||
+          (kind == c10::prim::SetAttr && isGradModeObject(node->inputs()[0], enables)))
+        continue;
+      auto target = targets_.find(kind == c10::prim::GetAttr ? node->output() : nullptr);
+      if (target != targets_.end()) {
+        if (target->second.kind == AttrTarget::Kind::Module)
+          continue; // submodules are not values; their parameters are named by path
+        if (target->second.kind == AttrTarget::Kind::Parameter ||
+            target->second.kind == AttrTarget::Kind::Buffer) {
+          auto op = std::make_unique<ir::Op>();
+          bool isParam = target->second.kind == AttrTarget::Kind::Parameter;
+          op->name = isParam ? "ganc.param" : "ganc.buffer";
+          op->symbol = target->second.path;
+          ir::Value *v = phase_->newValue(node->output()->debugName(), tensorType(op->symbol, isParam));
+          v->definingOp = op.get();
+          op->results.push_back(v);
+          values_[node->output()] = v;
+          out.ops.push_back(std::move(op));
+          continue;
+        }
+        // Any other attribute of a module (not folded: the phase assigns it, or its type is
+        // not a plain constant) stays a read, named by its path.
+        auto op = std::make_unique<ir::Op>();
+        op->name = "prim::GetAttr";
+        op->noGrad = noGrad;
+        op->attributes.emplace_back("name", target->second.path);
+        ir::Value *v = phase_->newValue(node->output()->debugName(), typeOf(node->output()));
+        v->definingOp = op.get();
+        op->results.push_back(v);
+        values_[node->output()] = v;
+        out.ops.push_back(std::move(op));
+        continue;
+      }
+      auto op = std::make_unique<ir::Op>();
+      op->name = kind.toQualString();
+      op->noGrad = noGrad;
+      op->attributes = attributesOf(node);
+      for (jit::Value *in : node->inputs()) {
+        auto it = values_.find(in);
+        if (it == values_.end()) {
+          auto t = targets_.find(in);
+          std::string what = t != targets_.end() ? "module '" + t->second.path + "'" : "%" + in->debugName();
+          return Status::error("phase '" + spec_.name + "': op " + op->name + " uses " + what +
+                               " as a value, which ganc cannot lower");
+        }
+        op->operands.push_back(it->second);
+      }
+      for (jit::Block *b : node->blocks()) {
+        ir::Block region;
+        GANC_TRY(lowerBlock(b, region, noGrad));
+        op->regions.push_back(std::move(region));
+      }
+      for (jit::Value *result : node->outputs()) {
+        ir::Value *v = phase_->newValue(result->debugName(), typeOf(result));
+        v->definingOp = op.get();
+        op->results.push_back(v);
+        values_[result] = v;
+      }
+      out.ops.push_back(std::move(op));
+    }
+    for (jit::Value *y : block->outputs()) {
+      auto it = values_.find(y);
+      if (it == values_.end())
+        return Status::error("phase '" + spec_.name + "': block yields unlowered %" +
+                             y->debugName());
+      out.yields.push_back(it->second);
+    }
+    return Status::ok();
+  }
+
+  ir::Type tensorType(const std::string &name, bool isParam) {
+    const auto &list = isParam ? module_.parameters : module_.buffers;
+    for (const ir::Tensor &t : list)
+      if (t.name == name)
+        return t.type;
+    return ir::Type::unknownTensor();
+  }
+
+  Archive &archive_;
+  const PhaseSpec &spec_;
+  ir::Module &module_;
+  ir::Phase *phase_ = nullptr;
+  std::map<jit::Value *, AttrTarget> targets_;
+  std::map<jit::Value *, ir::Type> shapes_;
+  std::map<jit::Value *, ir::Value *> values_;
+  std::vector<bool> gradModeStack_;
+};
+
+std::string ownerOf(const std::string &name) {
+  size_t dot = name.find('.');
+  return dot == std::string::npos ? "" : name.substr(0, dot);
+}
+
+} // namespace
+
+Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive) {
+  auto module = std::make_unique<ir::Module>();
+  module->name = archive.spec.name;
+  module->identity = archive.identity;
+  for (const auto &p : archive.module.named_parameters(/*recurse=*/true))
+    module->parameters.push_back(
+        {p.name, ir::Type::tensor(dtypeName(p.value.scalar_type()), p.value.sizes().vec()),
+         ownerOf(p.name)});
+  for (const auto &b : archive.module.named_buffers(/*recurse=*/true))
+    module->buffers.push_back(
+        {b.name, ir::Type::tensor(dtypeName(b.value.scalar_type()), b.value.sizes().vec()),
+         ownerOf(b.name)});
+  for (const PhaseSpec &spec : archive.spec.phases) {
+    try {
+      auto phase = PhaseLowering(archive, spec, *module).run();
+      if (!phase)
+        return phase.status().withContext(archive.path);
+      module->phases.push_back(phase.take());
+    } catch (const std::exception &e) {
+      return Status::error(archive.path + ": phase '" + spec.name + "': " + firstLine(e));
+    }
+  }
+  return module;
+}
+
+} // namespace ganc::frontend

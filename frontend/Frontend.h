@@ -1,0 +1,41 @@
+// TorchScript archive + ganc spec -> ganc IR. The only place that reads TorchScript graphs.
+#pragma once
+
+#include "frontend/Spec.h"
+#include "ir/Module.h"
+
+#include <torch/script.h>
+
+#include <memory>
+#include <string>
+
+namespace ganc::frontend {
+
+/// A loaded archive: the TorchScript module and its validated spec.
+struct Archive {
+  std::string path;
+  torch::jit::Module module;
+  Spec spec;
+  /// Fingerprint of code, spec, parameter names/shapes/dtypes (see modelIdentity).
+  std::string identity;
+};
+
+/// Loads `path` and its ganc.json; checks that every phase's method and submodules exist.
+/// Errors name the file and the culprit; LibTorch exceptions never escape.
+Expected<Archive> loadArchive(const std::string &path);
+
+/// Lowers every phase of the archive to ganc IR: inlined, `self.training` and other constant
+/// module attributes folded, tensor mutation removed, parameters named by qualified path,
+/// and shapes/dtypes recorded by running each phase once on example inputs.
+Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive);
+
+/// A 64-bit FNV-1a fingerprint (hex) of the archive's code records, its spec text and its
+/// parameter names, shapes and dtypes. A plan records it; the runtime refuses a plan whose
+/// fingerprint differs from the archive it is given.
+std::string modelIdentity(const std::string &path, const torch::jit::Module &module,
+                          const std::string &specText);
+
+/// "f32", "bf16", ... for a torch dtype.
+std::string dtypeName(c10::ScalarType type);
+
+} // namespace ganc::frontend

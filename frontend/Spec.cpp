@@ -1,0 +1,161 @@
+// Reads and validates ganc.json.
+#include "frontend/Spec.h"
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+
+namespace ganc::frontend {
+
+using nlohmann::json;
+
+namespace {
+
+Status need(bool condition, const std::string &message) {
+  return condition ? Status::ok() : Status::error(message);
+}
+
+Expected<std::vector<int64_t>> shapeOf(const json &j, const std::string &where) {
+  if (!j.is_array())
+    return Status::error(where + " must be a list of integers");
+  std::vector<int64_t> shape;
+  for (const json &d : j) {
+    if (!d.is_number_integer() || d.get<int64_t>() <= 0)
+      return Status::error(where + " must be a list of positive integers");
+    shape.push_back(d.get<int64_t>());
+  }
+  return shape;
+}
+
+Status parseOptimizer(const std::string &submodule, const json &j, OptimizerSpec &o) {
+  std::string where = "optimizer of '" + submodule + "'";
+  GANC_TRY(need(j.is_object() && j.contains("type") && j["type"].is_string(),
+                where + " needs a 'type'"));
+  o.type = j["type"].get<std::string>();
+  GANC_TRY(need(o.type == "adam" || o.type == "adamw" || o.type == "sgd",
+                where + " has type '" + o.type + "', expected adam, adamw or sgd"));
+  o.weightDecay = o.type == "adamw" ? 1e-2 : 0.0;
+  o.lr = o.type == "sgd" ? 1e-2 : 2e-4;
+  o.lr = j.value("lr", o.lr);
+  GANC_TRY(need(o.lr > 0, where + ": lr must be positive"));
+  if (j.contains("betas")) {
+    GANC_TRY(need(j["betas"].is_array() && j["betas"].size() == 2,
+                  where + ": betas must be two numbers"));
+    o.beta1 = j["betas"][0].get<double>();
+    o.beta2 = j["betas"][1].get<double>();
+    GANC_TRY(need(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
+                  where + ": betas must be in [0, 1)"));
+  }
+  o.eps = j.value("eps", o.eps);
+  o.weightDecay = j.value("weight_decay", o.weightDecay);
+  o.momentum = j.value("momentum", o.momentum);
+  return Status::ok();
+}
+
+Status parseInto(const json &j, Spec &spec) {
+  GANC_TRY(need(j.is_object(), "must be a JSON object"));
+  GANC_TRY(need(j.contains("ganc_spec"), "missing 'ganc_spec' (the schema version)"));
+  GANC_TRY(need(j["ganc_spec"].is_number_integer() && j["ganc_spec"].get<int>() == kSpecVersion,
+                "'ganc_spec' is " + j["ganc_spec"].dump() + ", this ganc reads version " +
+                    std::to_string(kSpecVersion)));
+  GANC_TRY(need(j.contains("name") && j["name"].is_string(), "missing 'name'"));
+  spec.name = j["name"].get<std::string>();
+  GANC_TRY(need(j.contains("batch_size") && j["batch_size"].is_number_integer() &&
+                    j["batch_size"].get<int64_t>() > 0,
+                "'batch_size' must be a positive integer"));
+  spec.batchSize = j["batch_size"].get<int64_t>();
+  GANC_TRY(need(j.contains("data") && j["data"].is_object() && j["data"].contains("shape"),
+                "missing 'data': {\"shape\": [...]}"));
+  auto dataShape = shapeOf(j["data"]["shape"], "'data.shape'");
+  if (!dataShape)
+    return dataShape.status();
+  spec.dataShape = dataShape.take();
+  GANC_TRY(need(j.contains("phases") && j["phases"].is_array() && !j["phases"].empty(),
+                "'phases' must be a non-empty list"));
+  std::set<std::string> names;
+  for (const json &p : j["phases"]) {
+    PhaseSpec phase;
+    GANC_TRY(need(p.is_object() && p.contains("name") && p["name"].is_string(),
+                  "every phase needs a 'name'"));
+    phase.name = p["name"].get<std::string>();
+    std::string where = "phase '" + phase.name + "'";
+    GANC_TRY(need(names.insert(phase.name).second, where + " is declared twice"));
+    GANC_TRY(need(p.contains("method") && p["method"].is_string(), where + " needs a 'method'"));
+    phase.method = p["method"].get<std::string>();
+    if (p.contains("interval")) {
+      GANC_TRY(need(p["interval"].is_number_integer() && p["interval"].get<int64_t>() >= 1,
+                    where + ": 'interval' must be an integer >= 1, got " + p["interval"].dump()));
+      phase.interval = p["interval"].get<int64_t>();
+    }
+    GANC_TRY(need(p.contains("updates") && p["updates"].is_array() && !p["updates"].empty(),
+                  where + ": 'updates' must list the submodules it trains"));
+    for (const json &u : p["updates"]) {
+      GANC_TRY(need(u.is_string(), where + ": 'updates' must hold submodule names"));
+      phase.updates.push_back(u.get<std::string>());
+    }
+    for (const json &in : p.value("inputs", json::array())) {
+      InputSpec input;
+      GANC_TRY(need(in.is_object() && in.contains("name") && in["name"].is_string(),
+                    where + ": every input needs a 'name'"));
+      input.name = in["name"].get<std::string>();
+      input.source = in.value("source", "");
+      GANC_TRY(need(input.source == "data" || input.source == "normal",
+                    where + ": input '" + input.name + "' has source '" + input.source +
+                        "', expected data or normal"));
+      if (input.source == "normal") {
+        GANC_TRY(need(in.contains("shape"),
+                      where + ": normal input '" + input.name + "' needs a 'shape'"));
+        auto shape = shapeOf(in["shape"], where + ": input '" + input.name + "' shape");
+        if (!shape)
+          return shape.status();
+        input.shape = shape.take();
+      }
+      phase.inputs.push_back(input);
+    }
+    spec.phases.push_back(phase);
+  }
+  const json optimizers = j.value("optimizers", json::object());
+  for (const std::string &sub : spec.updatedSubmodules()) {
+    OptimizerSpec o;
+    GANC_TRY(parseOptimizer(sub, optimizers.value(sub, json{{"type", "adam"}}), o));
+    spec.optimizers[sub] = o;
+  }
+  spec.buffers = j.value("buffers", "local");
+  GANC_TRY(need(spec.buffers == "broadcast" || spec.buffers == "local",
+                "'buffers' must be broadcast or local, got '" + spec.buffers + "'"));
+  if (j.contains("sample")) {
+    const json &s = j["sample"];
+    GANC_TRY(need(s.is_object() && s.contains("submodule") && s.contains("noise_shape"),
+                  "'sample' needs 'submodule' and 'noise_shape'"));
+    SampleSpec sample;
+    sample.submodule = s["submodule"].get<std::string>();
+    auto shape = shapeOf(s["noise_shape"], "'sample.noise_shape'");
+    if (!shape)
+      return shape.status();
+    sample.noiseShape = shape.take();
+    spec.sample = sample;
+  }
+  return Status::ok();
+}
+
+} // namespace
+
+std::vector<std::string> Spec::updatedSubmodules() const {
+  std::set<std::string> all;
+  for (const PhaseSpec &p : phases)
+    all.insert(p.updates.begin(), p.updates.end());
+  return {all.begin(), all.end()};
+}
+
+Expected<Spec> parseSpec(const std::string &text) {
+  Spec spec;
+  spec.text = text;
+  try {
+    GANC_TRY(parseInto(json::parse(text), spec).withContext("ganc.json"));
+  } catch (const json::exception &e) {
+    return Status::error(std::string("ganc.json: ") + e.what());
+  }
+  return spec;
+}
+
+} // namespace ganc::frontend

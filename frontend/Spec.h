@@ -1,0 +1,68 @@
+// The ganc spec (ganc.json inside the archive): phases, inputs, optimizers, buffer policy.
+#pragma once
+
+#include "ir/Status.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ganc::frontend {
+
+/// The spec schema version this build reads (docs/spec.md).
+constexpr int kSpecVersion = 1;
+
+/// One input of a phase method, in argument order.
+struct InputSpec {
+  std::string name;
+  /// "data" (a batch of the dataset) or "normal" (standard normal noise of `shape`).
+  std::string source;
+  /// Per-sample shape of normal noise (the batch dimension is added at run time).
+  std::vector<int64_t> shape;
+};
+
+struct PhaseSpec {
+  std::string name;
+  std::string method;
+  std::vector<std::string> updates;
+  int64_t interval = 1;
+  std::vector<InputSpec> inputs;
+};
+
+/// torch.optim hyper-parameters of one submodule's optimizer.
+struct OptimizerSpec {
+  std::string type; // adam, adamw, sgd
+  double lr = 2e-4;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weightDecay = 0.0;
+  double momentum = 0.0;
+};
+
+struct SampleSpec {
+  std::string submodule;
+  std::vector<int64_t> noiseShape;
+};
+
+struct Spec {
+  int version = kSpecVersion;
+  std::string name;
+  int64_t batchSize = 0; // per rank
+  std::vector<int64_t> dataShape;
+  std::vector<PhaseSpec> phases;
+  std::map<std::string, OptimizerSpec> optimizers; // by submodule
+  /// "broadcast" (rank 0's buffers before every phase, like DDP) or "local".
+  std::string buffers = "local";
+  std::optional<SampleSpec> sample;
+  /// The JSON text as stored in the archive.
+  std::string text;
+
+  /// Every submodule some phase updates, sorted.
+  std::vector<std::string> updatedSubmodules() const;
+};
+
+/// Parses and validates spec JSON; errors name the field ("phase 'd': interval must be ...").
+Expected<Spec> parseSpec(const std::string &json);
+
+} // namespace ganc::frontend

@@ -1,0 +1,189 @@
+"""The ganc model zoo: GANs as plain nn.Modules with one method per training phase.
+
+Each entry of ZOO builds (module, spec). The phase methods are ordinary Python; nothing in them
+exists to please ganc (no `x * 0` terms to keep DDP happy).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+# --------------------------------------------------------------------------------------------
+# DCGAN (Radford et al.): ConvTranspose2d + BatchNorm + ReLU generator, Conv2d + LeakyReLU
+# discriminator, non-saturating logistic loss.
+
+class DCGANGenerator(nn.Module):
+    def __init__(self, resolution: int = 64, z_dim: int = 100, width: int = 64, channels: int = 3):
+        super().__init__()
+        ups = {32: 3, 64: 4}[resolution]
+        mult = 2 ** (ups - 1)
+        layers = [nn.ConvTranspose2d(z_dim, width * mult, 4, 1, 0, bias=False),
+                  nn.BatchNorm2d(width * mult), nn.ReLU(True)]
+        for _ in range(ups - 1):
+            layers += [nn.ConvTranspose2d(width * mult, width * mult // 2, 4, 2, 1, bias=False),
+                       nn.BatchNorm2d(width * mult // 2), nn.ReLU(True)]
+            mult //= 2
+        layers += [nn.ConvTranspose2d(width, channels, 4, 2, 1, bias=False), nn.Tanh()]
+        self.main = nn.Sequential(*layers)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.main(z)
+
+
+class DCGANDiscriminator(nn.Module):
+    def __init__(self, resolution: int = 64, width: int = 64, channels: int = 3):
+        super().__init__()
+        downs = {32: 3, 64: 4}[resolution]
+        layers = [nn.Conv2d(channels, width, 4, 2, 1), nn.LeakyReLU(0.2, True)]
+        mult = 1
+        for _ in range(downs - 1):
+            layers += [nn.Conv2d(width * mult, width * mult * 2, 4, 2, 1), nn.LeakyReLU(0.2, True)]
+            mult *= 2
+        layers += [nn.Conv2d(width * mult, 1, 4, 1, 0)]
+        self.main = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.main(x).flatten(1)
+
+
+class DCGAN(nn.Module):
+    def __init__(self, resolution: int = 64, width: int = 64, z_dim: int = 100):
+        super().__init__()
+        self.generator = DCGANGenerator(resolution, z_dim, width)
+        self.discriminator = DCGANDiscriminator(resolution, width)
+
+    def phase_d(self, real: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        fake = self.generator(z).detach()
+        return F.softplus(self.discriminator(fake)).mean() + F.softplus(-self.discriminator(real)).mean()
+
+    def phase_g(self, z: torch.Tensor) -> torch.Tensor:
+        return F.softplus(-self.discriminator(self.generator(z))).mean()
+
+
+def two_phase_spec(name, batch, data_shape, z_shape, lr=2e-4, betas=(0.5, 0.999), buffers="local"):
+    adam = {"type": "adam", "lr": lr, "betas": list(betas), "eps": 1e-8, "weight_decay": 0.0}
+    z = {"name": "z", "source": "normal", "shape": list(z_shape)}
+    return {
+        "ganc_spec": 1,
+        "name": name,
+        "batch_size": batch,
+        "data": {"shape": list(data_shape)},
+        "phases": [
+            {"name": "d", "method": "phase_d", "updates": ["discriminator"], "interval": 1,
+             "inputs": [{"name": "real", "source": "data"}, z]},
+            {"name": "g", "method": "phase_g", "updates": ["generator"], "interval": 1,
+             "inputs": [z]},
+        ],
+        "optimizers": {"discriminator": dict(adam), "generator": dict(adam)},
+        "buffers": buffers,
+        "sample": {"submodule": "generator", "noise_shape": list(z_shape)},
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# A small MLP GAN on 2-D points (a ring of Gaussians).
+
+def mlp(sizes, act):
+    layers = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2:
+            layers.append(act())
+    return nn.Sequential(*layers)
+
+
+class MLPGenerator(nn.Module):
+    def __init__(self, z_dim=8, hidden=64):
+        super().__init__()
+        self.net = mlp([z_dim, hidden, hidden, 2], nn.ReLU)
+
+    def forward(self, z):
+        return self.net(z)
+
+
+class MLPDiscriminator(nn.Module):
+    def __init__(self, hidden=64):
+        super().__init__()
+        self.net = mlp([2, hidden, hidden, 1], lambda: nn.LeakyReLU(0.2))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class MLPGAN(nn.Module):
+    def __init__(self, z_dim=8, hidden=64):
+        super().__init__()
+        self.generator = MLPGenerator(z_dim, hidden)
+        self.discriminator = MLPDiscriminator(hidden)
+
+    def phase_d(self, real, z):
+        fake = self.generator(z).detach()
+        return F.softplus(self.discriminator(fake)).mean() + F.softplus(-self.discriminator(real)).mean()
+
+    def phase_g(self, z):
+        return F.softplus(-self.discriminator(self.generator(z))).mean()
+
+
+# --------------------------------------------------------------------------------------------
+# Probes: small GANs that each exercise one thing the used-parameter analysis must get right.
+
+class NoGradGAN(MLPGAN):
+    """D phase stops G's gradient with torch.no_grad() instead of .detach()."""
+
+    def phase_d(self, real, z):
+        with torch.no_grad():
+            fake = self.generator(z)
+        return F.softplus(self.discriminator(fake)).mean() + F.softplus(-self.discriminator(real)).mean()
+
+
+class AuxDiscriminator(MLPDiscriminator):
+    """A discriminator with a head that no phase ever calls, a scale applied in place, and a
+    projection whose use depends on a scripted module flag."""
+
+    def __init__(self, hidden=64, use_projection: bool = True):
+        super().__init__(hidden)
+        self.never_used = nn.Linear(hidden, 3)
+        self.scale = nn.Parameter(torch.ones(1))
+        self.use_projection = use_projection
+        self.projection = nn.Linear(2, 1)
+        self.skipped = nn.Linear(2, 1)
+
+    def forward(self, x):
+        h = self.net(x)
+        h.mul_(self.scale)  # in place: h's later uses must see self.scale
+        if self.use_projection:
+            h = h + self.projection(x)
+        else:
+            h = h + self.skipped(x)
+        return h
+
+
+class ProbeGAN(MLPGAN):
+    def __init__(self):
+        super().__init__()
+        self.discriminator = AuxDiscriminator(64, use_projection=True)
+
+
+def mlp_spec(name, batch=64):
+    spec = two_phase_spec(name, batch, [2], [8], lr=1e-3, betas=(0.5, 0.999))
+    return spec
+
+
+# --------------------------------------------------------------------------------------------
+
+ZOO = {
+    "dcgan64": lambda: (DCGAN(64, 64), two_phase_spec("dcgan64", 64, [3, 64, 64], [100, 1, 1])),
+    "dcgan32": lambda: (DCGAN(32, 32), two_phase_spec("dcgan32", 32, [3, 32, 32], [100, 1, 1])),
+    "mlp": lambda: (MLPGAN(), mlp_spec("mlp")),
+    "probe_nograd": lambda: (NoGradGAN(), mlp_spec("probe_nograd", 16)),
+    "probe_aux": lambda: (ProbeGAN(), mlp_spec("probe_aux", 16)),
+}
+
+
+def build(name: str):
+    if name not in ZOO:
+        raise SystemExit(f"unknown model {name!r}; the zoo has: {', '.join(sorted(ZOO))}")
+    torch.manual_seed(0)
+    return ZOO[name]()

@@ -1,0 +1,59 @@
+"""ganc's Python helper: export a GAN and its training phases to one TorchScript archive.
+
+    import ganc
+    ganc.export(gan, "dcgan.pt", spec)                 # scripted
+    ganc.export(gan, "dcgan.pt", spec, trace=True)     # traced, one trace per phase method
+
+The spec (see docs/spec.md) is validated against the module and stored in the archive as the
+extra file ``ganc.json``; ``ganc compile`` reads both.
+"""
+from __future__ import annotations
+
+import torch
+
+from .spec import SPEC_VERSION, SpecError, dumps, validate
+
+__all__ = ["export", "load_spec", "example_inputs", "SPEC_VERSION", "SpecError", "validate"]
+
+
+def example_inputs(spec: dict, phase: dict, batch: int | None = None) -> tuple:
+    """Tensors of the right shapes for one call of a phase method (for tracing and tests)."""
+    batch = batch or spec["batch_size"]
+    out = []
+    for inp in phase["inputs"]:
+        shape = spec["data"]["shape"] if inp["source"] == "data" else inp["shape"]
+        out.append(torch.randn([batch] + list(shape)))
+    return tuple(out)
+
+
+def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False) -> dict:
+    """Scripts (or traces) `gan` with every phase method and writes it with its spec to `path`.
+
+    Returns the validated spec. Raises SpecError for a spec that names a method or submodule
+    that does not exist, and ValueError for a phase that does not return a scalar.
+    """
+    spec = validate(spec, gan)
+    gan.train()
+    for phase in spec["phases"]:
+        loss = getattr(gan, phase["method"])(*example_inputs(spec, phase, batch=2))
+        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+            raise SpecError(f"spec: phase {phase['name']!r}: method {phase['method']!r} must "
+                            f"return a scalar loss tensor")
+    if trace:
+        methods = {p["method"]: example_inputs(spec, p) for p in spec["phases"]}
+        scripted = torch.jit.trace_module(gan, methods, check_trace=False)
+    else:
+        # Phase methods need not be decorated: mark them for scripting here.
+        for phase in spec["phases"]:
+            torch.jit.export(getattr(type(gan), phase["method"]))
+        scripted = torch.jit.script(gan)
+    torch.jit.save(scripted, path, _extra_files={"ganc.json": dumps(spec)})
+    return spec
+
+
+def load_spec(path: str) -> dict:
+    """The ganc.json stored in an archive."""
+    files = {"ganc.json": ""}
+    torch.jit.load(path, _extra_files=files)
+    import json
+    return json.loads(files["ganc.json"])

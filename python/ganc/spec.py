@@ -1,0 +1,102 @@
+"""The ganc spec (ganc.json): what the phases of a GAN are and how to train them.
+
+The schema is versioned by the integer field ``ganc_spec``; docs/spec.md documents it. The C++
+frontend validates the same rules and rejects an archive whose spec breaks them.
+"""
+from __future__ import annotations
+
+import copy
+import json
+
+SPEC_VERSION = 1
+SOURCES = ("data", "normal")
+OPTIMIZERS = ("adam", "adamw", "sgd")
+BUFFER_POLICIES = ("broadcast", "local")
+
+
+class SpecError(ValueError):
+    """A spec that ganc cannot compile; the message names the offending field."""
+
+
+def _require(cond: bool, message: str) -> None:
+    if not cond:
+        raise SpecError(message)
+
+
+def validate(spec: dict, module=None) -> dict:
+    """Checks `spec` (and, given the module, that methods and submodules exist).
+
+    Returns a normalised copy with defaults filled in.
+    """
+    spec = copy.deepcopy(spec)
+    _require(isinstance(spec, dict), "spec: must be a JSON object")
+    _require(spec.get("ganc_spec") == SPEC_VERSION,
+             f"spec: 'ganc_spec' must be {SPEC_VERSION}, got {spec.get('ganc_spec')!r}")
+    _require(isinstance(spec.get("name"), str) and spec["name"], "spec: 'name' must be a string")
+    _require(isinstance(spec.get("batch_size"), int) and spec["batch_size"] > 0,
+             "spec: 'batch_size' must be a positive integer (per rank)")
+    data = spec.get("data")
+    _require(isinstance(data, dict) and isinstance(data.get("shape"), list),
+             "spec: 'data' must be an object with a 'shape' list (one sample, no batch dim)")
+    phases = spec.get("phases")
+    _require(isinstance(phases, list) and phases, "spec: 'phases' must be a non-empty list")
+    names = set()
+    updated = set()
+    for i, phase in enumerate(phases):
+        where = f"spec: phase {phase.get('name', i)!r}"
+        _require(isinstance(phase.get("name"), str) and phase["name"], f"{where}: needs a 'name'")
+        _require(phase["name"] not in names, f"{where}: name used twice")
+        names.add(phase["name"])
+        _require(isinstance(phase.get("method"), str), f"{where}: needs a 'method'")
+        phase.setdefault("interval", 1)
+        _require(isinstance(phase["interval"], int) and phase["interval"] >= 1,
+                 f"{where}: 'interval' must be an integer >= 1, got {phase['interval']!r}")
+        _require(isinstance(phase.get("updates"), list) and phase["updates"],
+                 f"{where}: 'updates' must list the submodules the phase trains")
+        updated.update(phase["updates"])
+        phase.setdefault("inputs", [])
+        for inp in phase["inputs"]:
+            _require(isinstance(inp.get("name"), str), f"{where}: an input has no 'name'")
+            _require(inp.get("source") in SOURCES,
+                     f"{where}: input {inp['name']!r} has source {inp.get('source')!r}, "
+                     f"expected one of {', '.join(SOURCES)}")
+            if inp["source"] == "normal":
+                _require(isinstance(inp.get("shape"), list),
+                         f"{where}: normal input {inp['name']!r} needs a 'shape' (no batch dim)")
+        if module is not None:
+            _require(hasattr(module, phase["method"]),
+                     f"{where}: method {phase['method']!r} does not exist on the module")
+            for sub in phase["updates"]:
+                _require(isinstance(getattr(module, sub, None), torch_module()),
+                         f"{where}: updates {sub!r}, which is not a submodule")
+    opts = spec.setdefault("optimizers", {})
+    for sub in sorted(updated):
+        opt = opts.setdefault(sub, {"type": "adam"})
+        _require(opt.get("type") in OPTIMIZERS,
+                 f"spec: optimizer of {sub!r} has type {opt.get('type')!r}, "
+                 f"expected one of {', '.join(OPTIMIZERS)}")
+        opt.setdefault("lr", 2e-4 if opt["type"] != "sgd" else 1e-2)
+        if opt["type"] in ("adam", "adamw"):
+            opt.setdefault("betas", [0.9, 0.999])
+            opt.setdefault("eps", 1e-8)
+            opt.setdefault("weight_decay", 0.0 if opt["type"] == "adam" else 1e-2)
+        else:
+            opt.setdefault("momentum", 0.0)
+            opt.setdefault("weight_decay", 0.0)
+    spec.setdefault("buffers", "local")
+    _require(spec["buffers"] in BUFFER_POLICIES,
+             f"spec: 'buffers' must be one of {', '.join(BUFFER_POLICIES)}")
+    sample = spec.get("sample")
+    if sample is not None:
+        _require(isinstance(sample.get("submodule"), str) and isinstance(sample.get("noise_shape"), list),
+                 "spec: 'sample' needs 'submodule' and 'noise_shape'")
+    return spec
+
+
+def torch_module():
+    import torch
+    return torch.nn.Module
+
+
+def dumps(spec: dict) -> str:
+    return json.dumps(spec, indent=2, sort_keys=True)

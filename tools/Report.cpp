@@ -1,0 +1,136 @@
+// `ganc explain` and `--emit json|report`: views of a plan for people and for other tools.
+#include "tools/Report.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace ganc::tools {
+
+std::string humanBytes(int64_t bytes) {
+  char buffer[32];
+  if (bytes < 1024)
+    std::snprintf(buffer, sizeof(buffer), "%lld B", static_cast<long long>(bytes));
+  else if (bytes < 1024 * 1024)
+    std::snprintf(buffer, sizeof(buffer), "%.1f KiB", bytes / 1024.0);
+  else
+    std::snprintf(buffer, sizeof(buffer), "%.2f MiB", bytes / (1024.0 * 1024.0));
+  return buffer;
+}
+
+namespace {
+
+std::string pad(const std::string &s, size_t width) {
+  return s.size() >= width ? s + " " : s + std::string(width - s.size(), ' ');
+}
+
+int64_t bucketBytes(const ir::Phase &phase) {
+  int64_t total = 0;
+  for (const ir::Bucket &b : phase.buckets)
+    total += b.bytes;
+  return total;
+}
+
+} // namespace
+
+std::string explain(const ir::Module &plan) {
+  std::ostringstream out;
+  out << "plan for " << plan.name << " (model " << plan.identity << ")";
+  if (plan.bucketCapBytes)
+    out << ", bucket caps: first " << humanBytes(plan.firstBucketCapBytes) << ", then "
+        << humanBytes(plan.bucketCapBytes);
+  out << "\n";
+  std::set<std::string> owners;
+  for (const ir::Tensor &p : plan.parameters)
+    owners.insert(p.owner);
+  double perStep = 0;
+  for (const auto &phase : plan.phases) {
+    out << "\nphase " << phase->name << ": method " << phase->method << ", every "
+        << phase->interval << " step" << (phase->interval == 1 ? "" : "s") << ", updates ";
+    for (size_t i = 0; i < phase->updates.size(); ++i)
+      out << (i ? ", " : "") << phase->updates[i];
+    out << "\n";
+    if (phase->hasCaptureFacts)
+      out << "  replay: "
+          << (phase->eagerReason.empty() ? "CUDA Graph" : "eager (" + phase->eagerReason + ")")
+          << "\n";
+    int64_t usedBytes = 0;
+    for (const std::string &name : phase->used)
+      usedBytes += plan.findParameter(name)->bytes();
+    out << "  used parameters: " << phase->used.size() << " (" << humanBytes(usedBytes) << ")\n";
+    for (const std::string &name : phase->used) {
+      const ir::Tensor *p = plan.findParameter(name);
+      out << "    " << pad(name, 44) << pad(p->type.str(), 22) << humanBytes(p->bytes()) << "\n";
+    }
+    out << "  unused parameters (no all-reduce, no update, grad stays None): "
+        << phase->unused.size() << "\n";
+    for (const std::string &name : phase->unused) {
+      const ir::Tensor *p = plan.findParameter(name);
+      out << "    " << pad(name, 44) << pad(p->type.str(), 22) << humanBytes(p->bytes()) << "\n";
+    }
+    std::vector<std::string> frozen;
+    for (const std::string &owner : owners)
+      if (std::find(phase->updates.begin(), phase->updates.end(), owner) == phase->updates.end())
+        frozen.push_back(owner.empty() ? "(top level)" : owner);
+    if (!frozen.empty()) {
+      out << "  not updated here (never all-reduced in this phase): ";
+      for (size_t i = 0; i < frozen.size(); ++i)
+        out << (i ? ", " : "") << frozen[i];
+      out << "\n";
+    }
+    if (!phase->schedule.empty()) {
+      out << "  all-reduce order:\n";
+      for (const ir::ScheduledAllReduce &s : phase->schedule) {
+        const ir::Bucket &b = phase->buckets[s.bucket];
+        out << "    bucket #" << s.bucket << ": " << b.slots.size() << " parameter"
+            << (b.slots.size() == 1 ? ", " : "s, ") << humanBytes(b.bytes) << " " << b.dtype
+            << ", launched after the gradient of " << s.afterParameter << "\n";
+      }
+    }
+    int64_t bytes = bucketBytes(*phase);
+    out << "  all-reduced per run: " << humanBytes(bytes) << " in " << phase->buckets.size()
+        << " bucket" << (phase->buckets.size() == 1 ? "" : "s") << "\n";
+    perStep += static_cast<double>(bytes) / static_cast<double>(phase->interval);
+  }
+  out << "\nall-reduced per training step (amortised over intervals): "
+      << humanBytes(static_cast<int64_t>(perStep)) << "\n";
+  return out.str();
+}
+
+std::string planJson(const ir::Module &plan) {
+  using nlohmann::json;
+  json j;
+  j["name"] = plan.name;
+  j["identity"] = plan.identity;
+  j["bucket_cap_bytes"] = plan.bucketCapBytes;
+  j["first_bucket_cap_bytes"] = plan.firstBucketCapBytes;
+  j["parameters"] = json::array();
+  for (const ir::Tensor &p : plan.parameters)
+    j["parameters"].push_back({{"name", p.name}, {"type", p.type.str()}, {"owner", p.owner},
+                               {"bytes", p.bytes()}});
+  j["phases"] = json::array();
+  for (const auto &phase : plan.phases) {
+    json ph = {{"name", phase->name},   {"method", phase->method},
+               {"updates", phase->updates}, {"interval", phase->interval},
+               {"used", phase->used},   {"unused", phase->unused},
+               {"ready_order", phase->readyOrder}, {"eager_reason", phase->eagerReason}};
+    ph["buckets"] = json::array();
+    for (const ir::Bucket &b : phase->buckets) {
+      json slots = json::array();
+      for (const ir::Bucket::Slot &s : b.slots)
+        slots.push_back({{"parameter", s.parameter}, {"offset", s.offset}, {"bytes", s.bytes}});
+      ph["buckets"].push_back({{"dtype", b.dtype}, {"bytes", b.bytes}, {"slots", slots}});
+    }
+    ph["schedule"] = json::array();
+    for (const ir::ScheduledAllReduce &s : phase->schedule)
+      ph["schedule"].push_back({{"bucket", s.bucket}, {"after", s.afterParameter}});
+    j["phases"].push_back(ph);
+  }
+  return j.dump(2) + "\n";
+}
+
+} // namespace ganc::tools
