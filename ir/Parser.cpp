@@ -73,8 +73,10 @@ private:
     }
   }
 
-  Status error(const std::string &message) const {
-    return Status::error("line " + std::to_string(line_) + ": " + message);
+  Status error(const std::string &message) const { return errorAt(line_, message); }
+
+  Status errorAt(int line, const std::string &message) const {
+    return Status::error("line " + std::to_string(line) + ": " + message);
   }
 
   bool peek(char c) {
@@ -357,6 +359,8 @@ private:
   }
 
   Status parseOp(Phase &p, Block &block) {
+    skipSpace();
+    const int opLine = line_;
     auto op = std::make_unique<Op>();
     std::vector<std::string> resultNames;
     if (peek('%')) {
@@ -402,7 +406,7 @@ private:
       }
     }
     if (types.size() != resultNames.size())
-      return error("op " + op->name + " has " + std::to_string(resultNames.size()) +
+      return errorAt(opLine, "op " + op->name + " has " + std::to_string(resultNames.size()) +
                    " results but " + std::to_string(types.size()) + " types");
     // Results are visible after the op (SSA), so regions are parsed first.
     while (peek('{')) {

@@ -9,6 +9,8 @@ extra file ``ganc.json``; ``ganc compile`` reads both.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from .spec import SPEC_VERSION, SpecError, dumps, validate
@@ -26,6 +28,35 @@ def example_inputs(spec: dict, phase: dict, batch: int | None = None) -> tuple:
     return tuple(out)
 
 
+@contextlib.contextmanager
+def phase_methods_scripted(gan: torch.nn.Module, methods, script: bool = True):
+    """Marks the phase methods for scripting (or, for tracing, unmarks them) for the duration
+    of the block, restoring the class afterwards: user classes are left as they were."""
+    from torch._jit_internal import FunctionModifiers
+    saved = []
+    for name in methods:
+        for klass in type(gan).__mro__:
+            fn = klass.__dict__.get(name)
+            if fn is not None:
+                saved.append((fn, fn.__dict__.get("_torchscript_modifier", _MISSING)))
+                if script:
+                    fn._torchscript_modifier = FunctionModifiers.EXPORT
+                elif "_torchscript_modifier" in fn.__dict__:
+                    del fn._torchscript_modifier
+                break
+    try:
+        yield
+    finally:
+        for fn, old in saved:
+            if old is _MISSING:
+                fn.__dict__.pop("_torchscript_modifier", None)
+            else:
+                fn._torchscript_modifier = old
+
+
+_MISSING = object()
+
+
 def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False) -> dict:
     """Scripts (or traces) `gan` with every phase method and writes it with its spec to `path`.
 
@@ -39,14 +70,14 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False) -> 
         if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
             raise SpecError(f"spec: phase {phase['name']!r}: method {phase['method']!r} must "
                             f"return a scalar loss tensor")
-    if trace:
-        methods = {p["method"]: example_inputs(spec, p) for p in spec["phases"]}
-        scripted = torch.jit.trace_module(gan, methods, check_trace=False)
-    else:
-        # Phase methods need not be decorated: mark them for scripting here.
-        for phase in spec["phases"]:
-            torch.jit.export(getattr(type(gan), phase["method"]))
-        scripted = torch.jit.script(gan)
+    names = [p["method"] for p in spec["phases"]]
+    # Phase methods need not be decorated by the user.
+    with phase_methods_scripted(gan, names, script=not trace):
+        if trace:
+            methods = {p["method"]: example_inputs(spec, p) for p in spec["phases"]}
+            scripted = torch.jit.trace_module(gan, methods, check_trace=False)
+        else:
+            scripted = torch.jit.script(gan)
     torch.jit.save(scripted, path, _extra_files={"ganc.json": dumps(spec)})
     return spec
 

@@ -1,0 +1,53 @@
+"""Writes the archives the tests use into OUTDIR: every zoo model (scripted, and the MLP GAN
+traced too) and a set of broken inputs for the bad-input tests."""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "models"))
+
+import torch  # noqa: E402
+import ganc  # noqa: E402
+from ganc.spec import dumps  # noqa: E402
+import zoo  # noqa: E402
+
+
+class NotScalar(zoo.MLPGAN):
+    def phase_g(self, z):
+        return -self.discriminator(self.generator(z))  # per-sample losses, not a scalar
+
+
+def save_raw(module, spec, path):
+    """Saves without the helper's validation, as a careless exporter would."""
+    methods = [p["method"] for p in spec["phases"] if hasattr(module, p["method"])]
+    with ganc.phase_methods_scripted(module, methods):
+        scripted = torch.jit.script(module)
+    torch.jit.save(scripted, path, _extra_files={"ganc.json": dumps(spec)})
+
+
+def main(out):
+    os.makedirs(out, exist_ok=True)
+    for name in zoo.ZOO:
+        gan, spec = zoo.build(name)
+        ganc.export(gan, os.path.join(out, name + ".pt"), spec)
+    gan, spec = zoo.build("mlp")
+    ganc.export(gan, os.path.join(out, "mlp_traced.pt"), spec, trace=True)
+
+    with open(os.path.join(out, "bad_not_archive.pt"), "w") as f:
+        f.write("this is not a TorchScript archive\n")
+    gan, spec = zoo.build("mlp")
+    with ganc.phase_methods_scripted(gan, [p["method"] for p in spec["phases"]]):
+        torch.jit.save(torch.jit.script(gan), os.path.join(out, "bad_no_spec.pt"))
+    bad = dict(spec, phases=[dict(spec["phases"][0], method="phase_missing"), spec["phases"][1]])
+    save_raw(zoo.MLPGAN(), bad, os.path.join(out, "bad_missing_method.pt"))
+    bad = dict(spec, phases=[spec["phases"][0], dict(spec["phases"][1], updates=["mapping"])])
+    save_raw(zoo.MLPGAN(), bad, os.path.join(out, "bad_missing_submodule.pt"))
+    bad = dict(spec, phases=[spec["phases"][0], dict(spec["phases"][1], interval=0)])
+    save_raw(zoo.MLPGAN(), bad, os.path.join(out, "bad_zero_interval.pt"))
+    save_raw(NotScalar(), spec, os.path.join(out, "bad_not_scalar.pt"))
+    print(f"wrote test archives to {out}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
