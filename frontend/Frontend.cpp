@@ -36,6 +36,16 @@ std::string dtypeName(c10::ScalarType type) {
   }
 }
 
+c10::ScalarType inputScalarType(const Spec &spec) {
+  if (spec.inputDtype == "float64")
+    return c10::kDouble;
+  if (spec.inputDtype == "bfloat16")
+    return c10::kBFloat16;
+  if (spec.inputDtype == "float16")
+    return c10::kHalf;
+  return c10::kFloat;
+}
+
 namespace {
 
 /// The first line of a LibTorch error, without its C++ stack trace.
@@ -279,8 +289,9 @@ private:
       std::vector<int64_t> shape = {archive_.spec.batchSize};
       const auto &sample = input.source == "data" ? archive_.spec.dataShape : input.shape;
       shape.insert(shape.end(), sample.begin(), sample.end());
-      stack.emplace_back(torch::randn(shape));
-      shapes_[graph->inputs()[i + 1]] = ir::Type::tensor("f32", shape);
+      c10::ScalarType dtype = inputScalarType(archive_.spec);
+      stack.emplace_back(torch::randn(shape).to(dtype));
+      shapes_[graph->inputs()[i + 1]] = ir::Type::tensor(dtypeName(dtype), shape);
     }
     std::string failure;
     try {

@@ -35,6 +35,9 @@ Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive);
 std::string modelIdentity(const std::string &path, const torch::jit::Module &module,
                           const std::string &specText);
 
+/// The torch dtype of a spec dtype name ("float32", ...).
+c10::ScalarType inputScalarType(const Spec &spec);
+
 /// "f32", "bf16", ... for a torch dtype.
 std::string dtypeName(c10::ScalarType type);
 

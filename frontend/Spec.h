@@ -50,6 +50,9 @@ struct Spec {
   std::string name;
   int64_t batchSize = 0; // per rank
   std::vector<int64_t> dataShape;
+  /// dtype of every phase input, data and noise alike: float32 (default), float64,
+  /// bfloat16 or float16; it must match the model's parameters.
+  std::string inputDtype = "float32";
   std::vector<PhaseSpec> phases;
   std::map<std::string, OptimizerSpec> optimizers; // by submodule
   /// "broadcast" (rank 0's buffers before every phase, like DDP) or "local".

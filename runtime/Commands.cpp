@@ -1,6 +1,248 @@
+// `ganc train` and `ganc run`: option parsing and the local launcher.
 #include "runtime/Commands.h"
+
+#include "runtime/Trainer.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
 #include <iostream>
+#include <thread>
+
 namespace ganc::runtime {
-int trainCommand(const std::vector<std::string> &) { std::cerr << "ganc: error: train is not built yet\n"; return 2; }
-int runCommand(const std::string &, const std::vector<std::string> &) { std::cerr << "ganc: error: run is not built yet\n"; return 2; }
+
+namespace {
+
+const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
+       ganc run --nproc N PLAN --model MODEL.pt [options]
+
+  --model PATH            the archive PLAN was compiled from (checked)
+  --data PATH             torch.save tensor file [N, *data.shape] in [-1, 1], or a folder of
+                          PNG/JPEG images (resized to the spec's data shape)
+  --steps N               training steps (default 1000); a phase runs when step % interval == 0
+  --out DIR               samples, loss_history.csv, checkpoint.pt (default ganc-out)
+  --seed S                data order and noise seed (rank r draws noise from seed + r)
+  --log-every N           progress line every N steps (default 50)
+  --sample-every N        sample grid every N steps and at the end (default 500, 0: never)
+  --checkpoint-every N    checkpoint every N steps and at the end (default 1000, 0: never)
+  --samples N             images in the sample grid (default 64)
+  --resume CKPT           continue exactly from a checkpoint
+  --device cpu            where to train (cpu: Gloo)
+  --timeout-s S           give up on a silent peer after S seconds (default 120)
+  --threads N             intra-op threads per rank (default: cores / local ranks)
+  --dump-grads DIR        rank 0 writes every all-reduced gradient (parity tests)
+ranks come from RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun's contract).
+)";
+
+int usageError(const std::string &message) {
+  std::cerr << "ganc: error: " << message << "\n";
+  return 2;
 }
+
+bool parseTrain(const std::vector<std::string> &args, TrainOptions &o, std::string &error) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string &a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size())
+        throw std::invalid_argument(a + " needs a value");
+      return args[++i];
+    };
+    auto number = [&]() -> int64_t {
+      std::string v = value();
+      size_t used = 0;
+      int64_t n = std::stoll(v, &used);
+      if (used != v.size() || n < 0)
+        throw std::invalid_argument(a + " takes a non-negative integer, not '" + v + "'");
+      return n;
+    };
+    try {
+      if (a == "--model") o.model = value();
+      else if (a == "--data") o.data = value();
+      else if (a == "--steps") o.steps = number();
+      else if (a == "--out") o.outDir = value();
+      else if (a == "--seed") o.seed = static_cast<uint64_t>(number());
+      else if (a == "--log-every") o.logEvery = std::max<int64_t>(1, number());
+      else if (a == "--sample-every") o.sampleEvery = number();
+      else if (a == "--checkpoint-every") o.checkpointEvery = number();
+      else if (a == "--samples") o.samples = std::max<int64_t>(1, number());
+      else if (a == "--resume") o.resume = value();
+      else if (a == "--device") o.device = value();
+      else if (a == "--timeout-s") o.timeoutSeconds = static_cast<int>(std::max<int64_t>(1, number()));
+      else if (a == "--threads") o.threads = static_cast<int>(number());
+      else if (a == "--dump-grads") o.dumpDir = value();
+      else if (!a.empty() && a[0] == '-') {
+        error = "unknown option '" + a + "' (see ganc train --help)";
+        return false;
+      } else if (o.plan.empty()) o.plan = a;
+      else {
+        error = "unexpected argument '" + a + "'";
+        return false;
+      }
+    } catch (const std::exception &e) {
+      error = e.what();
+      return false;
+    }
+  }
+  if (o.plan.empty()) {
+    error = "no PLAN given (ganc train PLAN --model MODEL.pt)";
+    return false;
+  }
+  if (o.model.empty()) {
+    error = "no --model given: the archive the plan was compiled from";
+    return false;
+  }
+  return true;
+}
+
+bool wantsHelp(const std::vector<std::string> &args) {
+  for (const std::string &a : args)
+    if (a == "-h" || a == "--help")
+      return true;
+  return false;
+}
+
+/// A port that was free a moment ago (the OS picks it).
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 29500;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  if (fd >= 0)
+    close(fd);
+  return port;
+}
+
+std::string describeExit(int status) {
+  if (WIFEXITED(status))
+    return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
+  return "stopped";
+}
+
+} // namespace
+
+int trainCommand(const std::vector<std::string> &args) {
+  if (wantsHelp(args)) {
+    std::cout << kTrainUsage;
+    return 0;
+  }
+  TrainOptions options;
+  std::string error;
+  if (!parseTrain(args, options, error))
+    return usageError("train: " + error);
+  bool started = false;
+  Status status = train(options, started);
+  if (!status) {
+    std::cerr << "ganc: error: " << status.message() << std::endl;
+    // Bad input found before training began is a usage error (2); a failure while the
+    // ranks were training is 1.
+    return started ? 1 : 2;
+  }
+  return 0;
+}
+
+int runCommand(const std::string &self, const std::vector<std::string> &args) {
+  if (wantsHelp(args)) {
+    std::cout << kTrainUsage;
+    return 0;
+  }
+  int nproc = 0;
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--nproc" && i + 1 < args.size()) {
+      try {
+        nproc = std::stoi(args[++i]);
+      } catch (const std::exception &) {
+        nproc = 0;
+      }
+    } else {
+      rest.push_back(args[i]);
+    }
+  }
+  if (nproc < 1)
+    return usageError("run: --nproc N (N >= 1) says how many local ranks to start");
+  TrainOptions check;
+  std::string error;
+  if (!parseTrain(rest, check, error))
+    return usageError("run: " + error);
+
+  const int port = freePort();
+  std::vector<pid_t> children;
+  for (int r = 0; r < nproc; ++r) {
+    pid_t pid = fork();
+    if (pid < 0)
+      return usageError("run: cannot start rank " + std::to_string(r));
+    if (pid == 0) {
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      std::vector<std::string> argvStrings = {self, "train"};
+      argvStrings.insert(argvStrings.end(), rest.begin(), rest.end());
+      std::vector<char *> argv;
+      for (std::string &s : argvStrings)
+        argv.push_back(s.data());
+      argv.push_back(nullptr);
+      execv("/proc/self/exe", argv.data());
+      std::perror("ganc run: exec");
+      _exit(127);
+    }
+    children.push_back(pid);
+  }
+  // Wait for every rank; the first one to fail stops the others (SIGTERM, then SIGKILL after
+  // a grace period), so a dead rank never leaves its peers hanging in a collective.
+  int result = 0;
+  size_t alive = children.size();
+  std::vector<bool> done(children.size(), false);
+  auto killRest = [&](int signal) {
+    for (size_t i = 0; i < children.size(); ++i)
+      if (!done[i])
+        kill(children[i], signal);
+  };
+  std::chrono::steady_clock::time_point killDeadline{};
+  while (alive > 0) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) {
+      if (killDeadline != std::chrono::steady_clock::time_point{} &&
+          std::chrono::steady_clock::now() > killDeadline) {
+        killRest(SIGKILL);
+        killDeadline = {};
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    for (size_t i = 0; i < children.size(); ++i) {
+      if (children[i] != pid)
+        continue;
+      done[i] = true;
+      --alive;
+      bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok && result == 0) {
+        result = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+        std::cerr << "ganc run: rank " << i << " " << describeExit(status)
+                  << "; stopping the other ranks" << std::endl;
+        killRest(SIGTERM);
+        killDeadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      }
+    }
+  }
+  return result;
+}
+
+} // namespace ganc::runtime

@@ -15,16 +15,17 @@ import torch
 
 from .spec import SPEC_VERSION, SpecError, dumps, validate
 
-__all__ = ["export", "load_spec", "example_inputs", "SPEC_VERSION", "SpecError", "validate"]
+__all__ = ["export", "load_spec", "load_checkpoint", "example_inputs", "SPEC_VERSION", "SpecError", "validate"]
 
 
 def example_inputs(spec: dict, phase: dict, batch: int | None = None) -> tuple:
     """Tensors of the right shapes for one call of a phase method (for tracing and tests)."""
     batch = batch or spec["batch_size"]
+    dtype = getattr(torch, spec.get("dtype", "float32"))
     out = []
     for inp in phase["inputs"]:
         shape = spec["data"]["shape"] if inp["source"] == "data" else inp["shape"]
-        out.append(torch.randn([batch] + list(shape)))
+        out.append(torch.randn([batch] + list(shape)).to(dtype))
     return tuple(out)
 
 
@@ -88,3 +89,18 @@ def load_spec(path: str) -> dict:
     torch.jit.load(path, _extra_files=files)
     import json
     return json.loads(files["ganc.json"])
+
+
+def load_checkpoint(path: str) -> dict:
+    """Loads a file ganc wrote (checkpoint.pt, gradient dumps) with torch.load.
+
+    LibTorch's pickler wraps containers in `torch.jit._pickle` helpers (restore_type_tag,
+    build_doublelist, ...), plain identity functions that the weights-only unpickler does not
+    allow by default; allowing them keeps the load weights-only.
+    `torch.load(path, weights_only=False)` also works.
+    """
+    import torch.jit._pickle as jp
+    helpers = [jp.restore_type_tag, jp.build_intlist, jp.build_tensorlist, jp.build_doublelist,
+               jp.build_boollist]
+    with torch.serialization.safe_globals(helpers):
+        return torch.load(path, weights_only=True)

@@ -12,6 +12,7 @@ SPEC_VERSION = 1
 SOURCES = ("data", "normal")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 BUFFER_POLICIES = ("broadcast", "local")
+DTYPES = ("float32", "float64", "bfloat16", "float16")
 
 
 class SpecError(ValueError):
@@ -38,6 +39,8 @@ def validate(spec: dict, module=None) -> dict:
     data = spec.get("data")
     _require(isinstance(data, dict) and isinstance(data.get("shape"), list),
              "spec: 'data' must be an object with a 'shape' list (one sample, no batch dim)")
+    spec.setdefault("dtype", "float32")
+    _require(spec["dtype"] in DTYPES, f"spec: 'dtype' must be one of {', '.join(DTYPES)}")
     phases = spec.get("phases")
     _require(isinstance(phases, list) and phases, "spec: 'phases' must be a non-empty list")
     names = set()

@@ -33,6 +33,13 @@ def main(out):
         ganc.export(gan, os.path.join(out, name + ".pt"), spec)
     gan, spec = zoo.build("mlp")
     ganc.export(gan, os.path.join(out, "mlp_traced.pt"), spec, trace=True)
+    # DDP's default buffer policy: rank 0's BatchNorm statistics broadcast before each phase.
+    gan, spec = zoo.build("dcgan32")
+    ganc.export(gan, os.path.join(out, "dcgan32_broadcast.pt"), dict(spec, buffers="broadcast"))
+    # float64: the parity comparison at 3 ranks, where float32 sums in a different order
+    # than DDP's buckets and Adam amplifies the last-bit differences.
+    gan, spec = zoo.build("dcgan32")
+    ganc.export(gan.double(), os.path.join(out, "dcgan32_f64.pt"), dict(spec, dtype="float64"))
 
     with open(os.path.join(out, "bad_not_archive.pt"), "w") as f:
         f.write("this is not a TorchScript archive\n")

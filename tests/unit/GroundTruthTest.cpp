@@ -27,7 +27,7 @@ std::set<std::string> observedGradients(frontend::Archive &archive, const fronte
     std::vector<int64_t> shape = {archive.spec.batchSize};
     const auto &sample = in.source == "data" ? archive.spec.dataShape : in.shape;
     shape.insert(shape.end(), sample.begin(), sample.end());
-    inputs.emplace_back(torch::randn(shape));
+    inputs.emplace_back(torch::randn(shape).to(frontend::inputScalarType(archive.spec)));
   }
   at::Tensor loss = archive.module.get_method(phase.method)(inputs).toTensor();
   loss.backward();

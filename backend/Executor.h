@@ -1,0 +1,84 @@
+// Executes the phases of a compiled plan on one rank: forward, backward, bucketed
+// all-reduces, then the caller's optimizer step.
+#pragma once
+
+#include "backend/Reducer.h"
+#include "ir/Module.h"
+
+#include <torch/script.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ganc::backend {
+
+struct ExecutorOptions {
+  c10::Device device = c10::kCPU;
+  /// Broadcast every buffer from rank 0 before each phase (DDP's broadcast_buffers=True).
+  bool broadcastBuffers = false;
+};
+
+/// Called after a phase's gradients are all-reduced, with that phase's used parameters; the
+/// runtime's optimizers step there (inside the captured graph on CUDA).
+using StepFn = std::function<void(const std::string &phase, const PhaseReducer &)>;
+
+/// One rank's executor of every phase in a plan.
+class PhaseExecutor {
+public:
+  virtual ~PhaseExecutor() = default;
+  /// Runs `phase` on `inputs` (in the method's argument order) and returns its local loss.
+  virtual at::Tensor run(const std::string &phase, const std::vector<at::Tensor> &inputs,
+                         const StepFn &step) = 0;
+  /// How the phase runs ("eager", "cuda-graph", or "eager (reason)").
+  virtual std::string mode(const std::string &phase) const = 0;
+  virtual const PhaseReducer &reducer(const std::string &phase) const = 0;
+};
+
+/// Runs each phase eagerly with autograd; bucket all-reduces overlap backward through the
+/// process group's own threads (Gloo) or streams (NCCL). Used on CPU, and on CUDA for phases
+/// the capture-safety pass marked eager.
+class EagerExecutor : public PhaseExecutor {
+public:
+  static Expected<std::unique_ptr<EagerExecutor>>
+  create(const ir::Module &plan, torch::jit::Module module,
+         c10::intrusive_ptr<c10d::Backend> group, const ExecutorOptions &options);
+  ~EagerExecutor() override;
+
+  at::Tensor run(const std::string &phase, const std::vector<at::Tensor> &inputs,
+                 const StepFn &step) override;
+  std::string mode(const std::string &phase) const override { return "eager"; }
+  const PhaseReducer &reducer(const std::string &phase) const override;
+
+  /// Forward, backward and all-reduces of one phase, without the step (the CUDA backend
+  /// captures this).
+  at::Tensor forwardBackward(const std::string &phase, const std::vector<at::Tensor> &inputs);
+  /// Copies rank 0's buffers to every rank (all of them, grouped by dtype).
+  void broadcastBuffers();
+  /// Copies rank 0's parameters and buffers to every rank (once, at start-up).
+  void broadcastState();
+
+  const std::map<std::string, at::Tensor> &parameters() const { return parameters_; }
+  torch::jit::Module &module() { return module_; }
+
+private:
+  struct PhaseState {
+    const ir::Phase *plan = nullptr;
+    std::unique_ptr<PhaseReducer> reducer;
+    std::vector<std::pair<at::Tensor, bool>> requiresGrad;
+  };
+  EagerExecutor() = default;
+  void broadcastCoalesced(std::vector<at::Tensor> tensors);
+
+  torch::jit::Module module_;
+  c10::intrusive_ptr<c10d::Backend> group_;
+  ExecutorOptions options_;
+  std::map<std::string, at::Tensor> parameters_;
+  std::vector<at::Tensor> buffers_;
+  std::map<std::string, PhaseState> phases_;
+  std::unique_ptr<GradReadyHooks> hooks_;
+};
+
+} // namespace ganc::backend

@@ -1,0 +1,159 @@
+// Bucketed all-reduce of one phase's gradients, launched from post-accumulate hooks.
+#include "backend/Reducer.h"
+
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+namespace ganc::backend {
+
+namespace {
+
+c10::ScalarType dtypeOf(const std::string &name) {
+  if (name == "f16")
+    return c10::kHalf;
+  if (name == "bf16")
+    return c10::kBFloat16;
+  if (name == "f64")
+    return c10::kDouble;
+  return c10::kFloat;
+}
+
+} // namespace
+
+Expected<std::unique_ptr<PhaseReducer>>
+PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Tensor> &parameters,
+                     c10::intrusive_ptr<c10d::Backend> group, c10::Device device) {
+  auto r = std::unique_ptr<PhaseReducer>(new PhaseReducer());
+  r->group_ = group;
+  r->scale_ = 1.0 / static_cast<double>(group->getSize());
+  for (size_t b = 0; b < phase.buckets.size(); ++b) {
+    const ir::Bucket &bucket = phase.buckets[b];
+    c10::ScalarType dtype = dtypeOf(bucket.dtype);
+    int64_t elementSize = static_cast<int64_t>(c10::elementSize(dtype));
+    at::Tensor flat = torch::zeros({bucket.bytes / elementSize}, at::TensorOptions(dtype).device(device));
+    for (const ir::Bucket::Slot &slot : bucket.slots) {
+      auto it = parameters.find(slot.parameter);
+      if (it == parameters.end())
+        return Status::error("phase '" + phase.name + "': the plan's parameter '" +
+                             slot.parameter + "' does not exist in the model");
+      const at::Tensor &p = it->second;
+      if (p.scalar_type() != dtype || p.nbytes() != static_cast<size_t>(slot.bytes))
+        return Status::error("phase '" + phase.name + "': parameter '" + slot.parameter +
+                             "' has " + std::to_string(p.nbytes()) + " bytes of " +
+                             std::string(c10::toString(p.scalar_type())) + " in the model but " +
+                             std::to_string(slot.bytes) + " bytes of " + bucket.dtype +
+                             " in the plan");
+      at::Tensor view = flat.narrow(0, slot.offset / elementSize, p.numel()).view(p.sizes());
+      r->slots_[slot.parameter] = Slot{static_cast<int>(b), view};
+    }
+    r->buffers_.push_back(flat);
+    r->slotsPerBucket_.push_back(static_cast<int>(bucket.slots.size()));
+  }
+  for (const ir::ScheduledAllReduce &s : phase.schedule)
+    r->scheduleOrder_.push_back(s.bucket);
+  for (const std::string &name : phase.used) {
+    r->usedNames_.push_back(name);
+    r->usedParameters_.push_back(parameters.at(name));
+  }
+  r->pending_.assign(r->buffers_.size(), 0);
+  return r;
+}
+
+void PhaseReducer::prepare(const std::map<std::string, at::Tensor> &parameters) {
+  for (at::Tensor &flat : buffers_)
+    flat.zero_();
+  for (const auto &[name, tensor] : parameters) {
+    auto slot = slots_.find(name);
+    at::Tensor p = tensor;
+    p.mutable_grad() = slot == slots_.end() ? at::Tensor() : slot->second.view;
+  }
+  pending_ = slotsPerBucket_;
+  for (auto &[name, slot] : slots_)
+    ready_[name] = false;
+  nextLaunch_ = 0;
+  works_.clear();
+}
+
+bool PhaseReducer::markReady(const std::string &parameter, const at::Tensor &tensor) {
+  auto slot = slots_.find(parameter);
+  if (slot == slots_.end())
+    return false;
+  bool &ready = ready_[parameter];
+  if (ready)
+    return true; // a second backward in one phase: the bucket has already gone
+  // create_graph backward replaces .grad out of place instead of accumulating into the
+  // view; move such a gradient into the bucket.
+  const at::Tensor &grad = tensor.grad();
+  if (grad.defined() && !grad.is_same(slot->second.view)) {
+    slot->second.view.copy_(grad);
+    at::Tensor p = tensor;
+    p.mutable_grad() = slot->second.view;
+  }
+  ready = true;
+  if (--pending_[slot->second.bucket] == 0)
+    launchReady();
+  return true;
+}
+
+void PhaseReducer::launchReady() {
+  // Collectives must be issued in the same order on every rank: bucket k+1 goes only after
+  // bucket k, even if it completes first.
+  while (nextLaunch_ < scheduleOrder_.size() && pending_[scheduleOrder_[nextLaunch_]] == 0) {
+    at::Tensor &flat = buffers_[scheduleOrder_[nextLaunch_]];
+    flat.mul_(scale_);
+    if (launch) {
+      works_.push_back(launch(flat));
+    } else {
+      std::vector<at::Tensor> tensors{flat};
+      works_.push_back(group_->allreduce(tensors));
+    }
+    ++nextLaunch_;
+  }
+}
+
+void PhaseReducer::finish() {
+  // Gradients that never arrived (a branch not taken on this rank) count as zeros.
+  for (int &p : pending_)
+    p = 0;
+  launchReady();
+  for (auto &work : works_)
+    work->wait();
+  works_.clear();
+}
+
+std::vector<std::string> PhaseReducer::missingGradients() const {
+  std::vector<std::string> missing;
+  for (const auto &[name, ready] : ready_)
+    if (!ready)
+      missing.push_back(name);
+  return missing;
+}
+
+struct GradReadyHook : torch::autograd::PostAccumulateGradHook {
+  GradReadyHook(GradReadyHooks *owner, std::string name) : owner(owner), name(std::move(name)) {}
+  void operator()(const torch::autograd::Variable &tensor) override { owner->fire(name, tensor); }
+  GradReadyHooks *owner;
+  std::string name;
+};
+
+GradReadyHooks::GradReadyHooks(const std::map<std::string, at::Tensor> &parameters) {
+  for (const auto &[name, tensor] : parameters) {
+    torch::autograd::impl::set_post_acc_grad_hooks(tensor,
+                                                   std::make_unique<GradReadyHook>(this, name));
+    tensors_.push_back(tensor);
+  }
+}
+
+GradReadyHooks::~GradReadyHooks() {
+  for (const at::Tensor &t : tensors_)
+    torch::autograd::impl::post_acc_grad_hooks(t).reset();
+}
+
+void GradReadyHooks::setActive(PhaseReducer *reducer, const std::string &) { active_ = reducer; }
+
+void GradReadyHooks::fire(const std::string &name, const at::Tensor &tensor) {
+  if (active_ && !active_->markReady(name, tensor))
+    unexpected_.push_back(name);
+}
+
+} // namespace ganc::backend

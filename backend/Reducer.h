@@ -1,0 +1,90 @@
+// Bucketed gradient all-reduce for one phase of a plan: flat buffers, .grad views, hooks.
+#pragma once
+
+#include "ir/Module.h"
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ganc::backend {
+
+/// Runs the all-reduces of one phase exactly as its plan says. Each bucket is one flat
+/// buffer; every used parameter's `.grad` is a view into its slot, so backward accumulates
+/// straight into the buffer (no copy before the all-reduce). When the last gradient of a
+/// bucket is accumulated, the bucket is scaled by 1/world (as DDP does) and all-reduced with
+/// SUM, in the plan's schedule order, while the rest of backward goes on.
+class PhaseReducer {
+public:
+  /// `parameters` maps every module parameter name to its tensor; `device` is where the
+  /// buffers live.
+  static Expected<std::unique_ptr<PhaseReducer>>
+  create(const ir::Phase &phase, const std::map<std::string, at::Tensor> &parameters,
+         c10::intrusive_ptr<c10d::Backend> group, c10::Device device);
+
+  /// Before backward: zero the buffers, point the used parameters' .grad at their slots and
+  /// clear every other parameter's .grad (unused parameters keep grad None, like DDP).
+  void prepare(const std::map<std::string, at::Tensor> &parameters);
+  /// From a parameter's post-accumulate hook: its gradient for this backward is complete.
+  /// Returns false when the plan does not expect a gradient for it.
+  bool markReady(const std::string &parameter, const at::Tensor &tensor);
+  /// After backward: launch any bucket not launched yet (in order) and wait for all of them.
+  void finish();
+
+  const std::vector<std::string> &usedNames() const { return usedNames_; }
+  const std::vector<at::Tensor> &usedParameters() const { return usedParameters_; }
+  /// The flat bucket buffers, in bucket order (read by tests and the CUDA backend).
+  const std::vector<at::Tensor> &buffers() const { return buffers_; }
+  /// Parameters the plan expected but whose gradient never arrived in the last backward.
+  std::vector<std::string> missingGradients() const;
+  /// Launches of all-reduces go through this hook when set (the CUDA backend moves them to
+  /// its communication stream); by default they run on the process group directly.
+  std::function<c10::intrusive_ptr<c10d::Work>(at::Tensor &)> launch;
+
+private:
+  struct Slot {
+    int bucket = 0;
+    at::Tensor view;
+  };
+  void launchReady();
+
+  c10::intrusive_ptr<c10d::Backend> group_;
+  double scale_ = 1.0;
+  std::vector<at::Tensor> buffers_;
+  std::vector<int> scheduleOrder_;       // bucket indices in launch order
+  std::vector<int> slotsPerBucket_;
+  std::vector<int> pending_;             // gradients still to come, per bucket
+  std::map<std::string, Slot> slots_;
+  std::map<std::string, bool> ready_;
+  std::vector<std::string> usedNames_;
+  std::vector<at::Tensor> usedParameters_;
+  size_t nextLaunch_ = 0;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+};
+
+/// Installs one post-accumulate-grad hook per parameter that forwards to whichever reducer
+/// is active. The hook lives in the tensor's autograd metadata, so it keeps firing even
+/// though autograd re-creates a parameter's AccumulateGrad node for every graph.
+class GradReadyHooks {
+public:
+  explicit GradReadyHooks(const std::map<std::string, at::Tensor> &parameters);
+  ~GradReadyHooks();
+  void setActive(PhaseReducer *reducer, const std::string &phaseName);
+  /// Names of parameters that produced a gradient the active plan did not expect.
+  const std::vector<std::string> &unexpected() const { return unexpected_; }
+  void clearUnexpected() { unexpected_.clear(); }
+
+private:
+  friend struct GradReadyHook;
+  void fire(const std::string &name, const at::Tensor &tensor);
+  std::vector<at::Tensor> tensors_;
+  PhaseReducer *active_ = nullptr;
+  std::vector<std::string> unexpected_;
+};
+
+} // namespace ganc::backend

@@ -1,0 +1,128 @@
+// The eager executor: the phase method under autograd, all-reduces launched from hooks.
+#include "backend/Executor.h"
+
+#include <torch/csrc/utils/tensor_flatten.h>
+
+#include <set>
+#include <stdexcept>
+
+namespace ganc::backend {
+
+Expected<std::unique_ptr<EagerExecutor>>
+EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
+                      c10::intrusive_ptr<c10d::Backend> group, const ExecutorOptions &options) {
+  auto e = std::unique_ptr<EagerExecutor>(new EagerExecutor());
+  e->module_ = module;
+  e->group_ = group;
+  e->options_ = options;
+  for (const auto &p : module.named_parameters(/*recurse=*/true))
+    e->parameters_[p.name] = p.value;
+  for (const auto &b : module.named_buffers(/*recurse=*/true))
+    e->buffers_.push_back(b.value);
+  // The plan must describe this model: same parameter names, shapes and dtypes.
+  for (const ir::Tensor &p : plan.parameters) {
+    auto it = e->parameters_.find(p.name);
+    if (it == e->parameters_.end())
+      return Status::error("the plan's parameter '" + p.name + "' does not exist in the model");
+    if (it->second.sizes().vec() != p.type.shape)
+      return Status::error("parameter '" + p.name + "' has shape " +
+                           c10::str(it->second.sizes()) + " in the model but " + p.type.str() +
+                           " in the plan");
+  }
+  if (plan.parameters.size() != e->parameters_.size())
+    return Status::error("the model has " + std::to_string(e->parameters_.size()) +
+                         " parameters, the plan " + std::to_string(plan.parameters.size()));
+  for (const auto &phase : plan.phases) {
+    if (!phase->hasUsedFacts || phase->schedule.size() != phase->buckets.size())
+      return Status::error("phase '" + phase->name + "' has not been compiled (no buckets)");
+    PhaseState state;
+    state.plan = phase.get();
+    auto reducer = PhaseReducer::create(*phase, e->parameters_, group, options.device);
+    if (!reducer)
+      return reducer.status();
+    state.reducer = reducer.take();
+    // Only the submodules a phase updates record gradients; the others act as constants
+    // (the gradient still flows *through* them to the inputs). Unused parameters of updated
+    // submodules keep requires_grad, so a gradient the plan did not predict is caught.
+    std::set<std::string> updates(phase->updates.begin(), phase->updates.end());
+    for (const ir::Tensor &p : plan.parameters)
+      state.requiresGrad.emplace_back(e->parameters_.at(p.name), updates.count(p.owner) > 0);
+    e->phases_[phase->name] = std::move(state);
+  }
+  e->hooks_ = std::make_unique<GradReadyHooks>(e->parameters_);
+  return e;
+}
+
+EagerExecutor::~EagerExecutor() = default;
+
+const PhaseReducer &EagerExecutor::reducer(const std::string &phase) const {
+  return *phases_.at(phase).reducer;
+}
+
+void EagerExecutor::broadcastCoalesced(std::vector<at::Tensor> tensors) {
+  std::map<c10::ScalarType, std::vector<at::Tensor>> byType;
+  for (const at::Tensor &t : tensors)
+    byType[t.scalar_type()].push_back(t);
+  for (auto &[type, group] : byType) {
+    at::Tensor flat = torch::utils::flatten_dense_tensors(group);
+    std::vector<at::Tensor> io{flat};
+    group_->broadcast(io)->wait();
+    auto pieces = torch::utils::unflatten_dense_tensors(flat, group);
+    torch::NoGradGuard noGrad;
+    for (size_t i = 0; i < group.size(); ++i)
+      group[i].copy_(pieces[i]);
+  }
+}
+
+void EagerExecutor::broadcastBuffers() {
+  if (!buffers_.empty())
+    broadcastCoalesced(buffers_);
+}
+
+void EagerExecutor::broadcastState() {
+  std::vector<at::Tensor> all = buffers_;
+  for (const auto &[name, p] : parameters_)
+    all.push_back(p);
+  broadcastCoalesced(all);
+}
+
+at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
+                                          const std::vector<at::Tensor> &inputs) {
+  auto it = phases_.find(phase);
+  if (it == phases_.end())
+    throw std::runtime_error("no phase '" + phase + "' in the plan");
+  PhaseState &state = it->second;
+  for (auto &[tensor, requires] : state.requiresGrad)
+    tensor.requires_grad_(requires);
+  if (options_.broadcastBuffers)
+    broadcastBuffers();
+  state.reducer->prepare(parameters_);
+  hooks_->clearUnexpected();
+  hooks_->setActive(state.reducer.get(), phase);
+  std::vector<c10::IValue> args(inputs.begin(), inputs.end());
+  at::Tensor loss;
+  try {
+    loss = module_.get_method(state.plan->method)(args).toTensor();
+    loss.backward();
+  } catch (...) {
+    hooks_->setActive(nullptr, "");
+    throw;
+  }
+  hooks_->setActive(nullptr, "");
+  state.reducer->finish();
+  if (!hooks_->unexpected().empty())
+    throw std::runtime_error("phase '" + phase + "': parameter '" + hooks_->unexpected()[0] +
+                             "' received a gradient that the plan says it never gets; the "
+                             "plan does not describe this model's phase");
+  return loss.detach();
+}
+
+at::Tensor EagerExecutor::run(const std::string &phase, const std::vector<at::Tensor> &inputs,
+                              const StepFn &step) {
+  at::Tensor loss = forwardBackward(phase, inputs);
+  if (step)
+    step(phase, *phases_.at(phase).reducer);
+  return loss;
+}
+
+} // namespace ganc::backend

@@ -1,0 +1,187 @@
+"""The eager PyTorch reference that ganc is checked (and benchmarked) against.
+
+Each rank loads the same TorchScript archive and spec, draws the same inputs as ganc (data
+sharded by DistributedSampler, normal noise from a generator seeded with seed + rank, drawn
+in spec order), and trains with one of three styles:
+
+- ``ddp``: torch.nn.parallel.DistributedDataParallel(find_unused_parameters=True) around
+  each phase, so every phase's computation goes through DDP's forward. Submodules a phase
+  does not update have requires_grad=False during it (as StyleGAN and mmagic do).
+- ``flat``: no DDP; after backward, every non-None gradient is flattened into one buffer,
+  all-reduced once and divided by the world size (StyleGAN2-ADA / StyleGAN3). Benchmarks only.
+
+Optimizers are torch.optim's, single-tensor (foreach=False), as on CPU by default.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PhaseRunner(torch.nn.Module):
+    """Routes one phase method through a module forward, so DDP sees the computation."""
+
+    def __init__(self, gan, method):
+        super().__init__()
+        self.gan = gan
+        self.method = method
+
+    def forward(self, *inputs):
+        return getattr(self.gan, self.method)(*inputs)
+
+
+def _owner(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
+def _optimizer(params, spec):
+    kind = spec["type"]
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=spec["lr"], momentum=spec.get("momentum", 0.0),
+                               weight_decay=spec.get("weight_decay", 0.0), foreach=False)
+    cls = torch.optim.Adam if kind == "adam" else torch.optim.AdamW
+    return cls(params, lr=spec["lr"], betas=tuple(spec.get("betas", (0.9, 0.999))),
+               eps=spec.get("eps", 1e-8),
+               weight_decay=spec.get("weight_decay", 0.0 if kind == "adam" else 1e-2),
+               foreach=False)
+
+
+class Inputs:
+    """ganc's input streams: DistributedSampler batches and per-rank seeded noise."""
+
+    def __init__(self, spec, data, rank, world, seed):
+        self.spec, self.data, self.rank, self.world, self.seed = spec, data, rank, world, seed
+        self.noise = torch.Generator().manual_seed(seed + rank)
+        self.dtype = getattr(torch, spec.get("dtype", "float32"))
+        self.epoch = 0
+        self._batches = None
+        if data is not None:
+            self.sampler = torch.utils.data.DistributedSampler(
+                range(len(data)), num_replicas=world, rank=rank, shuffle=True, seed=seed,
+                drop_last=False)
+            self._start_epoch()
+
+    def _start_epoch(self):
+        self.sampler.set_epoch(self.epoch)
+        loader = torch.utils.data.DataLoader(range(len(self.data)), batch_size=self.spec["batch_size"],
+                                             sampler=self.sampler, drop_last=True)
+        self._batches = iter(loader)
+
+    def batch(self):
+        try:
+            idx = next(self._batches)
+        except StopIteration:
+            self.epoch += 1
+            self._start_epoch()
+            idx = next(self._batches)
+        return self.data[idx]
+
+    def for_phase(self, phase, batch):
+        out = []
+        for inp in phase["inputs"]:
+            if inp["source"] == "data":
+                out.append(batch)
+            else:
+                out.append(torch.randn([self.spec["batch_size"]] + inp["shape"],
+                                       generator=self.noise).to(self.dtype))
+        return out
+
+
+def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, style, warmup):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    files = {"ganc.json": ""}
+    gan = torch.jit.load(archive, _extra_files=files)
+    spec = json.loads(files["ganc.json"])
+    gan.train()
+    data = None
+    if data_path:
+        data = torch.load(data_path)
+        if isinstance(data, dict):
+            data = data["images"]
+        data = data.float().to(getattr(torch, spec.get("dtype", "float32")))
+    inputs = Inputs(spec, data, rank, world, seed)
+    broadcast = spec.get("buffers", "local") == "broadcast"
+    params = dict(gan.named_parameters())
+    subs = sorted({u for p in spec["phases"] for u in p["updates"]})
+    optimizers = {s: _optimizer([p for n, p in params.items() if _owner(n) == s], spec["optimizers"][s])
+                  for s in subs}
+
+    def set_trainable(updates):
+        for n, p in params.items():
+            p.requires_grad_(_owner(n) in updates)
+
+    runners = {}
+    if style == "ddp":
+        for phase in spec["phases"]:
+            set_trainable(set(phase["updates"]))
+            runners[phase["name"]] = DDP(PhaseRunner(gan, phase["method"]),
+                                         find_unused_parameters=True,
+                                         broadcast_buffers=broadcast)
+    step_times = []
+    for step in range(steps):
+        t0 = time.perf_counter()
+        batch = None
+        for phase in spec["phases"]:
+            if step % phase.get("interval", 1) != 0:
+                continue
+            if batch is None and any(i["source"] == "data" for i in phase["inputs"]):
+                batch = inputs.batch()
+            updates = set(phase["updates"])
+            set_trainable(updates)
+            for p in params.values():
+                p.grad = None
+            args = inputs.for_phase(phase, batch)
+            if style == "ddp":
+                loss = runners[phase["name"]](*args)
+                loss.backward()
+            else:  # flat
+                loss = getattr(gan, phase["method"])(*args)
+                loss.backward()
+                grads = [p for n, p in params.items() if _owner(n) in updates and p.grad is not None]
+                if world > 1 and grads:
+                    flat = torch.cat([p.grad.flatten() for p in grads])
+                    dist.all_reduce(flat)
+                    flat /= world
+                    offset = 0
+                    for p in grads:
+                        p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+                        offset += p.numel()
+            if out_dir and rank == 0:
+                torch.save({n: p.grad.detach().clone() for n, p in params.items()
+                            if _owner(n) in updates and p.grad is not None},
+                           os.path.join(out_dir, f"grads_step{step}_{phase['name']}.pt"))
+            for s in phase["updates"]:
+                optimizers[s].step()
+        step_times.append(time.perf_counter() - t0)
+    if out_dir and rank == 0:
+        final = {n: p.detach().clone() for n, p in params.items()}
+        final.update({n: b.detach().clone() for n, b in gan.named_buffers()})
+        torch.save(final, os.path.join(out_dir, "params_final.pt"))
+        with open(os.path.join(out_dir, "step_times.json"), "w") as f:
+            json.dump(step_times[warmup:], f)
+    dist.destroy_process_group()
+
+
+def run(archive, data_path, world, steps, seed, out_dir=None, style="ddp", warmup=0):
+    """Trains `steps` steps on `world` Gloo ranks; rank 0 writes gradients per step and phase,
+    final parameters and buffers, and step times to `out_dir`."""
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+    mp.spawn(_worker, args=(world, free_port(), archive, data_path, steps, seed, out_dir, style, warmup),
+             nprocs=world, join=True)

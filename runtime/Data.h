@@ -1,0 +1,41 @@
+// Training data: a tensor file or a folder of images, sharded by rank like DistributedSampler.
+#pragma once
+
+#include "ir/Status.h"
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+namespace ganc::runtime {
+
+/// Loads samples of `sampleShape` from `path`: a file written by torch.save (a tensor of shape
+/// [N, *sampleShape], or a dict with an "images" tensor), or a folder of PNG/JPEG images
+/// (decoded, resized to the sample shape, scaled to [-1, 1]).
+Expected<at::Tensor> loadDataset(const std::string &path, const std::vector<int64_t> &sampleShape);
+
+/// torch.utils.data.DistributedSampler(shuffle=True, seed, drop_last=False) feeding a
+/// DataLoader(batch_size, drop_last=True): the same indices, in the same order, per rank.
+class ShardedBatches {
+public:
+  ShardedBatches(int64_t datasetSize, int rank, int worldSize, int64_t batchSize, uint64_t seed);
+  /// Batches per epoch on every rank; 0 when the dataset is too small.
+  int64_t batchesPerEpoch() const { return numSamples_ / batchSize_; }
+  /// The indices of the next batch (advancing to the next epoch when one is used up).
+  at::Tensor next();
+  int64_t epoch() const { return epoch_; }
+  int64_t cursor() const { return cursor_; }
+  /// Continues from a saved position (epoch, batches already taken in it).
+  void seek(int64_t epoch, int64_t cursor);
+
+private:
+  void startEpoch();
+  int64_t size_, numSamples_, batchSize_;
+  int rank_, world_;
+  uint64_t seed_;
+  int64_t epoch_ = 0, cursor_ = 0;
+  at::Tensor indices_;
+};
+
+} // namespace ganc::runtime

@@ -1,0 +1,77 @@
+// torchrun-compatible rank discovery and the Gloo process group.
+#include "runtime/Distributed.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cstdlib>
+
+namespace ganc::runtime {
+
+namespace {
+
+Status readInt(const char *name, const char *fallback, int &out, int minimum) {
+  const char *value = std::getenv(name);
+  if (!value && fallback)
+    value = std::getenv(fallback);
+  if (!value)
+    return Status::ok();
+  char *end = nullptr;
+  long v = std::strtol(value, &end, 10);
+  if (*value == '\0' || *end != '\0' || v < minimum)
+    return Status::error(std::string("environment variable ") + name + "='" + value +
+                         "' is not a valid number");
+  out = static_cast<int>(v);
+  return Status::ok();
+}
+
+} // namespace
+
+Expected<RankInfo> rankFromEnvironment() {
+  RankInfo info;
+  GANC_TRY(readInt("RANK", "SLURM_PROCID", info.rank, 0));
+  GANC_TRY(readInt("WORLD_SIZE", "SLURM_NTASKS", info.worldSize, 1));
+  GANC_TRY(readInt("LOCAL_RANK", "SLURM_LOCALID", info.localRank, 0));
+  GANC_TRY(readInt("MASTER_PORT", nullptr, info.masterPort, 1));
+  if (const char *addr = std::getenv("MASTER_ADDR"))
+    info.masterAddr = addr;
+  if (info.rank >= info.worldSize)
+    return Status::error("RANK=" + std::to_string(info.rank) + " is not below WORLD_SIZE=" +
+                         std::to_string(info.worldSize));
+  return info;
+}
+
+Expected<ProcessGroup> createGlooGroup(const RankInfo &rank, std::chrono::milliseconds timeout) {
+  ProcessGroup group;
+  try {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<uint16_t>(rank.masterPort);
+    options.isServer = rank.rank == 0;
+    options.numWorkers = rank.worldSize;
+    options.waitWorkers = true;
+    options.timeout = timeout;
+    group.store = c10::make_intrusive<c10d::TCPStore>(rank.masterAddr, options);
+    auto gloo = c10d::ProcessGroupGloo::Options::create();
+    gloo->timeout = timeout;
+    // Loopback rendezvous: bind Gloo to loopback too (the host name may not resolve in a
+    // sandbox). Otherwise GLOO_SOCKET_IFNAME picks the interface, as in PyTorch.
+    bool loopback = rank.masterAddr == "localhost" || rank.masterAddr.rfind("127.", 0) == 0;
+    const char *ifname = std::getenv("GLOO_SOCKET_IFNAME");
+    if (ifname)
+      gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    else if (loopback)
+      gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    else
+      gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    group.backend =
+        c10::make_intrusive<c10d::ProcessGroupGloo>(group.store, rank.rank, rank.worldSize, gloo);
+  } catch (const std::exception &e) {
+    std::string what = e.what();
+    return Status::error("rank " + std::to_string(rank.rank) + ": cannot join the process group at " +
+                         rank.masterAddr + ":" + std::to_string(rank.masterPort) + " (" +
+                         what.substr(0, what.find('\n')) + ")");
+  }
+  return group;
+}
+
+} // namespace ganc::runtime

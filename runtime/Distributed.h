@@ -1,0 +1,37 @@
+// Rank discovery the torchrun way and c10d process-group set-up (TCPStore + Gloo/NCCL).
+#pragma once
+
+#include "ir/Status.h"
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <string>
+
+namespace ganc::runtime {
+
+/// Where this process stands: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.
+struct RankInfo {
+  int rank = 0;
+  int worldSize = 1;
+  int localRank = 0;
+  std::string masterAddr = "127.0.0.1";
+  int masterPort = 29500;
+};
+
+/// Reads torchrun's variables (all optional for a single process; SLURM's SLURM_PROCID,
+/// SLURM_NTASKS and SLURM_LOCALID are used when torchrun's are absent).
+Expected<RankInfo> rankFromEnvironment();
+
+/// The rendezvous store (rank 0 serves it) and the process group over it.
+struct ProcessGroup {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::Backend> backend;
+};
+
+/// Creates the Gloo process group for CPU ranks. Collectives and the rendezvous give up
+/// after `timeout` instead of hanging when a peer is gone.
+Expected<ProcessGroup> createGlooGroup(const RankInfo &rank, std::chrono::milliseconds timeout);
+
+} // namespace ganc::runtime

@@ -1,0 +1,17 @@
+// Writes a grid of generator samples as a PNG.
+#pragma once
+
+#include "ir/Status.h"
+
+#include <torch/torch.h>
+
+#include <string>
+
+namespace ganc::runtime {
+
+/// `samples` is [N, C, H, W] (C = 1 or 3) in [-1, 1]; writes a near-square grid to `path`
+/// through a temporary file and a rename. Samples that are not images (e.g. 2-D points) are
+/// drawn as a scatter plot instead.
+Status writeSampleGrid(const at::Tensor &samples, const std::string &path);
+
+} // namespace ganc::runtime

@@ -1,0 +1,107 @@
+// torch.optim's Adam / AdamW / SGD (single-tensor code paths, as used on CPU) in C++.
+#include "runtime/Optimizer.h"
+
+#include <cmath>
+
+namespace ganc::runtime {
+
+void Optimizer::step(const std::vector<std::string> &names,
+                     const std::vector<at::Tensor> &parameters) {
+  torch::NoGradGuard noGrad;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const at::Tensor &p = parameters[i];
+    if (!p.grad().defined())
+      continue;
+    ParamState &state = state_[names[i]];
+    if (spec_.type == "sgd")
+      sgd(p, state);
+    else
+      adam(p, state);
+  }
+}
+
+void Optimizer::adam(const at::Tensor &param, ParamState &state) {
+  // torch/optim/adam.py::_single_tensor_adam (amsgrad=False, maximize=False).
+  at::Tensor p = param;
+  at::Tensor grad = p.grad();
+  if (!state.expAvg.defined()) {
+    state.expAvg = torch::zeros_like(p, at::MemoryFormat::Preserve);
+    state.expAvgSq = torch::zeros_like(p, at::MemoryFormat::Preserve);
+  }
+  state.step += 1;
+  if (spec_.weightDecay != 0) {
+    if (spec_.type == "adamw")
+      p.mul_(1 - spec_.lr * spec_.weightDecay);
+    else
+      grad = grad.add(p, spec_.weightDecay);
+  }
+  state.expAvg.lerp_(grad, 1 - spec_.beta1);
+  state.expAvgSq.mul_(spec_.beta2).addcmul_(grad, grad, 1 - spec_.beta2);
+  double biasCorrection1 = 1 - std::pow(spec_.beta1, state.step);
+  double biasCorrection2 = 1 - std::pow(spec_.beta2, state.step);
+  double stepSize = spec_.lr / biasCorrection1;
+  double biasCorrection2Sqrt = std::sqrt(biasCorrection2);
+  at::Tensor denom = (state.expAvgSq.sqrt() / biasCorrection2Sqrt).add_(spec_.eps);
+  p.addcdiv_(state.expAvg, denom, -stepSize);
+}
+
+void Optimizer::sgd(const at::Tensor &param, ParamState &state) {
+  // torch/optim/sgd.py::_single_tensor_sgd (dampening=0, nesterov=False).
+  at::Tensor p = param;
+  at::Tensor grad = p.grad();
+  if (spec_.weightDecay != 0)
+    grad = grad.add(p, spec_.weightDecay);
+  if (spec_.momentum != 0) {
+    if (!state.momentum.defined())
+      state.momentum = grad.clone().detach();
+    else
+      state.momentum.mul_(spec_.momentum).add_(grad);
+    grad = state.momentum;
+  }
+  state.step += 1;
+  p.add_(grad, -spec_.lr);
+}
+
+c10::impl::GenericDict Optimizer::stateDict() const {
+  c10::impl::GenericDict perParam = makeDict();
+  for (const auto &[name, s] : state_) {
+    c10::impl::GenericDict entry = makeDict();
+    entry.insert("step", torch::tensor(s.step, torch::kFloat32));
+    if (s.expAvg.defined()) {
+      entry.insert("exp_avg", s.expAvg);
+      entry.insert("exp_avg_sq", s.expAvgSq);
+    }
+    if (s.momentum.defined())
+      entry.insert("momentum_buffer", s.momentum);
+    perParam.insert(name, entry);
+  }
+  c10::impl::GenericDict hyper = makeDict();
+  hyper.insert("type", spec_.type);
+  hyper.insert("lr", spec_.lr);
+  hyper.insert("betas", std::vector<double>{spec_.beta1, spec_.beta2});
+  hyper.insert("eps", spec_.eps);
+  hyper.insert("weight_decay", spec_.weightDecay);
+  hyper.insert("momentum", spec_.momentum);
+  c10::impl::GenericDict out = makeDict();
+  out.insert("state", perParam);
+  out.insert("hyper", hyper);
+  return out;
+}
+
+void Optimizer::loadStateDict(const c10::impl::GenericDict &dict) {
+  state_.clear();
+  for (const auto &item : dict.at("state").toGenericDict()) {
+    auto entry = item.value().toGenericDict();
+    ParamState s;
+    s.step = entry.at("step").toTensor().item<double>();
+    if (entry.contains("exp_avg")) {
+      s.expAvg = entry.at("exp_avg").toTensor();
+      s.expAvgSq = entry.at("exp_avg_sq").toTensor();
+    }
+    if (entry.contains("momentum_buffer"))
+      s.momentum = entry.at("momentum_buffer").toTensor();
+    state_[item.key().toStringRef()] = s;
+  }
+}
+
+} // namespace ganc::runtime

@@ -1,0 +1,400 @@
+// One rank's training loop.
+#include "runtime/Trainer.h"
+
+#include "backend/Executor.h"
+#include "frontend/Frontend.h"
+#include "runtime/Data.h"
+#include "runtime/Distributed.h"
+#include "runtime/Image.h"
+#include "runtime/Optimizer.h"
+
+#include <torch/serialize.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+namespace ganc::runtime {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string firstLine(const std::exception &e) {
+  const c10::Error *ce = dynamic_cast<const c10::Error *>(&e);
+  std::string s = ce ? ce->msg() : e.what();
+  return s.substr(0, s.find('\n'));
+}
+
+Status writeFileAtomically(const std::string &path, const std::vector<char> &bytes) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out.flush())
+      return Status::error("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    return Status::error("cannot rename " + tmp + " to " + path);
+  return Status::ok();
+}
+
+Expected<std::vector<char>> readFile(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return Status::error(path + ": cannot open");
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+class Trainer {
+public:
+  explicit Trainer(const TrainOptions &options) : o_(options) {}
+
+  Status run(bool &started) {
+    auto rank = rankFromEnvironment();
+    if (!rank)
+      return rank.status();
+    rank_ = *rank;
+    GANC_TRY(setUp());
+    started = true;
+    return loop();
+  }
+
+private:
+  std::string where() const { return "rank " + std::to_string(rank_.rank); }
+
+  Status setUp() {
+    int threads = o_.threads;
+    if (threads <= 0) {
+      int local = rank_.worldSize;
+      if (const char *l = std::getenv("LOCAL_WORLD_SIZE"))
+        local = std::max(1, std::atoi(l));
+      threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
+    }
+    torch::set_num_threads(threads);
+
+    auto planText = readFile(o_.plan);
+    if (!planText)
+      return planText.status();
+    auto plan = ir::parse(std::string(planText->begin(), planText->end()));
+    if (!plan)
+      return plan.status().withContext(o_.plan + ": not a ganc plan");
+    plan_ = plan.take();
+    GANC_TRY(ir::verify(*plan_).withContext(o_.plan + ": invalid plan"));
+    auto archive = frontend::loadArchive(o_.model);
+    if (!archive)
+      return archive.status();
+    archive_ = std::make_unique<frontend::Archive>(archive.take());
+    if (archive_->identity != plan_->identity)
+      return Status::error(o_.plan + " was compiled from another model (identity " +
+                           plan_->identity + "), not " + o_.model + " (identity " +
+                           archive_->identity + "); run ganc compile " + o_.model + " again");
+    const frontend::Spec &spec = archive_->spec;
+    if (o_.device != "cpu")
+      return Status::error("--device " + o_.device + " is not available in this build; use cpu");
+
+    auto group = createGlooGroup(rank_, std::chrono::seconds(o_.timeoutSeconds));
+    if (!group)
+      return group.status();
+    group_ = *group;
+    backend::ExecutorOptions options;
+    options.device = c10::kCPU;
+    options.broadcastBuffers = spec.buffers == "broadcast";
+    auto executor = backend::EagerExecutor::create(*plan_, archive_->module, group_.backend, options);
+    if (!executor)
+      return executor.status().withContext(o_.plan);
+    executor_ = executor.take();
+    executor_->broadcastState();
+
+    for (const auto &[sub, optSpec] : spec.optimizers)
+      optimizers_.emplace(sub, Optimizer(optSpec));
+    for (const auto &phase : plan_->phases)
+      for (const std::string &name : phase->used)
+        ownerOf_[name] = plan_->findParameter(name)->owner;
+
+    bool needsData = false;
+    for (const frontend::PhaseSpec &p : spec.phases)
+      for (const frontend::InputSpec &in : p.inputs)
+        needsData |= in.source == "data";
+    if (needsData) {
+      if (o_.data.empty())
+        return Status::error("the spec's phases read data: give --data PATH (a torch.save "
+                             "tensor file or a folder of images)");
+      auto data = loadDataset(o_.data, spec.dataShape);
+      if (!data)
+        return data.status();
+      data_ = data->to(frontend::inputScalarType(spec));
+      batches_ = std::make_unique<ShardedBatches>(data_.size(0), rank_.rank, rank_.worldSize,
+                                                  spec.batchSize, o_.seed);
+      if (batches_->batchesPerEpoch() == 0)
+        return Status::error("--data " + o_.data + ": " + std::to_string(data_.size(0)) +
+                             " samples are too few for " + std::to_string(rank_.worldSize) +
+                             " ranks of batch " + std::to_string(spec.batchSize));
+    }
+    inputType_ = frontend::inputScalarType(spec);
+    noise_ = at::detail::createCPUGenerator(o_.seed + static_cast<uint64_t>(rank_.rank));
+    if (rank_.rank == 0) {
+      std::error_code ec;
+      fs::create_directories(o_.outDir, ec);
+      if (ec)
+        return Status::error("--out " + o_.outDir + ": " + ec.message());
+      if (!o_.dumpDir.empty())
+        fs::create_directories(o_.dumpDir, ec);
+    }
+    if (!o_.resume.empty())
+      GANC_TRY(resume());
+    return Status::ok();
+  }
+
+  std::vector<at::Tensor> inputsFor(const frontend::PhaseSpec &phase, const at::Tensor &batch) {
+    std::vector<at::Tensor> inputs;
+    for (const frontend::InputSpec &in : phase.inputs) {
+      if (in.source == "data") {
+        inputs.push_back(batch);
+      } else {
+        std::vector<int64_t> shape = {archive_->spec.batchSize};
+        shape.insert(shape.end(), in.shape.begin(), in.shape.end());
+        inputs.push_back(torch::randn(shape, noise_).to(inputType_));
+      }
+    }
+    return inputs;
+  }
+
+  void optimizerStep(int64_t step, const std::string &phase, const backend::PhaseReducer &reducer) {
+    if (!o_.dumpDir.empty() && rank_.rank == 0) {
+      c10::Dict<std::string, at::Tensor> grads;
+      for (size_t i = 0; i < reducer.usedNames().size(); ++i)
+        grads.insert(reducer.usedNames()[i], reducer.usedParameters()[i].grad().clone());
+      auto bytes = torch::pickle_save(grads);
+      writeFileAtomically(o_.dumpDir + "/grads_step" + std::to_string(step) + "_" + phase + ".pt",
+                          bytes);
+    }
+    std::map<std::string, std::pair<std::vector<std::string>, std::vector<at::Tensor>>> byOwner;
+    for (size_t i = 0; i < reducer.usedNames().size(); ++i) {
+      auto &entry = byOwner[ownerOf_.at(reducer.usedNames()[i])];
+      entry.first.push_back(reducer.usedNames()[i]);
+      entry.second.push_back(reducer.usedParameters()[i]);
+    }
+    for (auto &[owner, params] : byOwner)
+      optimizers_.at(owner).step(params.first, params.second);
+  }
+
+  Status loop() {
+    const frontend::Spec &spec = archive_->spec;
+    auto start = std::chrono::steady_clock::now();
+    int64_t imagesSinceLog = 0;
+    auto lastLog = start;
+    std::map<std::string, double> lastLoss;
+    std::ofstream history;
+    if (rank_.rank == 0) {
+      std::string path = o_.outDir + "/loss_history.csv";
+      bool fresh = o_.resume.empty() || !fs::exists(path);
+      history.open(path, fresh ? std::ios::trunc : std::ios::app);
+      if (fresh)
+        history << "step,phase,loss\n";
+    }
+    for (int64_t step = step_; step < o_.steps; ++step) {
+      at::Tensor batch;
+      for (const frontend::PhaseSpec &phase : spec.phases) {
+        if (step % phase.interval != 0)
+          continue;
+        bool wantsData = false;
+        for (const auto &in : phase.inputs)
+          wantsData |= in.source == "data";
+        if (wantsData && !batch.defined()) {
+          batch = data_.index_select(0, batches_->next());
+          imagesSinceLog += spec.batchSize * rank_.worldSize;
+        }
+        at::Tensor loss;
+        try {
+          loss = executor_->run(phase.name, inputsFor(phase, batch),
+                                [&](const std::string &name, const backend::PhaseReducer &r) {
+                                  optimizerStep(step, name, r);
+                                });
+        } catch (const std::exception &e) {
+          return Status::error(where() + ": phase '" + phase.name + "', step " +
+                               std::to_string(step) + ": " + firstLine(e));
+        }
+        lastLoss[phase.name] = loss.item<double>();
+        if (history.is_open())
+          history << step << "," << phase.name << "," << lastLoss[phase.name] << "\n";
+      }
+      int64_t done = step + 1;
+      if (rank_.rank == 0 && (done % o_.logEvery == 0 || done == o_.steps)) {
+        auto now = std::chrono::steady_clock::now();
+        double seconds = std::chrono::duration<double>(now - lastLog).count();
+        std::ostringstream line;
+        line << "step " << done << "/" << o_.steps;
+        for (const auto &[name, value] : lastLoss) {
+          char buffer[64];
+          std::snprintf(buffer, sizeof(buffer), "  %s %.4f", name.c_str(), value);
+          line << buffer;
+        }
+        char rate[64];
+        std::snprintf(rate, sizeof(rate), "  %.1f img/s", seconds > 0 ? imagesSinceLog / seconds : 0.0);
+        std::cout << line.str() << rate << std::endl;
+        history.flush();
+        imagesSinceLog = 0;
+        lastLog = now;
+      }
+      bool last = done == o_.steps;
+      if (o_.sampleEvery > 0 && (done % o_.sampleEvery == 0 || last))
+        GANC_TRY(writeSamples(done, last));
+      if (o_.checkpointEvery > 0 && (done % o_.checkpointEvery == 0 || last))
+        GANC_TRY(writeCheckpoint(done));
+    }
+    if (!o_.dumpDir.empty() && rank_.rank == 0) {
+      c10::Dict<std::string, at::Tensor> params;
+      for (const auto &[name, p] : executor_->parameters())
+        params.insert(name, p.detach().clone());
+      for (const auto &b : archive_->module.named_buffers(true))
+        params.insert(b.name, b.value.detach().clone());
+      GANC_TRY(writeFileAtomically(o_.dumpDir + "/params_final.pt", torch::pickle_save(params)));
+    }
+    return Status::ok();
+  }
+
+  Status writeSamples(int64_t step, bool last) {
+    const auto &sample = archive_->spec.sample;
+    if (!sample || rank_.rank != 0)
+      return Status::ok();
+    auto fixed = at::detail::createCPUGenerator(1234);
+    std::vector<int64_t> shape = {o_.samples};
+    shape.insert(shape.end(), sample->noiseShape.begin(), sample->noiseShape.end());
+    at::Tensor z = torch::randn(shape, fixed);
+    // Sample in eval mode so that BatchNorm statistics are not touched by sampling.
+    torch::jit::Module generator = archive_->module.attr(sample->submodule).toModule();
+    at::Tensor images;
+    {
+      torch::NoGradGuard noGrad;
+      generator.eval();
+      images = generator.forward({z}).toTensor();
+      generator.train();
+    }
+    std::string path = o_.outDir + "/samples_step" + std::to_string(step) + ".png";
+    GANC_TRY(writeSampleGrid(images, path));
+    GANC_TRY(writeSampleGrid(images, o_.outDir + "/samples.png"));
+    if (last)
+      std::cout << "samples: " << fs::absolute(o_.outDir + "/samples.png").string() << std::endl;
+    return Status::ok();
+  }
+
+  /// All ranks take part (their noise generator states are gathered); rank 0 writes.
+  Status writeCheckpoint(int64_t step) {
+    at::Tensor state = noise_.get_state();
+    std::vector<std::vector<at::Tensor>> gathered(1);
+    for (int r = 0; r < rank_.worldSize; ++r)
+      gathered[0].push_back(torch::empty_like(state));
+    std::vector<at::Tensor> input{state};
+    group_.backend->allgather(gathered, input)->wait();
+    if (rank_.rank != 0)
+      return Status::ok();
+    c10::impl::GenericDict ckpt = makeDict();
+    ckpt.insert("format", std::string("ganc-checkpoint"));
+    ckpt.insert("version", int64_t{1});
+    ckpt.insert("step", step);
+    ckpt.insert("identity", plan_->identity);
+    ckpt.insert("spec", archive_->spec.text);
+    std::map<std::string, c10::Dict<std::string, at::Tensor>> stateDicts;
+    auto add = [&](const std::string &name, const at::Tensor &t) {
+      size_t dot = name.find('.');
+      std::string owner = dot == std::string::npos ? "" : name.substr(0, dot);
+      std::string rest = dot == std::string::npos ? name : name.substr(dot + 1);
+      stateDicts[owner.empty() ? "model" : owner].insert(rest, t.detach().clone());
+    };
+    for (const auto &p : archive_->module.named_parameters(true))
+      add(p.name, p.value);
+    for (const auto &b : archive_->module.named_buffers(true))
+      add(b.name, b.value);
+    for (auto &[owner, dict] : stateDicts)
+      ckpt.insert(owner, dict);
+    c10::impl::GenericDict optimizers = makeDict();
+    for (const auto &[sub, opt] : optimizers_)
+      optimizers.insert(sub, opt.stateDict());
+    ckpt.insert("optimizers", optimizers);
+    c10::impl::GenericDict rng = makeDict();
+    rng.insert("noise", c10::List<at::Tensor>(gathered[0]));
+    rng.insert("world_size", int64_t{rank_.worldSize});
+    rng.insert("seed", static_cast<int64_t>(o_.seed));
+    if (batches_) {
+      rng.insert("data_epoch", batches_->epoch());
+      rng.insert("data_cursor", batches_->cursor());
+    }
+    ckpt.insert("rng", rng);
+    return writeFileAtomically(o_.outDir + "/checkpoint.pt", torch::pickle_save(ckpt));
+  }
+
+  Status resume() {
+    auto bytes = readFile(o_.resume);
+    if (!bytes)
+      return bytes.status().withContext("--resume");
+    c10::impl::GenericDict ckpt = makeDict();
+    try {
+      ckpt = torch::pickle_load(*bytes).toGenericDict();
+    } catch (const std::exception &e) {
+      return Status::error("--resume " + o_.resume + ": not a ganc checkpoint (" + firstLine(e) + ")");
+    }
+    if (!ckpt.contains("format") || ckpt.at("format").toStringRef() != "ganc-checkpoint")
+      return Status::error("--resume " + o_.resume + ": not a ganc checkpoint");
+    if (ckpt.at("identity").toStringRef() != plan_->identity)
+      return Status::error("--resume " + o_.resume + ": written for another model");
+    auto rng = ckpt.at("rng").toGenericDict();
+    if (rng.at("world_size").toInt() != rank_.worldSize)
+      return Status::error("--resume " + o_.resume + ": written by " +
+                           std::to_string(rng.at("world_size").toInt()) + " ranks, resuming on " +
+                           std::to_string(rank_.worldSize) + " would change the noise streams");
+    torch::NoGradGuard noGrad;
+    auto restore = [&](const std::string &name, at::Tensor t) {
+      size_t dot = name.find('.');
+      std::string owner = dot == std::string::npos ? "model" : name.substr(0, dot);
+      std::string rest = dot == std::string::npos ? name : name.substr(dot + 1);
+      t.copy_(ckpt.at(owner).toGenericDict().at(rest).toTensor());
+    };
+    for (const auto &p : archive_->module.named_parameters(true))
+      restore(p.name, p.value);
+    for (const auto &b : archive_->module.named_buffers(true))
+      restore(b.name, b.value);
+    auto optimizers = ckpt.at("optimizers").toGenericDict();
+    for (auto &[sub, opt] : optimizers_) {
+      opt.loadStateDict(optimizers.at(sub).toGenericDict());
+    }
+    noise_.set_state(rng.at("noise").toTensorList().get(rank_.rank));
+    if (batches_ && rng.contains("data_epoch"))
+      batches_->seek(rng.at("data_epoch").toInt(), rng.at("data_cursor").toInt());
+    step_ = ckpt.at("step").toInt();
+    if (rank_.rank == 0)
+      std::cout << "resumed from " << o_.resume << " at step " << step_ << std::endl;
+    return Status::ok();
+  }
+
+  TrainOptions o_;
+  RankInfo rank_;
+  std::unique_ptr<ir::Module> plan_;
+  std::unique_ptr<frontend::Archive> archive_;
+  ProcessGroup group_;
+  std::unique_ptr<backend::EagerExecutor> executor_;
+  std::map<std::string, Optimizer> optimizers_;
+  std::map<std::string, std::string> ownerOf_;
+  at::Tensor data_;
+  std::unique_ptr<ShardedBatches> batches_;
+  at::Generator noise_;
+  c10::ScalarType inputType_ = c10::kFloat;
+  int64_t step_ = 0;
+};
+
+} // namespace
+
+Status train(const TrainOptions &options, bool &started) {
+  started = false;
+  try {
+    return Trainer(options).run(started);
+  } catch (const std::exception &e) {
+    return Status::error(firstLine(e));
+  }
+}
+
+} // namespace ganc::runtime

@@ -1,0 +1,36 @@
+// The training loop of one rank: phases by interval, inputs from the spec, optimizers,
+// logging, sample grids, checkpoints.
+#pragma once
+
+#include "ir/Status.h"
+
+#include <cstdint>
+#include <string>
+
+namespace ganc::runtime {
+
+struct TrainOptions {
+  std::string plan;
+  std::string model;
+  std::string data;
+  std::string outDir = "ganc-out";
+  std::string resume;
+  /// Rank 0 writes every all-reduced gradient and the final parameters here (parity tests).
+  std::string dumpDir;
+  std::string device = "cpu";
+  int64_t steps = 1000;
+  int64_t logEvery = 50;
+  int64_t sampleEvery = 500;
+  int64_t checkpointEvery = 1000;
+  int64_t samples = 64;
+  uint64_t seed = 0;
+  int timeoutSeconds = 120;
+  int threads = 0; // 0: cores / local ranks
+};
+
+/// Trains this rank to `options.steps`. Errors name the rank, phase and step.
+/// `started` tells whether the error came after set-up (a failure while training, exit 1)
+/// or before (bad input, exit 2).
+Status train(const TrainOptions &options, bool &started);
+
+} // namespace ganc::runtime

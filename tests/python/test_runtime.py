@@ -1,0 +1,144 @@
+"""Runtime behaviour: exact resume, a dying rank, bad plans and bad data."""
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+
+import ganc
+from conftest import archive
+
+
+def compile_plan(ganc_bin, model, out):
+    plan = os.path.join(out, model + ".plan")
+    subprocess.run([ganc_bin, "compile", archive(model), "-o", plan], check=True)
+    return plan
+
+
+def train_args(plan, model, data, out, steps, *extra):
+    return [plan, "--model", archive(model), "--data", data, "--steps", str(steps), "--out", out,
+            "--sample-every", "0", "--log-every", "1000", *extra]
+
+
+def test_resume_continues_exactly(ganc_bin, datasets, tmp_path):
+    plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
+    data = datasets["digits"]
+    straight = str(tmp_path / "straight")
+    subprocess.run([ganc_bin, "run", "--nproc", "2", *train_args(plan, "dcgan32", data, straight, 8,
+                    "--checkpoint-every", "4")], check=True)
+    first = str(tmp_path / "first")
+    subprocess.run([ganc_bin, "run", "--nproc", "2", *train_args(plan, "dcgan32", data, first, 4,
+                    "--checkpoint-every", "4")], check=True)
+    resumed = str(tmp_path / "resumed")
+    subprocess.run([ganc_bin, "run", "--nproc", "2", *train_args(plan, "dcgan32", data, resumed, 8,
+                    "--checkpoint-every", "8", "--resume", os.path.join(first, "checkpoint.pt"))],
+                   check=True)
+    a = ganc.load_checkpoint(os.path.join(straight, "checkpoint.pt"))
+    b = ganc.load_checkpoint(os.path.join(resumed, "checkpoint.pt"))
+    assert a["step"] == b["step"] == 8
+    for sub in ("generator", "discriminator"):
+        for name, t in a[sub].items():
+            assert torch.equal(t, b[sub][name]), f"{sub}.{name} differs after resume"
+    for sub, opt in a["optimizers"].items():
+        for name, state in opt["state"].items():
+            for key, t in state.items():
+                assert torch.equal(t, b["optimizers"][sub]["state"][name][key])
+
+
+def test_checkpoint_loads_into_python_modules(ganc_bin, datasets, tmp_path):
+    import zoo
+    plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
+    out = str(tmp_path / "run")
+    subprocess.run([ganc_bin, "run", "--nproc", "1", *train_args(plan, "dcgan32", datasets["digits"], out, 2,
+                    "--checkpoint-every", "2")], check=True)
+    ckpt = ganc.load_checkpoint(os.path.join(out, "checkpoint.pt"))
+    gan = zoo.DCGAN(32, 32)
+    gan.generator.load_state_dict(ckpt["generator"])
+    gan.discriminator.load_state_dict(ckpt["discriminator"])
+    assert ckpt["step"] == 2 and len(ckpt["rng"]["noise"]) == 1
+    history = open(os.path.join(out, "loss_history.csv")).read().splitlines()
+    assert history[0] == "step,phase,loss" and len(history) == 1 + 2 * 2
+
+
+def test_a_killed_rank_stops_the_others(ganc_bin, datasets, tmp_path):
+    plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
+    proc = subprocess.Popen([ganc_bin, "run", "--nproc", "3",
+                             *train_args(plan, "dcgan32", datasets["digits"], str(tmp_path / "o"),
+                                         100000, "--checkpoint-every", "0")],
+                            stderr=subprocess.PIPE, text=True)
+    children = []
+    deadline = time.time() + 60
+    while len(children) < 3 and time.time() < deadline:
+        out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout
+        children = [int(p) for p in out.split()]
+        time.sleep(0.2)
+    assert len(children) == 3, "the ranks did not start"
+    time.sleep(3)  # let training get going
+    os.kill(children[1], signal.SIGKILL)
+    start = time.time()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert time.time() - start < 30
+    assert "was killed by signal" in err and "stopping the other ranks" in err
+
+
+def test_a_lone_rank_whose_peer_dies_exits_with_a_message(ganc_bin, datasets, tmp_path):
+    """Under torchrun or SLURM nobody kills the survivors: the collective must fail, not hang."""
+    plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
+    from ganc.oracle import free_port
+    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    args = train_args(plan, "dcgan32", datasets["digits"], str(tmp_path / "o"), 100000,
+                      "--checkpoint-every", "0", "--timeout-s", "20")
+    ranks = [subprocess.Popen([ganc_bin, "train", *args], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    time.sleep(6)
+    ranks[1].kill()
+    _, err = ranks[0].communicate(timeout=60)
+    assert ranks[0].returncode == 1
+    assert "rank 0: phase" in err, err
+
+
+def test_plan_for_another_model_is_refused(ganc_bin, datasets, tmp_path):
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    r = subprocess.run([ganc_bin, "train", plan, "--model", archive("probe_nograd"),
+                        "--data", datasets["ring"], "--steps", "1"], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "was compiled from another model" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+def test_image_folder_errors_are_one_line(ganc_bin, tmp_path):
+    plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = subprocess.run([ganc_bin, "train", plan, "--model", archive("dcgan32"), "--data", str(empty),
+                        "--steps", "1"], capture_output=True, text=True)
+    assert r.returncode == 2 and "no PNG or JPEG images" in r.stderr
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "a.png").write_bytes(b"not a png")
+    r = subprocess.run([ganc_bin, "train", plan, "--model", archive("dcgan32"), "--data", str(broken),
+                        "--steps", "1"], capture_output=True, text=True)
+    assert r.returncode == 2 and "a.png: cannot decode image" in r.stderr
+    assert len(r.stderr.splitlines()) == 1
+
+
+def test_image_folder_trains(ganc_bin, tmp_path):
+    """PNG and JPEG files of another size are decoded, resized to the spec's 3x32x32, trained on."""
+    from PIL import Image
+    folder = tmp_path / "images"
+    folder.mkdir()
+    g = torch.Generator().manual_seed(0)
+    for i in range(40):
+        pixels = (torch.rand(40, 48, 3, generator=g) * 255).to(torch.uint8).numpy()
+        Image.fromarray(pixels).save(folder / f"{i}.{'png' if i % 2 else 'jpg'}")
+    plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
+    out = tmp_path / "out"
+    subprocess.run([ganc_bin, "run", "--nproc", "1", plan, "--model", archive("dcgan32"), "--data", str(folder),
+                    "--steps", "2", "--out", str(out), "--sample-every", "2", "--samples", "4"], check=True)
+    assert (out / "samples.png").exists()
+    # Two ranks of batch 32 need at least 64 images: the error names the sizes.
+    r = subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", archive("dcgan32"), "--data", str(folder),
+                        "--steps", "1"], capture_output=True, text=True)
+    assert r.returncode == 2 and "40 samples are too few for 2 ranks of batch 32" in r.stderr
