@@ -35,6 +35,12 @@ public:
   /// How the phase runs ("eager", "cuda-graph", or "eager (reason)").
   virtual std::string mode(const std::string &phase) const = 0;
   virtual const PhaseReducer &reducer(const std::string &phase) const = 0;
+  /// Seconds the last run spent in the model's forward and backward and in all-reduce
+  /// waits (the rest of a step is ganc's own host overhead).
+  double lastWorkSeconds() const { return lastWorkSeconds_; }
+
+protected:
+  double lastWorkSeconds_ = 0;
 };
 
 /// Runs each phase eagerly with autograd; bucket all-reduces overlap backward through the

@@ -197,7 +197,10 @@ private:
       if (fresh)
         history << "step,phase,loss\n";
     }
+    std::vector<double> stepSeconds, workSeconds;
     for (int64_t step = step_; step < o_.steps; ++step) {
+      auto stepStart = std::chrono::steady_clock::now();
+      double work = 0;
       at::Tensor batch;
       for (const frontend::PhaseSpec &phase : spec.phases) {
         if (step % phase.interval != 0)
@@ -211,10 +214,14 @@ private:
         }
         at::Tensor loss;
         try {
-          loss = executor_->run(phase.name, inputsFor(phase, batch),
+          std::vector<at::Tensor> inputs = inputsFor(phase, batch);
+          loss = executor_->run(phase.name, inputs,
                                 [&](const std::string &name, const backend::PhaseReducer &r) {
+                                  auto t = std::chrono::steady_clock::now();
                                   optimizerStep(step, name, r);
+                                  work += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
                                 });
+          work += executor_->lastWorkSeconds();
         } catch (const std::exception &e) {
           return Status::error(where() + ": phase '" + phase.name + "', step " +
                                std::to_string(step) + ": " + firstLine(e));
@@ -223,6 +230,8 @@ private:
         if (history.is_open())
           history << step << "," << phase.name << "," << lastLoss[phase.name] << "\n";
       }
+      stepSeconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - stepStart).count());
+      workSeconds.push_back(work);
       int64_t done = step + 1;
       if (rank_.rank == 0 && (done % o_.logEvery == 0 || done == o_.steps)) {
         auto now = std::chrono::steady_clock::now();
@@ -247,6 +256,8 @@ private:
       if (o_.checkpointEvery > 0 && (done % o_.checkpointEvery == 0 || last))
         GANC_TRY(writeCheckpoint(done));
     }
+    if (rank_.rank == 0)
+      GANC_TRY(writeTiming(stepSeconds, workSeconds));
     if (!o_.dumpDir.empty() && rank_.rank == 0) {
       c10::Dict<std::string, at::Tensor> params;
       for (const auto &[name, p] : executor_->parameters())
@@ -256,6 +267,20 @@ private:
       GANC_TRY(writeFileAtomically(o_.dumpDir + "/params_final.pt", torch::pickle_save(params)));
     }
     return Status::ok();
+  }
+
+  /// Per-step wall time, and the part of it ganc spends outside the model's forward and
+  /// backward, the all-reduce waits and the optimizer (its own host overhead).
+  Status writeTiming(const std::vector<double> &steps, const std::vector<double> &work) {
+    std::ofstream out(o_.outDir + "/timing.json");
+    out << "{\"step_seconds\": [";
+    for (size_t i = 0; i < steps.size(); ++i)
+      out << (i ? ", " : "") << steps[i];
+    out << "], \"overhead_seconds\": [";
+    for (size_t i = 0; i < steps.size(); ++i)
+      out << (i ? ", " : "") << std::max(0.0, steps[i] - work[i]);
+    out << "]}\n";
+    return out ? Status::ok() : Status::error("cannot write " + o_.outDir + "/timing.json");
   }
 
   Status writeSamples(int64_t step, bool last) {

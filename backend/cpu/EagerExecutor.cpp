@@ -1,8 +1,10 @@
 // The eager executor: the phase method under autograd, all-reduces launched from hooks.
 #include "backend/Executor.h"
 
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/utils/tensor_flatten.h>
 
+#include <chrono>
 #include <set>
 #include <stdexcept>
 
@@ -11,6 +13,11 @@ namespace ganc::backend {
 Expected<std::unique_ptr<EagerExecutor>>
 EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
                       c10::intrusive_ptr<c10d::Backend> group, const ExecutorOptions &options) {
+  // TorchScript's profiling executor swaps in an optimised graph (autodiff subgraphs,
+  // specialisations) after the first calls of a method, which changes results in the last
+  // bits: a resumed run would then differ from an uninterrupted one, and both from eager
+  // PyTorch. ganc runs every phase through the plain interpreter with eager autograd.
+  torch::jit::setGraphExecutorOptimize(false);
   auto e = std::unique_ptr<EagerExecutor>(new EagerExecutor());
   e->module_ = module;
   e->group_ = group;
@@ -101,6 +108,7 @@ at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
   hooks_->setActive(state.reducer.get(), phase);
   std::vector<c10::IValue> args(inputs.begin(), inputs.end());
   at::Tensor loss;
+  auto start = std::chrono::steady_clock::now();
   try {
     loss = module_.get_method(state.plan->method)(args).toTensor();
     loss.backward();
@@ -110,6 +118,7 @@ at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
   }
   hooks_->setActive(nullptr, "");
   state.reducer->finish();
+  lastWorkSeconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!hooks_->unexpected().empty())
     throw std::runtime_error("phase '" + phase + "': parameter '" + hooks_->unexpected()[0] +
                              "' received a gradient that the plan says it never gets; the "

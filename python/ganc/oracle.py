@@ -2,13 +2,10 @@
 
 Each rank loads the same TorchScript archive and spec, draws the same inputs as ganc (data
 sharded by DistributedSampler, normal noise from a generator seeded with seed + rank, drawn
-in spec order), and trains with one of three styles:
-
-- ``ddp``: torch.nn.parallel.DistributedDataParallel(find_unused_parameters=True) around
-  each phase, so every phase's computation goes through DDP's forward. Submodules a phase
-  does not update have requires_grad=False during it (as StyleGAN and mmagic do).
-- ``flat``: no DDP; after backward, every non-None gradient is flattened into one buffer,
-  all-reduced once and divided by the world size (StyleGAN2-ADA / StyleGAN3). Benchmarks only.
+in spec order), and trains with torch.nn.parallel.DistributedDataParallel
+(find_unused_parameters=True) around each phase, so that every phase's computation goes
+through DDP's forward. Submodules a phase does not update have requires_grad=False during it
+(as StyleGAN and mmagic do).
 
 Optimizers are torch.optim's, single-tensor (foreach=False), as on CPU by default.
 """
@@ -17,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import time
 
 import torch
 import torch.distributed as dist
@@ -100,10 +96,13 @@ class Inputs:
         return out
 
 
-def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, style, warmup):
+def _worker(rank, world, port, archive, data_path, steps, seed, out_dir):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    # Run the archive like eager PyTorch (and like ganc): the plain TorchScript interpreter
+    # with eager autograd, not the profiling executor's optimised autodiff graphs.
+    torch._C._set_graph_executor_optimize(False)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     files = {"ganc.json": ""}
     gan = torch.jit.load(archive, _extra_files=files)
@@ -127,15 +126,12 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, style, 
             p.requires_grad_(_owner(n) in updates)
 
     runners = {}
-    if style == "ddp":
-        for phase in spec["phases"]:
-            set_trainable(set(phase["updates"]))
-            runners[phase["name"]] = DDP(PhaseRunner(gan, phase["method"]),
-                                         find_unused_parameters=True,
-                                         broadcast_buffers=broadcast)
-    step_times = []
+    for phase in spec["phases"]:
+        set_trainable(set(phase["updates"]))
+        runners[phase["name"]] = DDP(PhaseRunner(gan, phase["method"]),
+                                     find_unused_parameters=True,
+                                     broadcast_buffers=broadcast)
     for step in range(steps):
-        t0 = time.perf_counter()
         batch = None
         for phase in spec["phases"]:
             if step % phase.get("interval", 1) != 0:
@@ -147,41 +143,24 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, style, 
             for p in params.values():
                 p.grad = None
             args = inputs.for_phase(phase, batch)
-            if style == "ddp":
-                loss = runners[phase["name"]](*args)
-                loss.backward()
-            else:  # flat
-                loss = getattr(gan, phase["method"])(*args)
-                loss.backward()
-                grads = [p for n, p in params.items() if _owner(n) in updates and p.grad is not None]
-                if world > 1 and grads:
-                    flat = torch.cat([p.grad.flatten() for p in grads])
-                    dist.all_reduce(flat)
-                    flat /= world
-                    offset = 0
-                    for p in grads:
-                        p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
-                        offset += p.numel()
+            loss = runners[phase["name"]](*args)
+            loss.backward()
             if out_dir and rank == 0:
                 torch.save({n: p.grad.detach().clone() for n, p in params.items()
                             if _owner(n) in updates and p.grad is not None},
                            os.path.join(out_dir, f"grads_step{step}_{phase['name']}.pt"))
             for s in phase["updates"]:
                 optimizers[s].step()
-        step_times.append(time.perf_counter() - t0)
     if out_dir and rank == 0:
         final = {n: p.detach().clone() for n, p in params.items()}
         final.update({n: b.detach().clone() for n, b in gan.named_buffers()})
         torch.save(final, os.path.join(out_dir, "params_final.pt"))
-        with open(os.path.join(out_dir, "step_times.json"), "w") as f:
-            json.dump(step_times[warmup:], f)
     dist.destroy_process_group()
 
 
-def run(archive, data_path, world, steps, seed, out_dir=None, style="ddp", warmup=0):
-    """Trains `steps` steps on `world` Gloo ranks; rank 0 writes gradients per step and phase,
-    final parameters and buffers, and step times to `out_dir`."""
-    if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-    mp.spawn(_worker, args=(world, free_port(), archive, data_path, steps, seed, out_dir, style, warmup),
+def run(archive, data_path, world, steps, seed, out_dir):
+    """Trains `steps` steps on `world` Gloo ranks; rank 0 writes the all-reduced gradients of
+    every step and phase, and the final parameters and buffers, to `out_dir`."""
+    os.makedirs(out_dir, exist_ok=True)
+    mp.spawn(_worker, args=(world, free_port(), archive, data_path, steps, seed, out_dir),
              nprocs=world, join=True)
