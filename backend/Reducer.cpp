@@ -3,6 +3,7 @@
 
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
+#include <ATen/ScalarOps.h>
 
 namespace ganc::backend {
 
@@ -60,12 +61,12 @@ PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Ten
 }
 
 void PhaseReducer::prepare(const std::map<std::string, at::Tensor> &parameters) {
-  for (at::Tensor &flat : buffers_)
-    flat.zero_();
+  // Every .grad starts undefined, so AccumulateGrad steals backward's fresh gradient instead
+  // of adding into a zeroed buffer; markReady then writes it into the bucket already scaled
+  // by 1/world (one pass, as DDP's mul_out into its bucket views). Nothing is zeroed here.
   for (const auto &[name, tensor] : parameters) {
-    auto slot = slots_.find(name);
     at::Tensor p = tensor;
-    p.mutable_grad() = slot == slots_.end() ? at::Tensor() : slot->second.view;
+    p.mutable_grad() = at::Tensor();
   }
   pending_ = slotsPerBucket_;
   for (auto &[name, slot] : slots_)
@@ -81,14 +82,11 @@ bool PhaseReducer::markReady(const std::string &parameter, const at::Tensor &ten
   bool &ready = ready_[parameter];
   if (ready)
     return true; // a second backward in one phase: the bucket has already gone
-  // create_graph backward replaces .grad out of place instead of accumulating into the
-  // view; move such a gradient into the bucket.
-  const at::Tensor &grad = tensor.grad();
-  if (grad.defined() && !grad.is_same(slot->second.view)) {
-    slot->second.view.copy_(grad);
-    at::Tensor p = tensor;
-    p.mutable_grad() = slot->second.view;
-  }
+  at::Tensor p = tensor;
+  const at::Tensor grad = p.grad();
+  if (grad.defined() && !grad.is_same(slot->second.view))
+    at::mul_out(slot->second.view, grad, at::native::wrapped_scalar_tensor(scale_));
+  p.mutable_grad() = slot->second.view;
   ready = true;
   if (--pending_[slot->second.bucket] == 0)
     launchReady();
@@ -100,7 +98,6 @@ void PhaseReducer::launchReady() {
   // bucket k, even if it completes first.
   while (nextLaunch_ < scheduleOrder_.size() && pending_[scheduleOrder_[nextLaunch_]] == 0) {
     at::Tensor &flat = buffers_[scheduleOrder_[nextLaunch_]];
-    flat.mul_(scale_);
     if (launch) {
       works_.push_back(launch(flat));
     } else {
@@ -111,8 +108,17 @@ void PhaseReducer::launchReady() {
   }
 }
 
-void PhaseReducer::finish() {
-  // Gradients that never arrived (a branch not taken on this rank) count as zeros.
+void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
+  // A gradient that never arrived (a branch not taken on this rank) counts as zeros: its
+  // slot still holds the previous iteration's values.
+  for (auto &[name, ready] : ready_) {
+    if (ready)
+      continue;
+    Slot &slot = slots_.at(name);
+    slot.view.zero_();
+    at::Tensor p = parameters.at(name);
+    p.mutable_grad() = slot.view;
+  }
   for (int &p : pending_)
     p = 0;
   launchReady();

@@ -15,10 +15,11 @@
 namespace ganc::backend {
 
 /// Runs the all-reduces of one phase exactly as its plan says. Each bucket is one flat
-/// buffer; every used parameter's `.grad` is a view into its slot, so backward accumulates
-/// straight into the buffer (no copy before the all-reduce). When the last gradient of a
-/// bucket is accumulated, the bucket is scaled by 1/world (as DDP does) and all-reduced with
-/// SUM, in the plan's schedule order, while the rest of backward goes on.
+/// buffer. When backward completes a parameter's gradient, it is written into the
+/// parameter's slot scaled by 1/world (as DDP does) and the parameter's `.grad` becomes a view
+/// of that slot; when the last slot of a bucket is written, the bucket is all-reduced with
+/// SUM, in the plan's schedule order, while the rest of backward goes on. The optimizer then
+/// reads the averaged gradients straight from the buckets.
 class PhaseReducer {
 public:
   /// `parameters` maps every module parameter name to its tensor; `device` is where the
@@ -27,14 +28,15 @@ public:
   create(const ir::Phase &phase, const std::map<std::string, at::Tensor> &parameters,
          c10::intrusive_ptr<c10d::Backend> group, c10::Device device);
 
-  /// Before backward: zero the buffers, point the used parameters' .grad at their slots and
-  /// clear every other parameter's .grad (unused parameters keep grad None, like DDP).
+  /// Before backward: clear every parameter's .grad (unused parameters keep grad None, like
+  /// DDP; used ones get their slot view when their gradient arrives).
   void prepare(const std::map<std::string, at::Tensor> &parameters);
   /// From a parameter's post-accumulate hook: its gradient for this backward is complete.
   /// Returns false when the plan does not expect a gradient for it.
   bool markReady(const std::string &parameter, const at::Tensor &tensor);
-  /// After backward: launch any bucket not launched yet (in order) and wait for all of them.
-  void finish();
+  /// After backward: zero the slots of gradients that never arrived, launch any bucket not
+  /// launched yet (in order) and wait for all of them.
+  void finish(const std::map<std::string, at::Tensor> &parameters);
 
   const std::vector<std::string> &usedNames() const { return usedNames_; }
   const std::vector<at::Tensor> &usedParameters() const { return usedParameters_; }

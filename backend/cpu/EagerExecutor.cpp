@@ -117,7 +117,7 @@ at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
     throw;
   }
   hooks_->setActive(nullptr, "");
-  state.reducer->finish();
+  state.reducer->finish(parameters_);
   lastWorkSeconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!hooks_->unexpected().empty())
     throw std::runtime_error("phase '" + phase + "': parameter '" + hooks_->unexpected()[0] +
