@@ -25,19 +25,26 @@ struct ExecutorOptions {
 /// runtime's optimizers step there (inside the captured graph on CUDA).
 using StepFn = std::function<void(const std::string &phase, const PhaseReducer &)>;
 
+/// Produces a phase's inputs in the method's argument order. On CUDA it runs inside the
+/// captured region, so noise drawn there is drawn anew by every replay.
+using InputFn = std::function<std::vector<at::Tensor>()>;
+
 /// One rank's executor of every phase in a plan.
 class PhaseExecutor {
 public:
   virtual ~PhaseExecutor() = default;
-  /// Runs `phase` on `inputs` (in the method's argument order) and returns its local loss.
-  virtual at::Tensor run(const std::string &phase, const std::vector<at::Tensor> &inputs,
-                         const StepFn &step) = 0;
+  /// Runs `phase` on the inputs `inputs` makes and returns its local loss (on the device;
+  /// reading it synchronises).
+  virtual at::Tensor run(const std::string &phase, const InputFn &inputs, const StepFn &step) = 0;
   /// How the phase runs ("eager", "cuda-graph", or "eager (reason)").
   virtual std::string mode(const std::string &phase) const = 0;
   virtual const PhaseReducer &reducer(const std::string &phase) const = 0;
   /// Seconds the last run spent in the model's forward and backward and in all-reduce
   /// waits (the rest of a step is ganc's own host overhead).
   double lastWorkSeconds() const { return lastWorkSeconds_; }
+  /// GPU seconds spent in graph replays so far, when profiling was asked for (waits for the
+  /// GPU); 0 where it does not apply.
+  virtual double replayGpuSeconds() { return 0; }
 
 protected:
   double lastWorkSeconds_ = 0;
@@ -48,13 +55,13 @@ protected:
 /// the capture-safety pass marked eager.
 class EagerExecutor : public PhaseExecutor {
 public:
-  static Expected<std::unique_ptr<EagerExecutor>>
-  create(const ir::Module &plan, torch::jit::Module module,
-         c10::intrusive_ptr<c10d::Backend> group, const ExecutorOptions &options);
+  static Expected<std::unique_ptr<EagerExecutor>> create(const ir::Module &plan,
+                                                         torch::jit::Module module,
+                                                         c10::intrusive_ptr<c10d::Backend> group,
+                                                         const ExecutorOptions &options);
   ~EagerExecutor() override;
 
-  at::Tensor run(const std::string &phase, const std::vector<at::Tensor> &inputs,
-                 const StepFn &step) override;
+  at::Tensor run(const std::string &phase, const InputFn &inputs, const StepFn &step) override;
   std::string mode(const std::string &phase) const override { return "eager"; }
   const PhaseReducer &reducer(const std::string &phase) const override;
 

@@ -1,9 +1,9 @@
 // Bucketed all-reduce of one phase's gradients, launched from post-accumulate hooks.
 #include "backend/Reducer.h"
 
+#include <ATen/ScalarOps.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
-#include <ATen/ScalarOps.h>
 
 namespace ganc::backend {
 
@@ -31,16 +31,17 @@ PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Ten
     const ir::Bucket &bucket = phase.buckets[b];
     c10::ScalarType dtype = dtypeOf(bucket.dtype);
     int64_t elementSize = static_cast<int64_t>(c10::elementSize(dtype));
-    at::Tensor flat = torch::zeros({bucket.bytes / elementSize}, at::TensorOptions(dtype).device(device));
+    at::Tensor flat =
+        torch::zeros({bucket.bytes / elementSize}, at::TensorOptions(dtype).device(device));
     for (const ir::Bucket::Slot &slot : bucket.slots) {
       auto it = parameters.find(slot.parameter);
       if (it == parameters.end())
-        return Status::error("phase '" + phase.name + "': the plan's parameter '" +
-                             slot.parameter + "' does not exist in the model");
+        return Status::error("phase '" + phase.name + "': the plan's parameter '" + slot.parameter +
+                             "' does not exist in the model");
       const at::Tensor &p = it->second;
       if (p.scalar_type() != dtype || p.nbytes() != static_cast<size_t>(slot.bytes))
-        return Status::error("phase '" + phase.name + "': parameter '" + slot.parameter +
-                             "' has " + std::to_string(p.nbytes()) + " bytes of " +
+        return Status::error("phase '" + phase.name + "': parameter '" + slot.parameter + "' has " +
+                             std::to_string(p.nbytes()) + " bytes of " +
                              std::string(c10::toString(p.scalar_type())) + " in the model but " +
                              std::to_string(slot.bytes) + " bytes of " + bucket.dtype +
                              " in the plan");

@@ -58,9 +58,9 @@ private:
   c10::intrusive_ptr<c10d::Backend> group_;
   double scale_ = 1.0;
   std::vector<at::Tensor> buffers_;
-  std::vector<int> scheduleOrder_;       // bucket indices in launch order
+  std::vector<int> scheduleOrder_; // bucket indices in launch order
   std::vector<int> slotsPerBucket_;
-  std::vector<int> pending_;             // gradients still to come, per bucket
+  std::vector<int> pending_; // gradients still to come, per bucket
   std::map<std::string, Slot> slots_;
   std::map<std::string, bool> ready_;
   std::vector<std::string> usedNames_;

@@ -20,19 +20,32 @@ namespace jit = torch::jit;
 
 std::string dtypeName(c10::ScalarType type) {
   switch (type) {
-  case c10::ScalarType::Half: return "f16";
-  case c10::ScalarType::BFloat16: return "bf16";
-  case c10::ScalarType::Float: return "f32";
-  case c10::ScalarType::Double: return "f64";
-  case c10::ScalarType::Char: return "i8";
-  case c10::ScalarType::Short: return "i16";
-  case c10::ScalarType::Int: return "i32";
-  case c10::ScalarType::Long: return "i64";
-  case c10::ScalarType::Byte: return "u8";
-  case c10::ScalarType::Bool: return "b8";
-  case c10::ScalarType::ComplexFloat: return "c64";
-  case c10::ScalarType::ComplexDouble: return "c128";
-  default: return "";
+  case c10::ScalarType::Half:
+    return "f16";
+  case c10::ScalarType::BFloat16:
+    return "bf16";
+  case c10::ScalarType::Float:
+    return "f32";
+  case c10::ScalarType::Double:
+    return "f64";
+  case c10::ScalarType::Char:
+    return "i8";
+  case c10::ScalarType::Short:
+    return "i16";
+  case c10::ScalarType::Int:
+    return "i32";
+  case c10::ScalarType::Long:
+    return "i64";
+  case c10::ScalarType::Byte:
+    return "u8";
+  case c10::ScalarType::Bool:
+    return "b8";
+  case c10::ScalarType::ComplexFloat:
+    return "c64";
+  case c10::ScalarType::ComplexDouble:
+    return "c128";
+  default:
+    return "";
   }
 }
 
@@ -342,13 +355,20 @@ private:
         return ir::Type::tensor(dtype, *sizes);
       return ir::Type::unknownTensor(dtype);
     }
-    case TypeKind::IntType: return ir::Type::other("int");
-    case TypeKind::FloatType: return ir::Type::other("float");
-    case TypeKind::BoolType: return ir::Type::other("bool");
-    case TypeKind::NoneType: return ir::Type::other("none");
-    case TypeKind::StringType: return ir::Type::other("str");
-    case TypeKind::DeviceObjType: return ir::Type::other("device");
-    case TypeKind::NumberType: return ir::Type::other("number");
+    case TypeKind::IntType:
+      return ir::Type::other("int");
+    case TypeKind::FloatType:
+      return ir::Type::other("float");
+    case TypeKind::BoolType:
+      return ir::Type::other("bool");
+    case TypeKind::NoneType:
+      return ir::Type::other("none");
+    case TypeKind::StringType:
+      return ir::Type::other("str");
+    case TypeKind::DeviceObjType:
+      return ir::Type::other("device");
+    case TypeKind::NumberType:
+      return ir::Type::other("number");
     case TypeKind::ListType:
       return ir::Type::other("list", {convert(type->containedTypes()[0])});
     case TypeKind::OptionalType:
@@ -359,8 +379,10 @@ private:
         elements.push_back(convert(t));
       return ir::Type::other("tuple", elements);
     }
-    case TypeKind::ClassType: return ir::Type::other("object");
-    default: return ir::Type::other("any");
+    case TypeKind::ClassType:
+      return ir::Type::other("object");
+    default:
+      return ir::Type::other("any");
     }
   }
 
@@ -375,10 +397,18 @@ private:
     for (c10::Symbol name : node->attributeNames()) {
       std::string key = name.toUnqualString();
       switch (node->kindOf(name)) {
-      case jit::AttributeKind::i: attrs.emplace_back(key, node->i(name)); break;
-      case jit::AttributeKind::f: attrs.emplace_back(key, node->f(name)); break;
-      case jit::AttributeKind::s: attrs.emplace_back(key, node->s(name)); break;
-      case jit::AttributeKind::is: attrs.emplace_back(key, node->is(name)); break;
+      case jit::AttributeKind::i:
+        attrs.emplace_back(key, node->i(name));
+        break;
+      case jit::AttributeKind::f:
+        attrs.emplace_back(key, node->f(name));
+        break;
+      case jit::AttributeKind::s:
+        attrs.emplace_back(key, node->s(name));
+        break;
+      case jit::AttributeKind::is:
+        attrs.emplace_back(key, node->is(name));
+        break;
       case jit::AttributeKind::ival: {
         const c10::IValue &v = node->ival(name);
         if (v.isBool())
@@ -397,8 +427,11 @@ private:
           attrs.emplace_back(key, std::string(v.tagKind()));
         break;
       }
-      case jit::AttributeKind::t: attrs.emplace_back(key, std::string("tensor")); break;
-      default: break;
+      case jit::AttributeKind::t:
+        attrs.emplace_back(key, std::string("tensor"));
+        break;
+      default:
+        break;
       }
     }
     return attrs;
@@ -429,8 +462,8 @@ private:
 
   Status lowerBlock(jit::Block *block, ir::Block &out, bool noGrad) {
     // The graph's own inputs (self and the phase inputs) are not block arguments.
-    for (jit::Value *arg : block == block->owningGraph()->block() ? c10::ArrayRef<jit::Value *>()
-                                                                 : block->inputs()) {
+    for (jit::Value *arg :
+         block == block->owningGraph()->block() ? c10::ArrayRef<jit::Value *>() : block->inputs()) {
       ir::Value *v = phase_->newValue(arg->debugName(), typeOf(arg));
       values_[arg] = v;
       out.arguments.push_back(v);
@@ -464,7 +497,8 @@ private:
           bool isParam = target->second.kind == AttrTarget::Kind::Parameter;
           op->name = isParam ? "ganc.param" : "ganc.buffer";
           op->symbol = target->second.path;
-          ir::Value *v = phase_->newValue(node->output()->debugName(), tensorType(op->symbol, isParam));
+          ir::Value *v =
+              phase_->newValue(node->output()->debugName(), tensorType(op->symbol, isParam));
           v->definingOp = op.get();
           op->results.push_back(v);
           values_[node->output()] = v;
@@ -492,7 +526,8 @@ private:
         auto it = values_.find(in);
         if (it == values_.end()) {
           auto t = targets_.find(in);
-          std::string what = t != targets_.end() ? "module '" + t->second.path + "'" : "%" + in->debugName();
+          std::string what =
+              t != targets_.end() ? "module '" + t->second.path + "'" : "%" + in->debugName();
           return Status::error("phase '" + spec_.name + "': op " + op->name + " uses " + what +
                                " as a value, which ganc cannot lower");
         }

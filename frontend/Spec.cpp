@@ -71,10 +71,10 @@ Status parseInto(const json &j, Spec &spec) {
     return dataShape.status();
   spec.dataShape = dataShape.take();
   spec.inputDtype = j.value("dtype", "float32");
-  GANC_TRY(need(spec.inputDtype == "float32" || spec.inputDtype == "float64" ||
-                    spec.inputDtype == "bfloat16" || spec.inputDtype == "float16",
-                "'dtype' must be float32, float64, bfloat16 or float16, got '" +
-                    spec.inputDtype + "'"));
+  GANC_TRY(
+      need(spec.inputDtype == "float32" || spec.inputDtype == "float64" ||
+               spec.inputDtype == "bfloat16" || spec.inputDtype == "float16",
+           "'dtype' must be float32, float64, bfloat16 or float16, got '" + spec.inputDtype + "'"));
   GANC_TRY(need(j.contains("phases") && j["phases"].is_array() && !j["phases"].empty(),
                 "'phases' must be a non-empty list"));
   std::set<std::string> names;

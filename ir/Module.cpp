@@ -8,14 +8,14 @@ namespace ganc::ir {
 
 namespace {
 const std::set<std::string> &tensorDtypes() {
-  static const std::set<std::string> dtypes = {"f16", "bf16", "f32", "f64", "i8",  "i16", "i32",
-                                               "i64", "u8",   "b8",  "c64", "c128", "f8e4m3",
-                                               "f8e5m2"};
+  static const std::set<std::string> dtypes = {"f16", "bf16", "f32",    "f64",   "i8",
+                                               "i16", "i32",  "i64",    "u8",    "b8",
+                                               "c64", "c128", "f8e4m3", "f8e5m2"};
   return dtypes;
 }
 const std::set<std::string> &floatDtypes() {
-  static const std::set<std::string> dtypes = {"f16", "bf16", "f32", "f64", "c64", "c128",
-                                               "f8e4m3", "f8e5m2"};
+  static const std::set<std::string> dtypes = {"f16", "bf16", "f32",    "f64",
+                                               "c64", "c128", "f8e4m3", "f8e5m2"};
   return dtypes;
 }
 } // namespace
@@ -55,7 +55,7 @@ bool Type::mayCarryGradient() const {
 
 int64_t Type::elementSize(const std::string &dtype) {
   static const std::map<std::string, int64_t> sizes = {
-      {"f16", 2}, {"bf16", 2}, {"f32", 4}, {"f64", 8}, {"i8", 1},  {"i16", 2},    {"i32", 4},
+      {"f16", 2}, {"bf16", 2}, {"f32", 4}, {"f64", 8}, {"i8", 1},    {"i16", 2},    {"i32", 4},
       {"i64", 8}, {"u8", 1},   {"b8", 1},  {"c64", 8}, {"c128", 16}, {"f8e4m3", 1}, {"f8e5m2", 1}};
   auto it = sizes.find(dtype);
   return it == sizes.end() ? 0 : it->second;
@@ -125,9 +125,8 @@ public:
 private:
   std::string identifier() {
     size_t start = pos_;
-    while (pos_ < text_.size() &&
-           (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_' ||
-            text_[pos_] == '.' || text_[pos_] == ':'))
+    while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) ||
+                                   text_[pos_] == '_' || text_[pos_] == '.' || text_[pos_] == ':'))
       ++pos_;
     return text_.substr(start, pos_ - start);
   }

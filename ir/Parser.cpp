@@ -407,7 +407,7 @@ private:
     }
     if (types.size() != resultNames.size())
       return errorAt(opLine, "op " + op->name + " has " + std::to_string(resultNames.size()) +
-                   " results but " + std::to_string(types.size()) + " types");
+                                 " results but " + std::to_string(types.size()) + " types");
     // Results are visible after the op (SSA), so regions are parsed first.
     while (peek('{')) {
       ++pos_;
@@ -486,9 +486,9 @@ private:
         value = identifier() == "true";
       } else {
         size_t start = pos_;
-        while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) ||
-                                       text_[pos_] == '-' || text_[pos_] == '+' ||
-                                       text_[pos_] == '.'))
+        while (pos_ < text_.size() &&
+               (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '-' ||
+                text_[pos_] == '+' || text_[pos_] == '.'))
           ++pos_;
         std::string number = text_.substr(start, pos_ - start);
         if (number.empty())

@@ -97,7 +97,7 @@ private:
   }
 
   void line(int depth, const std::string &text) {
-    out_ << std::string(2 * depth, ' ') << text << "\n";
+    out_ << std::string(static_cast<size_t>(2 * depth), ' ') << text << "\n";
   }
 
   void printPhase(const Phase &p) {

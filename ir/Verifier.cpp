@@ -184,8 +184,6 @@ private:
 
 } // namespace
 
-Status verify(const Module &module) {
-  return Verifier(module).run();
-}
+Status verify(const Module &module) { return Verifier(module).run(); }
 
 } // namespace ganc::ir

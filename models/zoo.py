@@ -166,6 +166,17 @@ class ProbeGAN(MLPGAN):
         self.discriminator = AuxDiscriminator(64, use_projection=True)
 
 
+class HostSyncGAN(MLPGAN):
+    """A G phase that branches on a loss value: the branch reads the tensor on the host, so
+    the phase cannot be captured as a CUDA Graph and must replay eagerly."""
+
+    def phase_g(self, z):
+        loss = F.softplus(-self.discriminator(self.generator(z))).mean()
+        if bool(loss > 10.0):
+            loss = loss * 0.1
+        return loss
+
+
 def mlp_spec(name, batch=64):
     spec = two_phase_spec(name, batch, [2], [8], lr=1e-3, betas=(0.5, 0.999))
     return spec
@@ -179,6 +190,7 @@ ZOO = {
     "mlp": lambda: (MLPGAN(), mlp_spec("mlp")),
     "probe_nograd": lambda: (NoGradGAN(), mlp_spec("probe_nograd", 16)),
     "probe_aux": lambda: (ProbeGAN(), mlp_spec("probe_aux", 16)),
+    "probe_sync": lambda: (HostSyncGAN(), mlp_spec("probe_sync", 16)),
 }
 
 

@@ -19,7 +19,9 @@ namespace ganc::passes {
 
 namespace {
 
-int64_t alignUp(int64_t n) { return (n + ir::kBucketAlignment - 1) / ir::kBucketAlignment * ir::kBucketAlignment; }
+int64_t alignUp(int64_t n) {
+  return (n + ir::kBucketAlignment - 1) / ir::kBucketAlignment * ir::kBucketAlignment;
+}
 
 class BucketBuilder {
 public:
@@ -60,7 +62,9 @@ public:
 
 private:
   int64_t capOf(int index) const { return index == 0 ? o_.firstBucketCapBytes : o_.bucketCapBytes; }
-  int64_t currentCap() const { return buckets_.empty() ? o_.firstBucketCapBytes : o_.bucketCapBytes; }
+  int64_t currentCap() const {
+    return buckets_.empty() ? o_.firstBucketCapBytes : o_.bucketCapBytes;
+  }
 
   const PassOptions &o_;
   std::vector<ir::Bucket> buckets_;
@@ -87,8 +91,8 @@ Expected<bool> runBucketing(ir::Module &module, const PassOptions &options) {
         return Status::error("phase @" + phase->name + ": parameter @" + name +
                              " has no known size");
       int64_t op = first.count(name) ? first[name].opIndex : FirstUse::kNever;
-      if (!group.empty() && (op != groupOp || op == FirstUse::kNever ||
-                             p->type.dtype != group.front()->type.dtype)) {
+      if (!group.empty() &&
+          (op != groupOp || op == FirstUse::kNever || p->type.dtype != group.front()->type.dtype)) {
         builder.addGroup(group);
         group.clear();
       }

@@ -55,8 +55,8 @@ Expected<bool> runCaptureSafety(ir::Module &module, const PassOptions &) {
         return;
       if (const char *why = unsafeReason(op.name))
         reason = op.name +
-                 (op.results.empty() ? std::string() : " (%" + op.results[0]->name + ")") +
-                 " " + why;
+                 (op.results.empty() ? std::string() : " (%" + op.results[0]->name + ")") + " " +
+                 why;
     });
     changed |= !phase->hasCaptureFacts || reason != phase->eagerReason;
     phase->eagerReason = reason;

@@ -5,7 +5,7 @@ namespace ganc::passes {
 
 const std::vector<PassInfo> &allPasses() {
   static const std::vector<PassInfo> passes = {
-#define GANC_PASS(NAME, FN, DESC) {NAME, &FN, DESC},
+#define GANC_PASS(NAME, FN, DESC) {NAME, &(FN), DESC},
 #include "passes/Passes.def"
   };
   return passes;

@@ -15,8 +15,8 @@ using ir::Value;
 
 /// Options every pass may read. The defaults are DDP's.
 struct PassOptions {
-  int64_t bucketCapBytes = 25 * 1024 * 1024;
-  int64_t firstBucketCapBytes = 1 * 1024 * 1024;
+  int64_t bucketCapBytes = int64_t{25} << 20;
+  int64_t firstBucketCapBytes = int64_t{1} << 20;
 };
 
 /// A pass rewrites or annotates the module and says whether it changed anything.

@@ -23,33 +23,37 @@ namespace ganc::passes {
 namespace {
 
 bool endsWith(const std::string &s, const std::string &suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 /// Ops whose outputs never require grad, whatever their inputs.
 bool isNonDifferentiable(const std::string &name) {
   static const std::set<std::string> ops = {
-      "aten::detach",     "aten::detach_",     "aten::zeros_like",  "aten::ones_like",
-      "aten::empty_like", "aten::full_like",   "aten::rand_like",   "aten::randn_like",
+      "aten::detach",       "aten::detach_",   "aten::zeros_like",  "aten::ones_like",
+      "aten::empty_like",   "aten::full_like", "aten::rand_like",   "aten::randn_like",
       "aten::randint_like", "aten::new_zeros", "aten::new_ones",    "aten::new_empty",
-      "aten::new_full",   "aten::size",        "aten::numel",       "aten::dim",
-      "aten::argmax",     "aten::argmin",      "prim::NumToTensor", "aten::detach_copy",
-      "prim::shape",      "aten::len"};
+      "aten::new_full",     "aten::size",      "aten::numel",       "aten::dim",
+      "aten::argmax",       "aten::argmin",    "prim::NumToTensor", "aten::detach_copy",
+      "prim::shape",        "aten::len"};
   return ops.count(name) > 0;
 }
 
 /// Ops whose result shares storage with their first operand.
 bool isView(const std::string &name) {
   static const std::set<std::string> ops = {
-      "aten::view",     "aten::reshape",  "aten::flatten",   "aten::unflatten",
-      "aten::squeeze",  "aten::unsqueeze", "aten::transpose", "aten::t",
-      "aten::permute",  "aten::expand",   "aten::expand_as", "aten::select",
-      "aten::slice",    "aten::narrow",   "aten::as_strided", "aten::view_as",
-      "aten::unbind",   "aten::split",    "aten::chunk",     "aten::diagonal",
-      "aten::movedim",  "aten::unfold",   "aten::alias",     "aten::contiguous",
-      "aten::to",       "aten::type_as",  "aten::__getitem__", "prim::ListUnpack",
-      "aten::reshape_as", "aten::split_with_sizes", "aten::tensor_split", "aten::real",
-      "aten::imag",     "aten::swapaxes", "aten::mT"};
+      "aten::view",         "aten::reshape",    "aten::flatten",
+      "aten::unflatten",    "aten::squeeze",    "aten::unsqueeze",
+      "aten::transpose",    "aten::t",          "aten::permute",
+      "aten::expand",       "aten::expand_as",  "aten::select",
+      "aten::slice",        "aten::narrow",     "aten::as_strided",
+      "aten::view_as",      "aten::unbind",     "aten::split",
+      "aten::chunk",        "aten::diagonal",   "aten::movedim",
+      "aten::unfold",       "aten::alias",      "aten::contiguous",
+      "aten::to",           "aten::type_as",    "aten::__getitem__",
+      "prim::ListUnpack",   "aten::reshape_as", "aten::split_with_sizes",
+      "aten::tensor_split", "aten::real",       "aten::imag",
+      "aten::swapaxes",     "aten::mT"};
   return ops.count(name) > 0;
 }
 

@@ -33,7 +33,11 @@ const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
   --checkpoint-every N    checkpoint every N steps and at the end (default 1000, 0: never)
   --samples N             images in the sample grid (default 64)
   --resume CKPT           continue exactly from a checkpoint
-  --device cpu            where to train (cpu: Gloo)
+  --device cpu|cuda       cpu: Gloo; cuda: NCCL, one GPU per rank (cuda:LOCAL_RANK), each
+                          phase captured once as a CUDA Graph and replayed
+  --cuda-graphs on|off    off: run every phase eagerly on the GPU (default on)
+  --warmup N              eager iterations of each phase before its capture (default 3)
+  --profile               time every graph replay on the GPU (timing.json)
   --timeout-s S           give up on a silent peer after S seconds (default 120)
   --threads N             intra-op threads per rank (default: cores / local ranks)
   --dump-grads DIR        rank 0 writes every all-reduced gradient (parity tests)
@@ -62,24 +66,48 @@ bool parseTrain(const std::vector<std::string> &args, TrainOptions &o, std::stri
       return n;
     };
     try {
-      if (a == "--model") o.model = value();
-      else if (a == "--data") o.data = value();
-      else if (a == "--steps") o.steps = number();
-      else if (a == "--out") o.outDir = value();
-      else if (a == "--seed") o.seed = static_cast<uint64_t>(number());
-      else if (a == "--log-every") o.logEvery = std::max<int64_t>(1, number());
-      else if (a == "--sample-every") o.sampleEvery = number();
-      else if (a == "--checkpoint-every") o.checkpointEvery = number();
-      else if (a == "--samples") o.samples = std::max<int64_t>(1, number());
-      else if (a == "--resume") o.resume = value();
-      else if (a == "--device") o.device = value();
-      else if (a == "--timeout-s") o.timeoutSeconds = static_cast<int>(std::max<int64_t>(1, number()));
-      else if (a == "--threads") o.threads = static_cast<int>(number());
-      else if (a == "--dump-grads") o.dumpDir = value();
+      if (a == "--model")
+        o.model = value();
+      else if (a == "--data")
+        o.data = value();
+      else if (a == "--steps")
+        o.steps = number();
+      else if (a == "--out")
+        o.outDir = value();
+      else if (a == "--seed")
+        o.seed = static_cast<uint64_t>(number());
+      else if (a == "--log-every")
+        o.logEvery = std::max<int64_t>(1, number());
+      else if (a == "--sample-every")
+        o.sampleEvery = number();
+      else if (a == "--checkpoint-every")
+        o.checkpointEvery = number();
+      else if (a == "--samples")
+        o.samples = std::max<int64_t>(1, number());
+      else if (a == "--resume")
+        o.resume = value();
+      else if (a == "--device")
+        o.device = value();
+      else if (a == "--cuda-graphs") {
+        std::string v = value();
+        if (v != "on" && v != "off")
+          throw std::invalid_argument("--cuda-graphs takes on or off, not '" + v + "'");
+        o.cudaGraphs = v == "on";
+      } else if (a == "--warmup")
+        o.warmup = static_cast<int>(number());
+      else if (a == "--profile")
+        o.profile = true;
+      else if (a == "--timeout-s")
+        o.timeoutSeconds = static_cast<int>(std::max<int64_t>(1, number()));
+      else if (a == "--threads")
+        o.threads = static_cast<int>(number());
+      else if (a == "--dump-grads")
+        o.dumpDir = value();
       else if (!a.empty() && a[0] == '-') {
         error = "unknown option '" + a + "' (see ganc train --help)";
         return false;
-      } else if (o.plan.empty()) o.plan = a;
+      } else if (o.plan.empty())
+        o.plan = a;
       else {
         error = "unexpected argument '" + a + "'";
         return false;

@@ -25,7 +25,8 @@ std::string lower(std::string s) {
 
 Expected<at::Tensor> loadImageFolder(const std::string &dir, const std::vector<int64_t> &shape) {
   if (shape.size() != 3 || (shape[0] != 1 && shape[0] != 3))
-    return Status::error("--data " + dir + ": a folder of images needs a [C, H, W] data shape "
+    return Status::error("--data " + dir +
+                         ": a folder of images needs a [C, H, W] data shape "
                          "with C = 1 or 3 in the spec");
   std::vector<fs::path> files;
   for (const auto &entry : fs::directory_iterator(dir)) {
@@ -49,12 +50,12 @@ Expected<at::Tensor> loadImageFolder(const std::string &dir, const std::vector<i
                          .unsqueeze(0);
     stbi_image_free(pixels);
     if (h != shape[1] || w != shape[2])
-      img = torch::nn::functional::interpolate(
-          img, torch::nn::functional::InterpolateFuncOptions()
-                   .size(std::vector<int64_t>{shape[1], shape[2]})
-                   .mode(torch::kBilinear)
-                   .align_corners(false)
-                   .antialias(true));
+      img = torch::nn::functional::interpolate(img,
+                                               torch::nn::functional::InterpolateFuncOptions()
+                                                   .size(std::vector<int64_t>{shape[1], shape[2]})
+                                                   .mode(torch::kBilinear)
+                                                   .align_corners(false)
+                                                   .antialias(true));
     images.push_back(img);
   }
   return (torch::cat(images) / 127.5 - 1.0).contiguous();
@@ -80,7 +81,8 @@ Expected<at::Tensor> loadDataset(const std::string &path, const std::vector<int6
   if (value.isGenericDict() && value.toGenericDict().contains("images"))
     value = value.toGenericDict().at("images");
   if (!value.isTensor())
-    return Status::error("--data " + path + ": holds no tensor (expected a tensor or {'images': tensor})");
+    return Status::error("--data " + path +
+                         ": holds no tensor (expected a tensor or {'images': tensor})");
   at::Tensor data = value.toTensor().to(torch::kFloat32).contiguous();
   std::vector<int64_t> expected = {data.size(0)};
   expected.insert(expected.end(), sampleShape.begin(), sampleShape.end());

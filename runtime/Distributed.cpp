@@ -4,6 +4,11 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#ifdef GANC_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
 #include <cstdlib>
 
 namespace ganc::runtime {
@@ -36,21 +41,58 @@ Expected<RankInfo> rankFromEnvironment() {
   if (const char *addr = std::getenv("MASTER_ADDR"))
     info.masterAddr = addr;
   if (info.rank >= info.worldSize)
-    return Status::error("RANK=" + std::to_string(info.rank) + " is not below WORLD_SIZE=" +
-                         std::to_string(info.worldSize));
+    return Status::error("RANK=" + std::to_string(info.rank) +
+                         " is not below WORLD_SIZE=" + std::to_string(info.worldSize));
   return info;
+}
+
+namespace {
+
+c10::intrusive_ptr<c10d::Store> connectStore(const RankInfo &rank,
+                                             std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(rank.masterPort);
+  options.isServer = rank.rank == 0;
+  options.numWorkers = rank.worldSize;
+  options.waitWorkers = true;
+  options.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(rank.masterAddr, options);
+}
+
+Status joinError(const RankInfo &rank, const std::exception &e) {
+  std::string what = e.what();
+  return Status::error("rank " + std::to_string(rank.rank) + ": cannot join the process group at " +
+                       rank.masterAddr + ":" + std::to_string(rank.masterPort) + " (" +
+                       what.substr(0, what.find('\n')) + ")");
+}
+
+} // namespace
+
+Expected<ProcessGroup> createNcclGroup(const RankInfo &rank, std::chrono::milliseconds timeout) {
+#ifdef GANC_WITH_CUDA
+  ProcessGroup group;
+  try {
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(rank.localRank));
+    group.store = connectStore(rank, timeout);
+    auto options = c10d::ProcessGroupNCCL::Options::create();
+    options->timeout = timeout;
+    group.backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(group.store, rank.rank,
+                                                                rank.worldSize, options);
+  } catch (const std::exception &e) {
+    return joinError(rank, e);
+  }
+  return group;
+#else
+  (void)timeout;
+  return Status::error("rank " + std::to_string(rank.rank) +
+                       ": this ganc was built without the CUDA backend (NCCL)");
+#endif
 }
 
 Expected<ProcessGroup> createGlooGroup(const RankInfo &rank, std::chrono::milliseconds timeout) {
   ProcessGroup group;
   try {
-    c10d::TCPStoreOptions options;
-    options.port = static_cast<uint16_t>(rank.masterPort);
-    options.isServer = rank.rank == 0;
-    options.numWorkers = rank.worldSize;
-    options.waitWorkers = true;
-    options.timeout = timeout;
-    group.store = c10::make_intrusive<c10d::TCPStore>(rank.masterAddr, options);
+    group.store = connectStore(rank, timeout);
     auto gloo = c10d::ProcessGroupGloo::Options::create();
     gloo->timeout = timeout;
     // Loopback rendezvous: bind Gloo to loopback too (the host name may not resolve in a
@@ -66,10 +108,7 @@ Expected<ProcessGroup> createGlooGroup(const RankInfo &rank, std::chrono::millis
     group.backend =
         c10::make_intrusive<c10d::ProcessGroupGloo>(group.store, rank.rank, rank.worldSize, gloo);
   } catch (const std::exception &e) {
-    std::string what = e.what();
-    return Status::error("rank " + std::to_string(rank.rank) + ": cannot join the process group at " +
-                         rank.masterAddr + ":" + std::to_string(rank.masterPort) + " (" +
-                         what.substr(0, what.find('\n')) + ")");
+    return joinError(rank, e);
   }
   return group;
 }

@@ -19,7 +19,8 @@ at::Tensor scatter(const at::Tensor &points) {
   auto acc = canvas.accessor<uint8_t, 3>();
   for (int64_t i = 0; i < p.size(0); ++i) {
     float x = p[i][0].item<float>(), y = p[i][1].item<float>();
-    int cx = static_cast<int>((x + 2.f) / 4.f * size), cy = static_cast<int>((2.f - y) / 4.f * size);
+    int cx = static_cast<int>((x + 2.f) / 4.f * size),
+        cy = static_cast<int>((2.f - y) / 4.f * size);
     for (int dy = -1; dy <= 1; ++dy)
       for (int dx = -1; dx <= 1; ++dx) {
         int px = cx + dx, py = cy + dy;
@@ -58,7 +59,8 @@ Status writeSampleGrid(const at::Tensor &samples, const std::string &path) {
   else if (s.dim() == 4 && (s.size(1) == 1 || s.size(1) == 3))
     image = grid(s);
   else
-    return Status::error("samples of shape " + c10::str(s.sizes()) + " are neither images nor 2-D points");
+    return Status::error("samples of shape " + c10::str(s.sizes()) +
+                         " are neither images nor 2-D points");
   std::string tmp = path + ".tmp";
   if (!stbi_write_png(tmp.c_str(), static_cast<int>(image.size(1)), static_cast<int>(image.size(0)),
                       3, image.data_ptr<uint8_t>(), static_cast<int>(image.size(1) * 3)))

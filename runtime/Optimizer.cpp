@@ -8,6 +8,10 @@ namespace ganc::runtime {
 void Optimizer::step(const std::vector<std::string> &names,
                      const std::vector<at::Tensor> &parameters) {
   torch::NoGradGuard noGrad;
+  if (!parameters.empty() && parameters.front().is_cuda()) {
+    fusedStep(names, parameters);
+    return;
+  }
   for (size_t i = 0; i < parameters.size(); ++i) {
     const at::Tensor &p = parameters[i];
     if (!p.grad().defined())
@@ -62,17 +66,63 @@ void Optimizer::sgd(const at::Tensor &param, ParamState &state) {
   p.add_(grad, -spec_.lr);
 }
 
+void Optimizer::fusedStep(const std::vector<std::string> &names,
+                          const std::vector<at::Tensor> &parameters) {
+  std::vector<at::Tensor> params, grads, expAvgs, expAvgSqs, momenta, steps;
+  bool firstSgdStep = false;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const at::Tensor &p = parameters[i];
+    if (!p.grad().defined())
+      continue;
+    ParamState &state = state_[names[i]];
+    if (!state.deviceStep.defined())
+      state.deviceStep = torch::full({}, state.step, p.options().dtype(torch::kFloat32));
+    params.push_back(p);
+    grads.push_back(p.grad());
+    steps.push_back(state.deviceStep);
+    if (spec_.type == "sgd") {
+      firstSgdStep |= !state.momentum.defined();
+      if (!state.momentum.defined())
+        state.momentum = torch::empty_like(p, at::MemoryFormat::Preserve);
+      momenta.push_back(state.momentum);
+      continue;
+    }
+    if (!state.expAvg.defined()) {
+      state.expAvg = torch::zeros_like(p, at::MemoryFormat::Preserve);
+      state.expAvgSq = torch::zeros_like(p, at::MemoryFormat::Preserve);
+    }
+    expAvgs.push_back(state.expAvg);
+    expAvgSqs.push_back(state.expAvgSq);
+  }
+  if (params.empty())
+    return;
+  at::_foreach_add_(steps, 1);
+  if (spec_.type == "sgd") {
+    // torch.optim.SGD(fused=True): the first step copies the gradient into the momentum
+    // buffer; later steps (the captured ones) update it.
+    at::_fused_sgd_(params, grads, spec_.momentum != 0 ? at::TensorList(momenta) : at::TensorList(),
+                    spec_.weightDecay, spec_.momentum, spec_.lr, 0.0, false, false, firstSgdStep);
+  } else if (spec_.type == "adamw") {
+    at::_fused_adamw_(params, grads, expAvgs, expAvgSqs, {}, steps, spec_.lr, spec_.beta1,
+                      spec_.beta2, spec_.weightDecay, spec_.eps, false, false);
+  } else {
+    at::_fused_adam_(params, grads, expAvgs, expAvgSqs, {}, steps, spec_.lr, spec_.beta1,
+                     spec_.beta2, spec_.weightDecay, spec_.eps, false, false);
+  }
+}
+
 c10::impl::GenericDict Optimizer::stateDict() const {
   c10::impl::GenericDict perParam = makeDict();
   for (const auto &[name, s] : state_) {
     c10::impl::GenericDict entry = makeDict();
-    entry.insert("step", torch::tensor(s.step, torch::kFloat32));
+    entry.insert("step", s.deviceStep.defined() ? s.deviceStep.cpu()
+                                                : torch::tensor(s.step, torch::kFloat32));
     if (s.expAvg.defined()) {
-      entry.insert("exp_avg", s.expAvg);
-      entry.insert("exp_avg_sq", s.expAvgSq);
+      entry.insert("exp_avg", s.expAvg.cpu());
+      entry.insert("exp_avg_sq", s.expAvgSq.cpu());
     }
     if (s.momentum.defined())
-      entry.insert("momentum_buffer", s.momentum);
+      entry.insert("momentum_buffer", s.momentum.cpu());
     perParam.insert(name, entry);
   }
   c10::impl::GenericDict hyper = makeDict();
@@ -94,12 +144,15 @@ void Optimizer::loadStateDict(const c10::impl::GenericDict &dict) {
     auto entry = item.value().toGenericDict();
     ParamState s;
     s.step = entry.at("step").toTensor().item<double>();
+    const c10::Device device = device_;
+    if (device.is_cuda())
+      s.deviceStep = torch::full({}, s.step, at::TensorOptions(device).dtype(torch::kFloat32));
     if (entry.contains("exp_avg")) {
-      s.expAvg = entry.at("exp_avg").toTensor();
-      s.expAvgSq = entry.at("exp_avg_sq").toTensor();
+      s.expAvg = entry.at("exp_avg").toTensor().to(device);
+      s.expAvgSq = entry.at("exp_avg_sq").toTensor().to(device);
     }
     if (entry.contains("momentum_buffer"))
-      s.momentum = entry.at("momentum_buffer").toTensor();
+      s.momentum = entry.at("momentum_buffer").toTensor().to(device);
     state_[item.key().toStringRef()] = s;
   }
 }

@@ -17,10 +17,12 @@ namespace ganc::runtime {
 /// One submodule's optimizer. Per-parameter state is keyed by the parameter's name.
 class Optimizer {
 public:
-  explicit Optimizer(frontend::OptimizerSpec spec) : spec_(std::move(spec)) {}
+  Optimizer(frontend::OptimizerSpec spec, c10::Device device)
+      : spec_(std::move(spec)), device_(device) {}
 
   /// One step over `parameters` (their .grad holds the all-reduced gradient), exactly as
-  /// torch.optim's single-tensor implementation of the same optimizer does it.
+  /// torch.optim does it: its single-tensor code on CPU; on CUDA its fused kernels
+  /// (fused=True), whose step counts live on the device so a captured graph stays valid.
   void step(const std::vector<std::string> &names, const std::vector<at::Tensor> &parameters);
 
   /// State as {"state": {name: {...}}, "hyper": {...}}, loadable by torch.load.
@@ -30,13 +32,16 @@ public:
 
 private:
   struct ParamState {
-    double step = 0; // torch.optim keeps this as a float tensor; it only counts steps
+    double step = 0;       // CPU: torch.optim keeps this as a float tensor; it only counts
+    at::Tensor deviceStep; // CUDA: the same count, on the device
     at::Tensor expAvg, expAvgSq, momentum;
   };
   void adam(const at::Tensor &param, ParamState &state);
   void sgd(const at::Tensor &param, ParamState &state);
+  void fusedStep(const std::vector<std::string> &names, const std::vector<at::Tensor> &params);
 
   frontend::OptimizerSpec spec_;
+  c10::Device device_;
   std::map<std::string, ParamState> state_;
 };
 

@@ -1,7 +1,11 @@
 // One rank's training loop.
 #include "runtime/Trainer.h"
 
+#include "backend/Device.h"
 #include "backend/Executor.h"
+#ifdef GANC_WITH_CUDA
+#include "backend/cuda/CudaGraphExecutor.h"
+#endif
 #include "frontend/Frontend.h"
 #include "runtime/Data.h"
 #include "runtime/Distributed.h"
@@ -94,24 +98,35 @@ private:
                            plan_->identity + "), not " + o_.model + " (identity " +
                            archive_->identity + "); run ganc compile " + o_.model + " again");
     const frontend::Spec &spec = archive_->spec;
-    if (o_.device != "cpu")
-      return Status::error("--device " + o_.device + " is not available in this build; use cpu");
-
-    auto group = createGlooGroup(rank_, std::chrono::seconds(o_.timeoutSeconds));
-    if (!group)
-      return group.status();
-    group_ = *group;
+    GANC_TRY(setUpDevice());
     backend::ExecutorOptions options;
-    options.device = c10::kCPU;
+    options.device = device_;
     options.broadcastBuffers = spec.buffers == "broadcast";
-    auto executor = backend::EagerExecutor::create(*plan_, archive_->module, group_.backend, options);
-    if (!executor)
-      return executor.status().withContext(o_.plan);
-    executor_ = executor.take();
-    executor_->broadcastState();
+    if (device_.is_cuda()) {
+#ifdef GANC_WITH_CUDA
+      backend::CudaOptions cuda;
+      cuda.useGraphs = o_.cudaGraphs;
+      cuda.warmupIterations = o_.warmup;
+      cuda.profile = o_.profile;
+      auto executor = backend::CudaGraphExecutor::create(*plan_, archive_->module, group_.backend,
+                                                         options, cuda);
+      if (!executor)
+        return executor.status().withContext(o_.plan);
+      eager_ = &(*executor)->eager();
+      executor_ = executor.take();
+#endif
+    } else {
+      auto executor =
+          backend::EagerExecutor::create(*plan_, archive_->module, group_.backend, options);
+      if (!executor)
+        return executor.status().withContext(o_.plan);
+      eager_ = executor->get();
+      executor_ = executor.take();
+    }
+    eager_->broadcastState();
 
     for (const auto &[sub, optSpec] : spec.optimizers)
-      optimizers_.emplace(sub, Optimizer(optSpec));
+      optimizers_.emplace(sub, Optimizer(optSpec, device_));
     for (const auto &phase : plan_->phases)
       for (const std::string &name : phase->used)
         ownerOf_[name] = plan_->findParameter(name)->owner;
@@ -134,9 +149,12 @@ private:
         return Status::error("--data " + o_.data + ": " + std::to_string(data_.size(0)) +
                              " samples are too few for " + std::to_string(rank_.worldSize) +
                              " ranks of batch " + std::to_string(spec.batchSize));
+      std::vector<int64_t> shape = {spec.batchSize};
+      shape.insert(shape.end(), spec.dataShape.begin(), spec.dataShape.end());
+      batch_ = std::make_unique<backend::StagedBatch>(shape, data_.scalar_type(), device_);
     }
     inputType_ = frontend::inputScalarType(spec);
-    noise_ = at::detail::createCPUGenerator(o_.seed + static_cast<uint64_t>(rank_.rank));
+    noise_ = backend::noiseGenerator(device_, o_.seed + static_cast<uint64_t>(rank_.rank));
     if (rank_.rank == 0) {
       std::error_code ec;
       fs::create_directories(o_.outDir, ec);
@@ -150,29 +168,68 @@ private:
     return Status::ok();
   }
 
-  std::vector<at::Tensor> inputsFor(const frontend::PhaseSpec &phase, const at::Tensor &batch) {
+  /// CPU ranks use Gloo; GPU ranks NCCL, one GPU each (cuda:LOCAL_RANK), the model moved
+  /// there before the executor binds its parameters.
+  Status setUpDevice() {
+    std::chrono::seconds timeout(o_.timeoutSeconds);
+    if (o_.device == "cpu") {
+      device_ = c10::kCPU;
+      auto group = createGlooGroup(rank_, timeout);
+      if (!group)
+        return group.status();
+      group_ = *group;
+      return Status::ok();
+    }
+    if (o_.device != "cuda")
+      return Status::error("--device takes cpu or cuda, not '" + o_.device + "'");
+#ifdef GANC_WITH_CUDA
+    if (!backend::cudaAvailable())
+      return Status::error("--device cuda: no GPU is visible to this process");
+    if (rank_.localRank >= static_cast<int>(torch::cuda::device_count()))
+      return Status::error("--device cuda: LOCAL_RANK " + std::to_string(rank_.localRank) +
+                           " has no GPU (" + std::to_string(torch::cuda::device_count()) +
+                           " visible)");
+    device_ = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(rank_.localRank));
+    archive_->module.to(device_);
+    auto group = createNcclGroup(rank_, timeout);
+    if (!group)
+      return group.status();
+    group_ = *group;
+    return Status::ok();
+#else
+    return Status::error("--device cuda: this ganc was built without the CUDA backend");
+#endif
+  }
+
+  std::vector<at::Tensor> inputsFor(const frontend::PhaseSpec &phase) {
     std::vector<at::Tensor> inputs;
     for (const frontend::InputSpec &in : phase.inputs) {
       if (in.source == "data") {
-        inputs.push_back(batch);
+        inputs.push_back(batch_->tensor());
       } else {
+        // Drawn in float32 and cast, like the eager reference; on CUDA this runs inside the
+        // captured graph and every replay draws anew.
         std::vector<int64_t> shape = {archive_->spec.batchSize};
         shape.insert(shape.end(), in.shape.begin(), in.shape.end());
-        inputs.push_back(torch::randn(shape, noise_).to(inputType_));
+        inputs.push_back(torch::randn(shape, noise_, at::TensorOptions(device_)).to(inputType_));
       }
     }
     return inputs;
   }
 
-  void optimizerStep(int64_t step, const std::string &phase, const backend::PhaseReducer &reducer) {
-    if (!o_.dumpDir.empty() && rank_.rank == 0) {
-      c10::Dict<std::string, at::Tensor> grads;
-      for (size_t i = 0; i < reducer.usedNames().size(); ++i)
-        grads.insert(reducer.usedNames()[i], reducer.usedParameters()[i].grad().clone());
-      auto bytes = torch::pickle_save(grads);
-      writeFileAtomically(o_.dumpDir + "/grads_step" + std::to_string(step) + "_" + phase + ".pt",
-                          bytes);
-    }
+  /// Rank 0 writes the phase's all-reduced gradients (still in the buckets after the step:
+  /// the optimizer only reads them). Outside the executor, so it is never captured.
+  Status dumpGradients(int64_t step, const std::string &phase) {
+    const backend::PhaseReducer &reducer = executor_->reducer(phase);
+    c10::Dict<std::string, at::Tensor> grads;
+    for (size_t i = 0; i < reducer.usedNames().size(); ++i)
+      grads.insert(reducer.usedNames()[i], reducer.usedParameters()[i].grad().cpu().clone());
+    return writeFileAtomically(o_.dumpDir + "/grads_step" + std::to_string(step) + "_" + phase +
+                                   ".pt",
+                               torch::pickle_save(grads));
+  }
+
+  void optimizerStep(const backend::PhaseReducer &reducer) {
     std::map<std::string, std::pair<std::vector<std::string>, std::vector<at::Tensor>>> byOwner;
     for (size_t i = 0; i < reducer.usedNames().size(); ++i) {
       auto &entry = byOwner[ownerOf_.at(reducer.usedNames()[i])];
@@ -197,42 +254,63 @@ private:
       if (fresh)
         history << "step,phase,loss\n";
     }
-    std::vector<double> stepSeconds, workSeconds;
+    std::vector<double> stepSeconds, workSeconds, runHostSeconds;
+    struct PendingLoss {
+      int64_t step;
+      std::string phase;
+      at::Tensor loss;
+    };
+    std::vector<PendingLoss> pendingLosses;
     for (int64_t step = step_; step < o_.steps; ++step) {
       auto stepStart = std::chrono::steady_clock::now();
       double work = 0;
-      at::Tensor batch;
+      bool staged = false;
       for (const frontend::PhaseSpec &phase : spec.phases) {
         if (step % phase.interval != 0)
           continue;
         bool wantsData = false;
         for (const auto &in : phase.inputs)
           wantsData |= in.source == "data";
-        if (wantsData && !batch.defined()) {
-          batch = data_.index_select(0, batches_->next());
+        if (wantsData && !staged) {
+          batch_->stage(data_.index_select(0, batches_->next()));
+          staged = true;
           imagesSinceLog += spec.batchSize * rank_.worldSize;
         }
         at::Tensor loss;
+        auto runStart = std::chrono::steady_clock::now();
         try {
-          std::vector<at::Tensor> inputs = inputsFor(phase, batch);
-          loss = executor_->run(phase.name, inputs,
-                                [&](const std::string &name, const backend::PhaseReducer &r) {
-                                  auto t = std::chrono::steady_clock::now();
-                                  optimizerStep(step, name, r);
-                                  work += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-                                });
+          loss = executor_->run(
+              phase.name, [&] { return inputsFor(phase); },
+              [&](const std::string &name, const backend::PhaseReducer &r) {
+                auto t = std::chrono::steady_clock::now();
+                optimizerStep(r);
+                work += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+              });
           work += executor_->lastWorkSeconds();
+          runHostSeconds.push_back(
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - runStart).count());
         } catch (const std::exception &e) {
           return Status::error(where() + ": phase '" + phase.name + "', step " +
                                std::to_string(step) + ": " + firstLine(e));
         }
-        lastLoss[phase.name] = loss.item<double>();
-        if (history.is_open())
-          history << step << "," << phase.name << "," << lastLoss[phase.name] << "\n";
+        if (!o_.dumpDir.empty() && rank_.rank == 0)
+          GANC_TRY(dumpGradients(step, phase.name));
+        // Losses stay on the device until a progress line needs them: reading one per
+        // phase would make the host wait for the GPU every step.
+        pendingLosses.push_back({step, phase.name, loss.clone()});
       }
-      stepSeconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - stepStart).count());
+      stepSeconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - stepStart).count());
       workSeconds.push_back(work);
       int64_t done = step + 1;
+      if (done % o_.logEvery == 0 || done == o_.steps) {
+        for (const PendingLoss &p : pendingLosses) {
+          lastLoss[p.phase] = p.loss.item<double>();
+          if (history.is_open())
+            history << p.step << "," << p.phase << "," << lastLoss[p.phase] << "\n";
+        }
+        pendingLosses.clear();
+      }
       if (rank_.rank == 0 && (done % o_.logEvery == 0 || done == o_.steps)) {
         auto now = std::chrono::steady_clock::now();
         double seconds = std::chrono::duration<double>(now - lastLog).count();
@@ -244,7 +322,8 @@ private:
           line << buffer;
         }
         char rate[64];
-        std::snprintf(rate, sizeof(rate), "  %.1f img/s", seconds > 0 ? imagesSinceLog / seconds : 0.0);
+        std::snprintf(rate, sizeof(rate), "  %.1f img/s",
+                      seconds > 0 ? imagesSinceLog / seconds : 0.0);
         std::cout << line.str() << rate << std::endl;
         history.flush();
         imagesSinceLog = 0;
@@ -256,14 +335,15 @@ private:
       if (o_.checkpointEvery > 0 && (done % o_.checkpointEvery == 0 || last))
         GANC_TRY(writeCheckpoint(done));
     }
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (rank_.rank == 0)
-      GANC_TRY(writeTiming(stepSeconds, workSeconds));
+      GANC_TRY(writeTiming(stepSeconds, workSeconds, runHostSeconds, wall));
     if (!o_.dumpDir.empty() && rank_.rank == 0) {
       c10::Dict<std::string, at::Tensor> params;
-      for (const auto &[name, p] : executor_->parameters())
-        params.insert(name, p.detach().clone());
+      for (const auto &[name, p] : eager_->parameters())
+        params.insert(name, p.detach().cpu().clone());
       for (const auto &b : archive_->module.named_buffers(true))
-        params.insert(b.name, b.value.detach().clone());
+        params.insert(b.name, b.value.detach().cpu().clone());
       GANC_TRY(writeFileAtomically(o_.dumpDir + "/params_final.pt", torch::pickle_save(params)));
     }
     return Status::ok();
@@ -271,15 +351,28 @@ private:
 
   /// Per-step wall time, and the part of it ganc spends outside the model's forward and
   /// backward, the all-reduce waits and the optimizer (its own host overhead).
-  Status writeTiming(const std::vector<double> &steps, const std::vector<double> &work) {
+  /// Also: the host time of every phase run (on CUDA after capture, what a replay costs the
+  /// CPU), and with --profile the GPU time of all replays against the loop's wall time.
+  Status writeTiming(const std::vector<double> &steps, const std::vector<double> &work,
+                     const std::vector<double> &runHost, double wall) {
+    auto list = [](std::ostream &out, const std::vector<double> &v) {
+      out << "[";
+      for (size_t i = 0; i < v.size(); ++i)
+        out << (i ? ", " : "") << v[i];
+      out << "]";
+    };
+    std::vector<double> overhead;
+    for (size_t i = 0; i < steps.size(); ++i)
+      overhead.push_back(std::max(0.0, steps[i] - work[i]));
     std::ofstream out(o_.outDir + "/timing.json");
-    out << "{\"step_seconds\": [";
-    for (size_t i = 0; i < steps.size(); ++i)
-      out << (i ? ", " : "") << steps[i];
-    out << "], \"overhead_seconds\": [";
-    for (size_t i = 0; i < steps.size(); ++i)
-      out << (i ? ", " : "") << std::max(0.0, steps[i] - work[i]);
-    out << "]}\n";
+    out << "{\"step_seconds\": ";
+    list(out, steps);
+    out << ", \"overhead_seconds\": ";
+    list(out, overhead);
+    out << ", \"run_host_seconds\": ";
+    list(out, runHost);
+    out << ", \"wall_seconds\": " << wall
+        << ", \"replay_gpu_seconds\": " << executor_->replayGpuSeconds() << "}\n";
     return out ? Status::ok() : Status::error("cannot write " + o_.outDir + "/timing.json");
   }
 
@@ -290,7 +383,7 @@ private:
     auto fixed = at::detail::createCPUGenerator(1234);
     std::vector<int64_t> shape = {o_.samples};
     shape.insert(shape.end(), sample->noiseShape.begin(), sample->noiseShape.end());
-    at::Tensor z = torch::randn(shape, fixed);
+    at::Tensor z = torch::randn(shape, fixed).to(inputType_).to(device_);
     // Sample in eval mode so that BatchNorm statistics are not touched by sampling.
     torch::jit::Module generator = archive_->module.attr(sample->submodule).toModule();
     at::Tensor images;
@@ -310,12 +403,15 @@ private:
 
   /// All ranks take part (their noise generator states are gathered); rank 0 writes.
   Status writeCheckpoint(int64_t step) {
-    at::Tensor state = noise_.get_state();
+    // NCCL gathers device tensors only: the byte state travels through the device.
+    at::Tensor state = noise_.get_state().to(device_);
     std::vector<std::vector<at::Tensor>> gathered(1);
     for (int r = 0; r < rank_.worldSize; ++r)
       gathered[0].push_back(torch::empty_like(state));
     std::vector<at::Tensor> input{state};
     group_.backend->allgather(gathered, input)->wait();
+    for (at::Tensor &t : gathered[0])
+      t = t.cpu();
     if (rank_.rank != 0)
       return Status::ok();
     c10::impl::GenericDict ckpt = makeDict();
@@ -329,7 +425,7 @@ private:
       size_t dot = name.find('.');
       std::string owner = dot == std::string::npos ? "" : name.substr(0, dot);
       std::string rest = dot == std::string::npos ? name : name.substr(dot + 1);
-      stateDicts[owner.empty() ? "model" : owner].insert(rest, t.detach().clone());
+      stateDicts[owner.empty() ? "model" : owner].insert(rest, t.detach().cpu().clone());
     };
     for (const auto &p : archive_->module.named_parameters(true))
       add(p.name, p.value);
@@ -361,7 +457,8 @@ private:
     try {
       ckpt = torch::pickle_load(*bytes).toGenericDict();
     } catch (const std::exception &e) {
-      return Status::error("--resume " + o_.resume + ": not a ganc checkpoint (" + firstLine(e) + ")");
+      return Status::error("--resume " + o_.resume + ": not a ganc checkpoint (" + firstLine(e) +
+                           ")");
     }
     if (!ckpt.contains("format") || ckpt.at("format").toStringRef() != "ganc-checkpoint")
       return Status::error("--resume " + o_.resume + ": not a ganc checkpoint");
@@ -401,7 +498,10 @@ private:
   std::unique_ptr<ir::Module> plan_;
   std::unique_ptr<frontend::Archive> archive_;
   ProcessGroup group_;
-  std::unique_ptr<backend::EagerExecutor> executor_;
+  c10::Device device_ = c10::kCPU;
+  std::unique_ptr<backend::PhaseExecutor> executor_;
+  backend::EagerExecutor *eager_ = nullptr;
+  std::unique_ptr<backend::StagedBatch> batch_;
   std::map<std::string, Optimizer> optimizers_;
   std::map<std::string, std::string> ownerOf_;
   at::Tensor data_;

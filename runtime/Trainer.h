@@ -18,6 +18,12 @@ struct TrainOptions {
   /// Rank 0 writes every all-reduced gradient and the final parameters here (parity tests).
   std::string dumpDir;
   std::string device = "cpu";
+  /// On CUDA: capture each phase once and replay it (false: run every phase eagerly).
+  bool cudaGraphs = true;
+  /// On CUDA: eager iterations of each phase before its capture.
+  int warmup = 3;
+  /// On CUDA: time every graph replay on the GPU (written to timing.json).
+  bool profile = false;
   int64_t steps = 1000;
   int64_t logEvery = 50;
   int64_t sampleEvery = 500;

@@ -110,14 +110,18 @@ std::string planJson(const ir::Module &plan) {
   j["first_bucket_cap_bytes"] = plan.firstBucketCapBytes;
   j["parameters"] = json::array();
   for (const ir::Tensor &p : plan.parameters)
-    j["parameters"].push_back({{"name", p.name}, {"type", p.type.str()}, {"owner", p.owner},
-                               {"bytes", p.bytes()}});
+    j["parameters"].push_back(
+        {{"name", p.name}, {"type", p.type.str()}, {"owner", p.owner}, {"bytes", p.bytes()}});
   j["phases"] = json::array();
   for (const auto &phase : plan.phases) {
-    json ph = {{"name", phase->name},   {"method", phase->method},
-               {"updates", phase->updates}, {"interval", phase->interval},
-               {"used", phase->used},   {"unused", phase->unused},
-               {"ready_order", phase->readyOrder}, {"eager_reason", phase->eagerReason}};
+    json ph = {{"name", phase->name},
+               {"method", phase->method},
+               {"updates", phase->updates},
+               {"interval", phase->interval},
+               {"used", phase->used},
+               {"unused", phase->unused},
+               {"ready_order", phase->readyOrder},
+               {"eager_reason", phase->eagerReason}};
     ph["buckets"] = json::array();
     for (const ir::Bucket &b : phase->buckets) {
       json slots = json::array();

@@ -84,9 +84,11 @@ int compile(const std::vector<std::string> &args) {
       if (a == "-o" || a == "--output")
         output = value("-o");
       else if (a == "--bucket-cap-mb")
-        options.pass.bucketCapBytes = static_cast<int64_t>(std::stod(value("--bucket-cap-mb")) * 1048576);
+        options.pass.bucketCapBytes =
+            static_cast<int64_t>(std::stod(value("--bucket-cap-mb")) * 1048576);
       else if (a == "--first-bucket-mb")
-        options.pass.firstBucketCapBytes = static_cast<int64_t>(std::stod(value("--first-bucket-mb")) * 1048576);
+        options.pass.firstBucketCapBytes =
+            static_cast<int64_t>(std::stod(value("--first-bucket-mb")) * 1048576);
       else if (a == "--emit")
         emit = value("--emit");
       else if (a == "--print-ir-after")

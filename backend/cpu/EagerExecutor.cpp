@@ -32,9 +32,8 @@ EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
     if (it == e->parameters_.end())
       return Status::error("the plan's parameter '" + p.name + "' does not exist in the model");
     if (it->second.sizes().vec() != p.type.shape)
-      return Status::error("parameter '" + p.name + "' has shape " +
-                           c10::str(it->second.sizes()) + " in the model but " + p.type.str() +
-                           " in the plan");
+      return Status::error("parameter '" + p.name + "' has shape " + c10::str(it->second.sizes()) +
+                           " in the model but " + p.type.str() + " in the plan");
   }
   if (plan.parameters.size() != e->parameters_.size())
     return Status::error("the model has " + std::to_string(e->parameters_.size()) +
@@ -118,7 +117,8 @@ at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
   }
   hooks_->setActive(nullptr, "");
   state.reducer->finish(parameters_);
-  lastWorkSeconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  lastWorkSeconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!hooks_->unexpected().empty())
     throw std::runtime_error("phase '" + phase + "': parameter '" + hooks_->unexpected()[0] +
                              "' received a gradient that the plan says it never gets; the "
@@ -126,9 +126,8 @@ at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
   return loss.detach();
 }
 
-at::Tensor EagerExecutor::run(const std::string &phase, const std::vector<at::Tensor> &inputs,
-                              const StepFn &step) {
-  at::Tensor loss = forwardBackward(phase, inputs);
+at::Tensor EagerExecutor::run(const std::string &phase, const InputFn &inputs, const StepFn &step) {
+  at::Tensor loss = forwardBackward(phase, inputs());
   if (step)
     step(phase, *phases_.at(phase).reducer);
   return loss;

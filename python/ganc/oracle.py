@@ -43,29 +43,36 @@ def _owner(name: str) -> str:
     return name.split(".", 1)[0]
 
 
-def _optimizer(params, spec):
+def _optimizer(params, spec, cuda=False):
+    """torch.optim as ganc runs it: single-tensor on CPU, the fused kernels on CUDA."""
     kind = spec["type"]
+    impl = {"fused": True} if cuda else {"foreach": False}
     if kind == "sgd":
         return torch.optim.SGD(params, lr=spec["lr"], momentum=spec.get("momentum", 0.0),
-                               weight_decay=spec.get("weight_decay", 0.0), foreach=False)
+                               weight_decay=spec.get("weight_decay", 0.0), **impl)
     cls = torch.optim.Adam if kind == "adam" else torch.optim.AdamW
     return cls(params, lr=spec["lr"], betas=tuple(spec.get("betas", (0.9, 0.999))),
                eps=spec.get("eps", 1e-8),
-               weight_decay=spec.get("weight_decay", 0.0 if kind == "adam" else 1e-2),
-               foreach=False)
+               weight_decay=spec.get("weight_decay", 0.0 if kind == "adam" else 1e-2), **impl)
 
 
 class Inputs:
     """ganc's input streams: DistributedSampler batches and per-rank seeded noise."""
 
-    def __init__(self, spec, data, rank, world, seed):
+    def __init__(self, spec, data, rank, world, seed, device="cpu"):
         self.spec, self.data, self.rank, self.world, self.seed = spec, data, rank, world, seed
-        self.noise = torch.Generator().manual_seed(seed + rank)
+        self.device = torch.device(device)
+        if self.device.type == "cuda":
+            # ganc draws GPU noise from the default CUDA generator (graph-safe under capture).
+            torch.cuda.manual_seed(seed + rank)
+            self.noise = None
+        else:
+            self.noise = torch.Generator().manual_seed(seed + rank)
         self.dtype = getattr(torch, spec.get("dtype", "float32"))
         self.epoch = 0
         self._batches = None
         if data is not None:
-            self.sampler = torch.utils.data.DistributedSampler(
+            self.sampler = torch.utils.data.DistributedSampler(  
                 range(len(data)), num_replicas=world, rank=rank, shuffle=True, seed=seed,
                 drop_last=False)
             self._start_epoch()
@@ -83,7 +90,7 @@ class Inputs:
             self.epoch += 1
             self._start_epoch()
             idx = next(self._batches)
-        return self.data[idx]
+        return self.data[idx].to(self.device)
 
     def for_phase(self, phase, batch):
         out = []
@@ -91,21 +98,26 @@ class Inputs:
             if inp["source"] == "data":
                 out.append(batch)
             else:
-                out.append(torch.randn([self.spec["batch_size"]] + inp["shape"],
-                                       generator=self.noise).to(self.dtype))
+                out.append(torch.randn([self.spec["batch_size"]] + inp["shape"], generator=self.noise,
+                                       device=self.device).to(self.dtype))
         return out
 
 
-def _worker(rank, world, port, archive, data_path, steps, seed, out_dir):
+def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     # Run the archive like eager PyTorch (and like ganc): the plain TorchScript interpreter
     # with eager autograd, not the profiling executor's optimised autodiff graphs.
     torch._C._set_graph_executor_optimize(False)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.set_device(rank)
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     files = {"ganc.json": ""}
     gan = torch.jit.load(archive, _extra_files=files)
+    if cuda:
+        gan = gan.to(f"cuda:{rank}")
     spec = json.loads(files["ganc.json"])
     gan.train()
     data = None
@@ -114,11 +126,11 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir):
         if isinstance(data, dict):
             data = data["images"]
         data = data.float().to(getattr(torch, spec.get("dtype", "float32")))
-    inputs = Inputs(spec, data, rank, world, seed)
+    inputs = Inputs(spec, data, rank, world, seed, f"cuda:{rank}" if cuda else "cpu")
     broadcast = spec.get("buffers", "local") == "broadcast"
     params = dict(gan.named_parameters())
     subs = sorted({u for p in spec["phases"] for u in p["updates"]})
-    optimizers = {s: _optimizer([p for n, p in params.items() if _owner(n) == s], spec["optimizers"][s])
+    optimizers = {s: _optimizer([p for n, p in params.items() if _owner(n) == s], spec["optimizers"][s], cuda)
                   for s in subs}
 
     def set_trainable(updates):
@@ -129,6 +141,7 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir):
     for phase in spec["phases"]:
         set_trainable(set(phase["updates"]))
         runners[phase["name"]] = DDP(PhaseRunner(gan, phase["method"]),
+                                     device_ids=[rank] if cuda else None,
                                      find_unused_parameters=True,
                                      broadcast_buffers=broadcast)
     for step in range(steps):
@@ -146,21 +159,22 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir):
             loss = runners[phase["name"]](*args)
             loss.backward()
             if out_dir and rank == 0:
-                torch.save({n: p.grad.detach().clone() for n, p in params.items()
+                torch.save({n: p.grad.detach().cpu().clone() for n, p in params.items()
                             if _owner(n) in updates and p.grad is not None},
                            os.path.join(out_dir, f"grads_step{step}_{phase['name']}.pt"))
             for s in phase["updates"]:
                 optimizers[s].step()
     if out_dir and rank == 0:
-        final = {n: p.detach().clone() for n, p in params.items()}
-        final.update({n: b.detach().clone() for n, b in gan.named_buffers()})
+        final = {n: p.detach().cpu().clone() for n, p in params.items()}
+        final.update({n: b.detach().cpu().clone() for n, b in gan.named_buffers()})
         torch.save(final, os.path.join(out_dir, "params_final.pt"))
     dist.destroy_process_group()
 
 
-def run(archive, data_path, world, steps, seed, out_dir):
-    """Trains `steps` steps on `world` Gloo ranks; rank 0 writes the all-reduced gradients of
-    every step and phase, and the final parameters and buffers, to `out_dir`."""
+def run(archive, data_path, world, steps, seed, out_dir, device="cpu"):
+    """Trains `steps` steps on `world` ranks (Gloo on CPU, NCCL with one GPU per rank on
+    CUDA); rank 0 writes the all-reduced gradients of every step and phase, and the final
+    parameters and buffers, to `out_dir`."""
     os.makedirs(out_dir, exist_ok=True)
-    mp.spawn(_worker, args=(world, free_port(), archive, data_path, steps, seed, out_dir),
+    mp.spawn(_worker, args=(world, free_port(), archive, data_path, steps, seed, out_dir, device),
              nprocs=world, join=True)

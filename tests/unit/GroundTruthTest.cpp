@@ -18,7 +18,8 @@ std::string modelPath(const std::string &name) {
 }
 
 /// Parameter names of `updates` that hold a gradient after one backward of the phase.
-std::set<std::string> observedGradients(frontend::Archive &archive, const frontend::PhaseSpec &phase) {
+std::set<std::string> observedGradients(frontend::Archive &archive,
+                                        const frontend::PhaseSpec &phase) {
   for (auto p : archive.module.parameters())
     p.mutable_grad() = at::Tensor();
   torch::manual_seed(0);
@@ -61,14 +62,13 @@ TEST_P(GroundTruth, UsedSetEqualsAutogradGradients) {
     EXPECT_EQ(predicted, observed);
     EXPECT_FALSE(predicted.empty());
     // Every parameter of an updated submodule is either used or recorded as unused.
-    EXPECT_EQ(compiled->used.size() + compiled->unused.size(),
-              [&] {
-                size_t n = 0;
-                for (const auto &p : archive->module.named_parameters())
-                  for (const std::string &u : phase.updates)
-                    n += p.name.rfind(u + ".", 0) == 0;
-                return n;
-              }());
+    EXPECT_EQ(compiled->used.size() + compiled->unused.size(), [&] {
+      size_t n = 0;
+      for (const auto &p : archive->module.named_parameters())
+        for (const std::string &u : phase.updates)
+          n += p.name.rfind(u + ".", 0) == 0;
+      return n;
+    }());
   }
 }
 
@@ -101,10 +101,9 @@ TEST(GroundTruthProbe, UnusedHeadAndUntakenBranchAreRecorded) {
   ASSERT_TRUE(passes::runPipeline(**module, passes::defaultPipeline(), options).isOk());
   const ir::Phase *d = (*module)->findPhase("d");
   std::set<std::string> unused(d->unused.begin(), d->unused.end());
-  EXPECT_EQ(unused, (std::set<std::string>{"discriminator.never_used.weight",
-                                           "discriminator.never_used.bias",
-                                           "discriminator.skipped.weight",
-                                           "discriminator.skipped.bias"}));
+  EXPECT_EQ(unused, (std::set<std::string>{
+                        "discriminator.never_used.weight", "discriminator.never_used.bias",
+                        "discriminator.skipped.weight", "discriminator.skipped.bias"}));
   // The in-place `h.mul_(self.scale)` is seen: scale is used.
   EXPECT_NE(std::find(d->used.begin(), d->used.end(), "discriminator.scale"), d->used.end());
 }

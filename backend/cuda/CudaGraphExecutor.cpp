@@ -1,0 +1,136 @@
+// Whole-phase CUDA Graph capture and replay.
+//
+// Per phase: `warmupIterations` eager runs on a side stream (they are real training
+// iterations), then one capture of the whole phase on that side stream — inputs made inside
+// the capture (noise from the graph-safe default CUDA generator, data from the static device
+// batch the runtime refills before each step), gradients accumulated into the reducer's
+// bucket slots, the NCCL all-reduces joined back by events, the optimizer step — and from
+// then on one replay per iteration. All phases share one memory pool: they never run
+// concurrently, and replay order on the one stream keeps their buffers apart in time.
+#include "backend/cuda/CudaGraphExecutor.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <iostream>
+
+namespace ganc::backend {
+
+struct CudaGraphExecutor::EventPair {
+  at::cuda::CUDAEvent start{cudaEventDefault};
+  at::cuda::CUDAEvent end{cudaEventDefault};
+};
+
+struct CudaGraphExecutor::Captured {
+  const ir::Phase *plan = nullptr;
+  int warmupsLeft = 0;
+  std::unique_ptr<at::cuda::CUDAGraph> graph;
+  at::Tensor loss; // the graph's output, overwritten by every replay
+};
+
+bool cudaAvailable() { return torch::cuda::is_available(); }
+
+Expected<std::unique_ptr<CudaGraphExecutor>>
+CudaGraphExecutor::create(const ir::Module &plan, torch::jit::Module module,
+                          c10::intrusive_ptr<c10d::Backend> group, const ExecutorOptions &options,
+                          const CudaOptions &cuda) {
+  if (!options.device.is_cuda())
+    return Status::error("the CUDA executor needs a CUDA device");
+  auto eager = EagerExecutor::create(plan, module, group, options);
+  if (!eager)
+    return eager.status();
+  auto e = std::unique_ptr<CudaGraphExecutor>(new CudaGraphExecutor());
+  e->eager_ = eager.take();
+  e->cuda_ = cuda;
+  for (const auto &phase : plan.phases) {
+    auto captured = std::make_unique<Captured>();
+    captured->plan = phase.get();
+    captured->warmupsLeft = cuda.warmupIterations;
+    e->phases_[phase->name] = std::move(captured);
+  }
+  return e;
+}
+
+CudaGraphExecutor::~CudaGraphExecutor() = default;
+
+const PhaseReducer &CudaGraphExecutor::reducer(const std::string &phase) const {
+  return eager_->reducer(phase);
+}
+
+std::string CudaGraphExecutor::mode(const std::string &phase) const {
+  const Captured &c = *phases_.at(phase);
+  if (!c.plan->eagerReason.empty())
+    return "eager (" + c.plan->eagerReason + ")";
+  return cuda_.useGraphs ? "cuda-graph" : "eager";
+}
+
+namespace {
+
+/// Makes `waiter` wait for everything enqueued on `done` so far.
+void join(const at::cuda::CUDAStream &waiter, const at::cuda::CUDAStream &done) {
+  at::cuda::CUDAEvent event;
+  event.record(done);
+  event.block(waiter);
+}
+
+} // namespace
+
+at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &inputs,
+                                  const StepFn &step) {
+  Captured &c = *phases_.at(phase);
+  if (!c.plan->eagerReason.empty() || !cuda_.useGraphs) {
+    if (!c.plan->eagerReason.empty() && loggedEager_.insert(phase).second)
+      std::cerr << "ganc: phase '" << phase << "' runs eagerly: " << c.plan->eagerReason
+                << std::endl;
+    return eager_->run(phase, inputs, step);
+  }
+  if (!c.graph) {
+    // Warm-up and capture happen on a side stream, as torch.cuda.graphs does: capture cannot
+    // start on the legacy default stream, and warm-up there keeps its allocations apart.
+    const at::cuda::CUDAStream current = at::cuda::getCurrentCUDAStream();
+    static const at::cuda::CUDAStream side = at::cuda::getStreamFromPool();
+    join(side, current);
+    at::Tensor loss;
+    {
+      c10::cuda::CUDAStreamGuard guard(side);
+      if (c.warmupsLeft > 0) {
+        --c.warmupsLeft;
+        loss = eager_->run(phase, inputs, step);
+      } else {
+        static const at::cuda::MempoolId_t pool = at::cuda::graph_pool_handle();
+        c.graph = std::make_unique<at::cuda::CUDAGraph>();
+        c.graph->capture_begin(pool);
+        c.loss = eager_->run(phase, inputs, step);
+        c.graph->capture_end();
+      }
+    }
+    join(current, side);
+    if (!c.graph)
+      return loss;
+    // Capture records the phase without running it: this iteration is the first replay.
+  }
+  if (cuda_.profile) {
+    auto events = std::make_unique<EventPair>();
+    events->start.record();
+    c.graph->replay();
+    events->end.record();
+    replayEvents_.push_back(std::move(events));
+  } else {
+    c.graph->replay();
+  }
+  return c.loss;
+}
+
+double CudaGraphExecutor::replayGpuSeconds() {
+  double seconds = 0;
+  for (auto &events : replayEvents_) {
+    events->end.synchronize();
+    seconds += events->start.elapsed_time(events->end) / 1000.0;
+  }
+  return seconds;
+}
+
+} // namespace ganc::backend

@@ -1,0 +1,54 @@
+// The CUDA backend: each phase (forward, backward, NCCL bucket all-reduces, optimizer step)
+// warmed up eagerly, captured once into a CUDA Graph, then replayed.
+#pragma once
+
+#include "backend/Executor.h"
+
+#include <memory>
+#include <set>
+
+namespace ganc::backend {
+
+struct CudaOptions {
+  /// Eager iterations of each phase before it is captured (allocator, cuDNN and NCCL
+  /// communicator set-up happen there, outside the graph).
+  int warmupIterations = 3;
+  /// false: run every phase eagerly on the GPU (the reference the replay is tested against).
+  bool useGraphs = true;
+  /// Time every replay on the GPU with CUDA events (for benchmarks; costs a few us per phase).
+  bool profile = false;
+};
+
+/// Runs a plan's phases on one GPU per rank. The bucket all-reduces are the PhaseReducer's,
+/// launched from post-accumulate hooks through c10d's ProcessGroupNCCL, which runs NCCL on its
+/// own stream joined to the compute stream by events, so they overlap the rest of backward
+/// and become graph edges when captured. Phases the capture-safety pass marked eager run
+/// eagerly, with the reason logged once.
+class CudaGraphExecutor : public PhaseExecutor {
+public:
+  static Expected<std::unique_ptr<CudaGraphExecutor>>
+  create(const ir::Module &plan, torch::jit::Module module, c10::intrusive_ptr<c10d::Backend> group,
+         const ExecutorOptions &options, const CudaOptions &cuda);
+  ~CudaGraphExecutor() override;
+
+  at::Tensor run(const std::string &phase, const InputFn &inputs, const StepFn &step) override;
+  std::string mode(const std::string &phase) const override;
+  const PhaseReducer &reducer(const std::string &phase) const override;
+  double replayGpuSeconds() override;
+  EagerExecutor &eager() { return *eager_; }
+
+private:
+  struct Captured;
+  CudaGraphExecutor() = default;
+  std::unique_ptr<EagerExecutor> eager_;
+  CudaOptions cuda_;
+  std::map<std::string, std::unique_ptr<Captured>> phases_;
+  std::set<std::string> loggedEager_;
+  struct EventPair;
+  std::vector<std::unique_ptr<EventPair>> replayEvents_;
+};
+
+/// True when this build has the CUDA backend and a GPU is visible.
+bool cudaAvailable();
+
+} // namespace ganc::backend
