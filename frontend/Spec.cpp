@@ -104,10 +104,10 @@ Status parseInto(const json &j, Spec &spec) {
                     where + ": every input needs a 'name'"));
       input.name = in["name"].get<std::string>();
       input.source = in.value("source", "");
-      GANC_TRY(need(input.source == "data" || input.source == "normal",
+      GANC_TRY(need(input.source == "data" || input.source == "normal" || input.source == "uniform",
                     where + ": input '" + input.name + "' has source '" + input.source +
-                        "', expected data or normal"));
-      if (input.source == "normal") {
+                        "', expected data, normal or uniform"));
+      if (input.source != "data") {
         GANC_TRY(need(in.contains("shape"),
                       where + ": normal input '" + input.name + "' needs a 'shape'"));
         auto shape = shapeOf(in["shape"], where + ": input '" + input.name + "' shape");

@@ -17,9 +17,10 @@ constexpr int kSpecVersion = 1;
 /// One input of a phase method, in argument order.
 struct InputSpec {
   std::string name;
-  /// "data" (a batch of the dataset) or "normal" (standard normal noise of `shape`).
+  /// "data" (the step's batch), "normal" (standard normal noise of `shape`) or "uniform"
+  /// (uniform [0, 1) noise of `shape`, e.g. gradient-penalty interpolation weights).
   std::string source;
-  /// Per-sample shape of normal noise (the batch dimension is added at run time).
+  /// Per-sample shape of the noise (the batch dimension is added at run time).
   std::vector<int64_t> shape;
 };
 

@@ -3,6 +3,7 @@
     python3 models/make_data.py digits -o digits32.pt [--size 32]   # scikit-learn's bundled
                                                                    # 8x8 digits, upscaled, RGB
     python3 models/make_data.py ring -o ring.pt                     # 2-D ring of 8 Gaussians
+    python3 models/make_data.py two_domains -o ab.pt                # unpaired 2-D domains A, B
 
 Nothing is downloaded: the digits ship inside the scikit-learn package.
 """
@@ -29,13 +30,22 @@ def ring(n: int = 4096, modes: int = 8, radius: float = 1.5, std: float = 0.05) 
     return centers + std * torch.randn(n, 2, generator=g)
 
 
+def two_domains(n: int = 4096) -> torch.Tensor:
+    """Unpaired samples of two 2-D domains: A a ring of 8 Gaussians, B a 3x3 grid of them."""
+    a = ring(n)
+    g = torch.Generator().manual_seed(1)
+    cell = torch.randint(0, 3, (n, 2), generator=g).float() - 1.0
+    b = cell * 1.2 + 0.05 * torch.randn(n, 2, generator=g)
+    return torch.stack([a, b], 1)  # [n, 2 domains, 2]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("name", choices=["digits", "ring"])
+    parser.add_argument("name", choices=["digits", "ring", "two_domains"])
     parser.add_argument("-o", "--output", required=True)
     parser.add_argument("--size", type=int, default=32)
     args = parser.parse_args()
-    data = digits(args.size) if args.name == "digits" else ring()
+    data = {"digits": lambda: digits(args.size), "ring": ring, "two_domains": two_domains}[args.name]()
     torch.save(data, args.output)
     print(f"wrote {args.output}: {tuple(data.shape)}")
 

@@ -211,7 +211,10 @@ private:
         // captured graph and every replay draws anew.
         std::vector<int64_t> shape = {archive_->spec.batchSize};
         shape.insert(shape.end(), in.shape.begin(), in.shape.end());
-        inputs.push_back(torch::randn(shape, noise_, at::TensorOptions(device_)).to(inputType_));
+        at::TensorOptions options(device_);
+        inputs.push_back((in.source == "uniform" ? torch::rand(shape, noise_, options)
+                                                 : torch::randn(shape, noise_, options))
+                             .to(inputType_));
       }
     }
     return inputs;
@@ -227,6 +230,17 @@ private:
     return writeFileAtomically(o_.dumpDir + "/grads_step" + std::to_string(step) + "_" + phase +
                                    ".pt",
                                torch::pickle_save(grads));
+  }
+
+  /// Rank 0's inputs of a phase (CPU only: on CUDA the inputs are made inside the capture).
+  void dumpInputs(int64_t step, const frontend::PhaseSpec &phase,
+                  const std::vector<at::Tensor> &inputs) {
+    c10::Dict<std::string, at::Tensor> named;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      named.insert(phase.inputs[i].name, inputs[i].clone());
+    writeFileAtomically(o_.dumpDir + "/inputs_step" + std::to_string(step) + "_" + phase.name +
+                            ".pt",
+                        torch::pickle_save(named));
   }
 
   void optimizerStep(const backend::PhaseReducer &reducer) {
@@ -280,7 +294,13 @@ private:
         auto runStart = std::chrono::steady_clock::now();
         try {
           loss = executor_->run(
-              phase.name, [&] { return inputsFor(phase); },
+              phase.name,
+              [&] {
+                std::vector<at::Tensor> inputs = inputsFor(phase);
+                if (!o_.dumpDir.empty() && rank_.rank == 0 && !device_.is_cuda())
+                  dumpInputs(step, phase, inputs);
+                return inputs;
+              },
               [&](const std::string &name, const backend::PhaseReducer &r) {
                 auto t = std::chrono::steady_clock::now();
                 optimizerStep(r);

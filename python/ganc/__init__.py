@@ -25,7 +25,8 @@ def example_inputs(spec: dict, phase: dict, batch: int | None = None) -> tuple:
     out = []
     for inp in phase["inputs"]:
         shape = spec["data"]["shape"] if inp["source"] == "data" else inp["shape"]
-        out.append(torch.randn([batch] + list(shape)).to(dtype))
+        draw = torch.rand if inp["source"] == "uniform" else torch.randn
+        out.append(draw([batch] + list(shape)).to(dtype))
     return tuple(out)
 
 

@@ -98,8 +98,9 @@ class Inputs:
             if inp["source"] == "data":
                 out.append(batch)
             else:
-                out.append(torch.randn([self.spec["batch_size"]] + inp["shape"], generator=self.noise,
-                                       device=self.device).to(self.dtype))
+                draw = torch.rand if inp["source"] == "uniform" else torch.randn
+                out.append(draw([self.spec["batch_size"]] + inp["shape"], generator=self.noise,
+                                device=self.device).to(self.dtype))
         return out
 
 

@@ -9,7 +9,7 @@ import copy
 import json
 
 SPEC_VERSION = 1
-SOURCES = ("data", "normal")
+SOURCES = ("data", "normal", "uniform")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 BUFFER_POLICIES = ("broadcast", "local")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -63,9 +63,9 @@ def validate(spec: dict, module=None) -> dict:
             _require(inp.get("source") in SOURCES,
                      f"{where}: input {inp['name']!r} has source {inp.get('source')!r}, "
                      f"expected one of {', '.join(SOURCES)}")
-            if inp["source"] == "normal":
+            if inp["source"] != "data":
                 _require(isinstance(inp.get("shape"), list),
-                         f"{where}: normal input {inp['name']!r} needs a 'shape' (no batch dim)")
+                         f"{where}: {inp['source']} input {inp['name']!r} needs a 'shape' (no batch dim)")
         if module is not None:
             _require(hasattr(module, phase["method"]),
                      f"{where}: method {phase['method']!r} does not exist on the module")

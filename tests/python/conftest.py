@@ -26,7 +26,7 @@ def datasets(tmp_path_factory):
     """Training sets made by the same script users run (nothing downloaded)."""
     out = tmp_path_factory.mktemp("data")
     paths = {}
-    for name in ("ring", "digits"):
+    for name in ("ring", "digits", "two_domains"):
         path = str(out / f"{name}.pt")
         subprocess.run([sys.executable, os.path.join(ROOT, "models", "make_data.py"), name, "-o", path],
                        check=True, stdout=subprocess.DEVNULL)

@@ -28,6 +28,8 @@ MODELS = [
     ("dcgan32_f64", "digits", [3]),
     ("dcgan32_broadcast", "digits", [2]),  # DDP's broadcast_buffers=True policy
     ("probe_aux", "ring", [2]),            # unused head, in-place op, branch on a flag
+    ("wgan_gp", "ring", [2]),              # double backward; 5 critic steps per G step
+    ("cyclegan", "two_domains", [2]),      # two G and two D; phases updating two at once
 ]
 CASES = [(m, d, w) for m, d, worlds in MODELS for w in worlds]
 STEPS = 10
