@@ -262,6 +262,91 @@ def cyclegan_spec(name, batch=64):
     }
 
 
+class R1GAN(MLPGAN):
+    """Non-saturating GAN with lazy R1 regularisation (StyleGAN2): the penalty on D's
+    gradient at real samples is its own phase, run every `interval` steps with its loss
+    multiplied by the interval."""
+
+    def __init__(self, gamma: float = 1.0, interval: int = 4):
+        super().__init__()
+        self.gamma = gamma
+        self.interval = interval
+
+    def phase_dreg(self, real):
+        x = real.detach().requires_grad_(True)
+        out = self.discriminator(x)
+        grads = torch.autograd.grad([out.sum()], [x], create_graph=True)
+        g = grads[0]
+        assert g is not None
+        return g.pow(2).sum(dim=1).mean() * (self.gamma / 2) * self.interval
+
+
+def r1_spec(name, batch=64, interval=4, lr=1e-3, betas=(0.0, 0.99)):
+    """StyleGAN2's lazy-regularisation rule for the regularised submodule's optimizer:
+    lr and betas scaled by k/(k+1) for a penalty run every k steps."""
+    ratio = interval / (interval + 1)
+    spec = mlp_spec(name, batch)
+    spec["phases"].insert(1, {"name": "dreg", "method": "phase_dreg", "updates": ["discriminator"],
+                              "interval": interval, "inputs": [{"name": "real", "source": "data"}]})
+    spec["optimizers"]["discriminator"] = {"type": "adam", "lr": lr * ratio,
+                                           "betas": [betas[0] ** ratio, betas[1] ** ratio],
+                                           "eps": 1e-8, "weight_decay": 0.0}
+    spec["optimizers"]["generator"] = {"type": "adam", "lr": lr, "betas": list(betas), "eps": 1e-8,
+                                       "weight_decay": 0.0}
+    return spec
+
+
+class SNLinear(nn.Module):
+    """Linear layer with spectral normalisation (Miyato et al.), scriptable: one power
+    iteration per call in training mode; `u` is a buffer updated in forward."""
+
+    def __init__(self, fin: int, fout: int):
+        super().__init__()
+        self.linear = nn.Linear(fin, fout)
+        self.register_buffer("u", F.normalize(torch.randn(fout), dim=0))
+
+    def forward(self, x):
+        w = self.linear.weight
+        with torch.no_grad():
+            v = F.normalize(torch.mv(w.t(), self.u), dim=0, eps=1e-12)
+            if self.training:
+                self.u.copy_(F.normalize(torch.mv(w, v), dim=0, eps=1e-12))
+                v = F.normalize(torch.mv(w.t(), self.u), dim=0, eps=1e-12)
+            # Snapshots: the next call's update of u must not touch what this backward saved.
+            u = self.u.clone()
+            v = v.clone()
+        sigma = torch.dot(u, torch.mv(w, v))
+        return F.linear(x, w / sigma, self.linear.bias)
+
+
+class SNDiscriminator(nn.Module):
+    def __init__(self, hidden=64):
+        super().__init__()
+        self.l1 = SNLinear(2, hidden)
+        self.l2 = SNLinear(hidden, hidden)
+        self.l3 = SNLinear(hidden, 1)
+
+    def forward(self, x):
+        h = F.leaky_relu(self.l1(x), 0.1)
+        h = F.leaky_relu(self.l2(h), 0.1)
+        return self.l3(h)
+
+
+class SNGAN(MLPGAN):
+    """SNGAN: hinge loss, spectrally normalised discriminator."""
+
+    def __init__(self):
+        super().__init__()
+        self.discriminator = SNDiscriminator()
+
+    def phase_d(self, real, z):
+        fake = self.generator(z).detach()
+        return F.relu(1.0 + self.discriminator(fake)).mean() + F.relu(1.0 - self.discriminator(real)).mean()
+
+    def phase_g(self, z):
+        return -self.discriminator(self.generator(z)).mean()
+
+
 def mlp_spec(name, batch=64):
     spec = two_phase_spec(name, batch, [2], [8], lr=1e-3, betas=(0.5, 0.999))
     return spec
@@ -278,6 +363,9 @@ ZOO = {
     "probe_sync": lambda: (HostSyncGAN(), mlp_spec("probe_sync", 16)),
     "wgan_gp": lambda: (WGANGP(), wgan_gp_spec("wgan_gp")),
     "cyclegan": lambda: (CycleGAN(), cyclegan_spec("cyclegan")),
+    "r1gan": lambda: (R1GAN(), r1_spec("r1gan")),
+    # The power-iteration vectors are buffers: DDP's default policy broadcasts rank 0's.
+    "sngan": lambda: (SNGAN(), dict(mlp_spec("sngan"), buffers="broadcast")),
 }
 
 

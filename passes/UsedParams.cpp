@@ -9,11 +9,19 @@
 // every value aliasing that operand (through views or earlier in-place ops) then also depends
 // on the op's other operands. Parameters reachable backwards from the loss are used.
 //
+// torch.autograd.grad (aten::grad) inside a phase (gradient penalties: R1, WGAN-GP) yields
+// the gradient of `outputs` with respect to `inputs`. That gradient is computed from the
+// values the backward formulas of the ops between them saved — linear saves its input and
+// weight but not its bias, add saves nothing, activations save their input — so its result
+// depends on exactly those saved operands (all operands for ops not in the table). This is
+// what makes a discriminator's last bias unused in an R1 phase, as it is in eager autograd.
+//
 // Invariant left: phase.used lists, in declaration order, the reachable parameters owned by a
 // submodule the phase updates; phase.unused the remaining parameters of those submodules.
 // Neither contains a parameter of a submodule the phase does not update.
 #include "passes/Pass.h"
 
+#include <algorithm>
 #include <map>
 #include <numeric>
 #include <set>
@@ -60,6 +68,69 @@ bool isView(const std::string &name) {
 bool isInPlace(const Op &op) {
   // "aten::add_" but not dunder methods such as "aten::__and__".
   return op.name.rfind("aten::", 0) == 0 && endsWith(op.name, "_") && !endsWith(op.name, "__");
+}
+
+/// The operands an op's backward formula saves (indices), or null for "all of them".
+const std::vector<size_t> *savedOperands(const std::string &name) {
+  static const std::map<std::string, std::vector<size_t>> saved = {
+      {"aten::linear", {0, 1}},
+      {"aten::conv1d", {0, 1}},
+      {"aten::conv2d", {0, 1}},
+      {"aten::conv3d", {0, 1}},
+      {"aten::conv_transpose1d", {0, 1}},
+      {"aten::conv_transpose2d", {0, 1}},
+      {"aten::conv_transpose3d", {0, 1}},
+      {"aten::_convolution", {0, 1}},
+      {"aten::addmm", {1, 2}},
+      {"aten::matmul", {0, 1}},
+      {"aten::mm", {0, 1}},
+      {"aten::bmm", {0, 1}},
+      {"aten::mv", {0, 1}},
+      {"aten::dot", {0, 1}},
+      {"aten::mul", {0, 1}},
+      {"aten::div", {0, 1}},
+      {"aten::add", {}},
+      {"aten::sub", {}},
+      {"aten::rsub", {}},
+      {"aten::neg", {}},
+      {"aten::sum", {}},
+      {"aten::mean", {}},
+      {"aten::view", {}},
+      {"aten::reshape", {}},
+      {"aten::flatten", {}},
+      {"aten::squeeze", {}},
+      {"aten::unsqueeze", {}},
+      {"aten::transpose", {}},
+      {"aten::t", {}},
+      {"aten::permute", {}},
+      {"aten::select", {}},
+      {"aten::slice", {}},
+      {"aten::cat", {}},
+      {"aten::stack", {}},
+      {"aten::relu", {0}},
+      {"aten::leaky_relu", {0}},
+      {"aten::gelu", {0}},
+      {"aten::silu", {0}},
+      {"aten::elu", {0}},
+      {"aten::softplus", {0}},
+      {"aten::sigmoid", {0}},
+      {"aten::tanh", {0}},
+      {"aten::exp", {0}},
+      {"aten::log", {0}},
+      {"aten::pow", {0, 1}},
+      {"aten::sqrt", {0}},
+      {"aten::abs", {0}},
+      {"aten::norm", {0}},
+      {"aten::clone", {}},
+      {"aten::contiguous", {}},
+      {"aten::detach", {}},
+      {"prim::ListConstruct", {}},
+      {"prim::ListUnpack", {}},
+      {"aten::__getitem__", {}},
+      {"prim::TupleConstruct", {}},
+      {"prim::TupleUnpack", {}}};
+  auto it = saved.find(name);
+  return it == saved.end() ? nullptr : &it->second;
 }
 
 class Reachability {
@@ -122,6 +193,41 @@ public:
       }
       if (isInPlace(*op))
         inPlace_.push_back(op.get());
+      if (op->name == "aten::grad" && op->operands.size() >= 2)
+        gradOps_.push_back(op.get());
+      for (const Value *r : op->results)
+        definingOp_[r] = op.get();
+    }
+  }
+
+  /// Replaces the generic "depends on every operand" edges of each aten::grad by the saved
+  /// operands of the ops on the paths from its inputs to its outputs.
+  void refineGradOps() {
+    for (const Op *grad : gradOps_) {
+      std::set<const Value *> upstreamOfOutputs = closure(grad->operands[0]);
+      std::set<const Value *> inputs = listElements(grad->operands[1]);
+      std::set<const Value *> dependsOnInputs;
+      for (const Value *v : upstreamOfOutputs)
+        if (reachesAny(v, inputs))
+          dependsOnInputs.insert(v);
+      std::set<const Value *> saved;
+      for (const Value *v : dependsOnInputs) {
+        auto def = definingOp_.find(v);
+        if (def == definingOp_.end())
+          continue;
+        const Op *op = def->second;
+        const std::vector<size_t> *indices = savedOperands(op->name);
+        for (size_t i = 0; i < op->operands.size(); ++i)
+          if (!indices || std::find(indices->begin(), indices->end(), i) != indices->end())
+            saved.insert(op->operands[i]);
+      }
+      for (size_t i = 2; i < grad->operands.size(); ++i)
+        saved.insert(grad->operands[i]); // grad_outputs
+      for (const Value *r : grad->results) {
+        deps_[r].clear();
+        for (const Value *v : saved)
+          addEdge(r, v);
+      }
     }
   }
 
@@ -152,7 +258,38 @@ public:
   }
 
 private:
+  /// Values `root` depends on, itself included.
+  std::set<const Value *> closure(const Value *root) {
+    std::set<const Value *> seen;
+    std::vector<const Value *> work = {root};
+    while (!work.empty()) {
+      const Value *v = work.back();
+      work.pop_back();
+      if (seen.insert(v).second)
+        for (const Value *d : deps_[v])
+          work.push_back(d);
+    }
+    return seen;
+  }
+
+  bool reachesAny(const Value *v, const std::set<const Value *> &targets) {
+    for (const Value *d : closure(v))
+      if (targets.count(d))
+        return true;
+    return false;
+  }
+
+  /// The elements of a prim::ListConstruct, or the value itself.
+  std::set<const Value *> listElements(const Value *list) {
+    auto def = definingOp_.find(list);
+    if (def != definingOp_.end() && def->second->name == "prim::ListConstruct")
+      return {def->second->operands.begin(), def->second->operands.end()};
+    return {list};
+  }
+
   std::map<const Value *, std::set<const Value *>> deps_;
+  std::vector<const Op *> gradOps_;
+  std::map<const Value *, const Op *> definingOp_;
   std::map<const Value *, const Value *> parent_;
   std::vector<const Op *> inPlace_;
 };
@@ -166,6 +303,7 @@ Expected<bool> runUsedParams(ir::Module &module, const PassOptions &) {
       return Status::error("phase @" + phase->name + " has no loss");
     Reachability graph;
     graph.build(phase->body);
+    graph.refineGradOps();
     std::set<const Value *> reached = graph.reach(phase->loss);
     std::set<std::string> usedNames;
     phase->walk([&](const Op &op) {

@@ -1,10 +1,10 @@
 """The eager PyTorch reference that ganc is checked (and benchmarked) against.
 
 Each rank loads the same TorchScript archive and spec, draws the same inputs as ganc (data
-sharded by DistributedSampler, normal noise from a generator seeded with seed + rank, drawn
-in spec order), and trains with torch.nn.parallel.DistributedDataParallel
+sharded by DistributedSampler, noise from a generator seeded with seed + rank, drawn in spec
+order), and trains with torch.nn.parallel.DistributedDataParallel
 (find_unused_parameters=True) around each phase, so that every phase's computation goes
-through DDP's forward. Submodules a phase does not update have requires_grad=False during it
+through DDP's forward (or, for models DDP cannot train, with DDP's arithmetic by hand). Submodules a phase does not update have requires_grad=False during it
 (as StyleGAN and mmagic do).
 
 Optimizers are torch.optim's, single-tensor (foreach=False), as on CPU by default.
@@ -104,7 +104,7 @@ class Inputs:
         return out
 
 
-def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device):
+def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device, reducer):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
@@ -141,6 +141,9 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device)
     runners = {}
     for phase in spec["phases"]:
         set_trainable(set(phase["updates"]))
+        if reducer == "manual":
+            runners[phase["name"]] = PhaseRunner(gan, phase["method"])
+            continue
         runners[phase["name"]] = DDP(PhaseRunner(gan, phase["method"]),
                                      device_ids=[rank] if cuda else None,
                                      find_unused_parameters=True,
@@ -159,6 +162,12 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device)
             args = inputs.for_phase(phase, batch)
             loss = runners[phase["name"]](*args)
             loss.backward()
+            if reducer == "manual":
+                # DDP's arithmetic without DDP: each gradient scaled by 1/world, then summed.
+                for n, p in params.items():
+                    if _owner(n) in updates and p.grad is not None:
+                        p.grad.mul_(1.0 / world)
+                        dist.all_reduce(p.grad)
             if out_dir and rank == 0:
                 torch.save({n: p.grad.detach().cpu().clone() for n, p in params.items()
                             if _owner(n) in updates and p.grad is not None},
@@ -172,10 +181,16 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device)
     dist.destroy_process_group()
 
 
-def run(archive, data_path, world, steps, seed, out_dir, device="cpu"):
+def run(archive, data_path, world, steps, seed, out_dir, device="cpu", reducer="ddp"):
     """Trains `steps` steps on `world` ranks (Gloo on CPU, NCCL with one GPU per rank on
     CUDA); rank 0 writes the all-reduced gradients of every step and phase, and the final
-    parameters and buffers, to `out_dir`."""
+    parameters and buffers, to `out_dir`.
+
+    reducer="ddp" (the default) is DistributedDataParallel(find_unused_parameters=True).
+    reducer="manual" all-reduces every non-None gradient after backward with DDP's arithmetic
+    (x 1/world, then SUM), for models eager DDP cannot train: a lazy R1 phase makes DDP fail
+    with "Encountered gradient which is undefined, but still allreduced by DDP reducer".
+    """
     os.makedirs(out_dir, exist_ok=True)
-    mp.spawn(_worker, args=(world, free_port(), archive, data_path, steps, seed, out_dir, device),
+    mp.spawn(_worker, args=(world, free_port(), archive, data_path, steps, seed, out_dir, device, reducer),
              nprocs=world, join=True)

@@ -110,4 +110,5 @@ TEST(GroundTruthProbe, UnusedHeadAndUntakenBranchAreRecorded) {
 
 INSTANTIATE_TEST_SUITE_P(Zoo, GroundTruth,
                          ::testing::Values("dcgan32", "dcgan64", "mlp", "mlp_traced",
-                                           "probe_nograd", "probe_aux"));
+                                           "probe_nograd", "probe_aux", "probe_sync", "wgan_gp",
+                                           "cyclegan", "r1gan", "sngan"));
