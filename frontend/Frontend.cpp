@@ -145,6 +145,24 @@ Expected<Archive> loadArchive(const std::string &path) {
                            std::to_string(arity) + " inputs but the spec lists " +
                            std::to_string(phase.inputs.size()));
   }
+  if (archive.spec.ema) {
+    const EmaSpec &ema = *archive.spec.ema;
+    auto slotOf = [&](const std::string &name) {
+      return archive.module._ivalue()->type()->findAttributeSlot(name);
+    };
+    if (!slotOf(ema.submodule) || !slotOf(ema.copy))
+      return Status::error(path + ": ema: '" + (slotOf(ema.submodule) ? ema.copy : ema.submodule) +
+                           "' is not a submodule");
+    auto source = archive.module.attr(ema.submodule).toModule().named_parameters();
+    auto copy = archive.module.attr(ema.copy).toModule().named_parameters();
+    if (source.size() != copy.size())
+      return Status::error(path + ": ema: '" + ema.copy + "' does not mirror '" + ema.submodule +
+                           "' (different parameters)");
+    for (auto a = source.begin(), b = copy.begin(); a != source.end(); ++a, ++b)
+      if ((*a).name != (*b).name || !(*a).value.sizes().equals((*b).value.sizes()))
+        return Status::error(path + ": ema: '" + ema.copy + "." + (*b).name + "' does not match '" +
+                             ema.submodule + "." + (*a).name + "'");
+  }
   if (archive.spec.sample) {
     auto slot = archive.module._ivalue()->type()->findAttributeSlot(archive.spec.sample->submodule);
     if (!slot)

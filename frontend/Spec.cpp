@@ -128,6 +128,23 @@ Status parseInto(const json &j, Spec &spec) {
   spec.buffers = j.value("buffers", "local");
   GANC_TRY(need(spec.buffers == "broadcast" || spec.buffers == "local",
                 "'buffers' must be broadcast or local, got '" + spec.buffers + "'"));
+  if (j.contains("ema")) {
+    const json &e = j["ema"];
+    GANC_TRY(need(e.is_object() && e.contains("submodule") && e.contains("copy"),
+                  "'ema' needs 'submodule' (the trained one) and 'copy' (its average)"));
+    EmaSpec ema;
+    ema.submodule = e["submodule"].get<std::string>();
+    ema.copy = e["copy"].get<std::string>();
+    ema.halfLifeImages = e.value("half_life_images", 0.0);
+    ema.beta = e.value("beta", 0.999);
+    GANC_TRY(need(ema.halfLifeImages >= 0 && ema.beta >= 0 && ema.beta < 1,
+                  "'ema': half_life_images must be >= 0 and beta in [0, 1)"));
+    for (const PhaseSpec &p : spec.phases)
+      for (const std::string &u : p.updates)
+        GANC_TRY(need(u != ema.copy, "'ema': phase '" + p.name + "' trains the average '" +
+                                         ema.copy + "'; it must only be averaged"));
+    spec.ema = ema;
+  }
   if (j.contains("sample")) {
     const json &s = j["sample"];
     GANC_TRY(need(s.is_object() && s.contains("submodule") && s.contains("noise_shape"),

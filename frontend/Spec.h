@@ -46,6 +46,16 @@ struct SampleSpec {
   std::vector<int64_t> noiseShape;
 };
 
+/// An exponential moving average of a trained submodule, kept in a frozen copy of it.
+struct EmaSpec {
+  std::string submodule; // the trained one, e.g. "generator"
+  std::string copy;      // its copy in the archive, e.g. "generator_ema"
+  /// beta = 0.5 ** (images per step / halfLifeImages) (StyleGAN2's ema_kimg), or a fixed
+  /// beta when halfLifeImages is 0.
+  double halfLifeImages = 0;
+  double beta = 0.999;
+};
+
 struct Spec {
   int version = kSpecVersion;
   std::string name;
@@ -59,6 +69,7 @@ struct Spec {
   /// "broadcast" (rank 0's buffers before every phase, like DDP) or "local".
   std::string buffers = "local";
   std::optional<SampleSpec> sample;
+  std::optional<EmaSpec> ema;
   /// The JSON text as stored in the archive.
   std::string text;
 

@@ -347,6 +347,24 @@ class SNGAN(MLPGAN):
         return -self.discriminator(self.generator(z)).mean()
 
 
+class EMAGAN(MLPGAN):
+    """The MLP GAN with an exponential moving average of the generator (StyleGAN2's G_ema),
+    used for sampling."""
+
+    def __init__(self):
+        super().__init__()
+        self.generator_ema = MLPGenerator()
+        self.generator_ema.load_state_dict(self.generator.state_dict())
+        self.generator_ema.requires_grad_(False)
+
+
+def ema_spec(name, batch=64, half_life_images=2000):
+    spec = mlp_spec(name, batch)
+    spec["ema"] = {"submodule": "generator", "copy": "generator_ema", "half_life_images": half_life_images}
+    spec["sample"] = {"submodule": "generator_ema", "noise_shape": [8]}
+    return spec
+
+
 def mlp_spec(name, batch=64):
     spec = two_phase_spec(name, batch, [2], [8], lr=1e-3, betas=(0.5, 0.999))
     return spec
@@ -364,6 +382,7 @@ ZOO = {
     "wgan_gp": lambda: (WGANGP(), wgan_gp_spec("wgan_gp")),
     "cyclegan": lambda: (CycleGAN(), cyclegan_spec("cyclegan")),
     "r1gan": lambda: (R1GAN(), r1_spec("r1gan")),
+    "mlp_ema": lambda: (EMAGAN(), ema_spec("mlp_ema")),
     # The power-iteration vectors are buffers: DDP's default policy broadcasts rank 0's.
     "sngan": lambda: (SNGAN(), dict(mlp_spec("sngan"), buffers="broadcast")),
 }

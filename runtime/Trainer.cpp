@@ -15,6 +15,7 @@
 #include <torch/serialize.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -163,6 +164,21 @@ private:
       if (!o_.dumpDir.empty())
         fs::create_directories(o_.dumpDir, ec);
     }
+    if (spec.ema) {
+      const frontend::EmaSpec &ema = *spec.ema;
+      emaBeta_ = ema.halfLifeImages > 0
+                     ? std::pow(0.5, static_cast<double>(spec.batchSize * rank_.worldSize) /
+                                         ema.halfLifeImages)
+                     : ema.beta;
+      auto trained = archive_->module.attr(ema.submodule).toModule();
+      auto average = archive_->module.attr(ema.copy).toModule();
+      auto tp = trained.named_parameters(), ap = average.named_parameters();
+      for (auto a = ap.begin(), t = tp.begin(); a != ap.end(); ++a, ++t)
+        emaPairs_.emplace_back((*a).value, (*t).value);
+      auto tb = trained.named_buffers(), ab = average.named_buffers();
+      for (auto a = ab.begin(), t = tb.begin(); a != ab.end() && t != tb.end(); ++a, ++t)
+        emaBuffers_.emplace_back((*a).value, (*t).value);
+    }
     if (!o_.resume.empty())
       GANC_TRY(resume());
     return Status::ok();
@@ -230,6 +246,18 @@ private:
     return writeFileAtomically(o_.dumpDir + "/grads_step" + std::to_string(step) + "_" + phase +
                                    ".pt",
                                torch::pickle_save(grads));
+  }
+
+  /// After every step: the average copy moves toward the trained submodule (StyleGAN2's
+  /// p_ema = p.lerp(p_ema, beta)); its buffers are copied. Every rank does it identically.
+  void updateEma() {
+    if (emaPairs_.empty())
+      return;
+    torch::NoGradGuard noGrad;
+    for (auto &[average, trained] : emaPairs_)
+      average.copy_(trained.lerp(average, emaBeta_));
+    for (auto &[average, trained] : emaBuffers_)
+      average.copy_(trained);
   }
 
   /// Rank 0's inputs of a phase (CPU only: on CUDA the inputs are made inside the capture).
@@ -319,6 +347,7 @@ private:
         // phase would make the host wait for the GPU every step.
         pendingLosses.push_back({step, phase.name, loss.clone()});
       }
+      updateEma();
       stepSeconds.push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - stepStart).count());
       workSeconds.push_back(work);
@@ -529,6 +558,8 @@ private:
   at::Generator noise_;
   c10::ScalarType inputType_ = c10::kFloat;
   int64_t step_ = 0;
+  double emaBeta_ = 0;
+  std::vector<std::pair<at::Tensor, at::Tensor>> emaPairs_, emaBuffers_;
 };
 
 } // namespace

@@ -148,6 +148,12 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
                                      device_ids=[rank] if cuda else None,
                                      find_unused_parameters=True,
                                      broadcast_buffers=broadcast)
+    ema = spec.get("ema")
+    if ema is not None:
+        src, dst = getattr(gan, ema["submodule"]), getattr(gan, ema["copy"])
+        ema_pairs = (list(dst.parameters()), list(src.parameters()), list(dst.buffers()), list(src.buffers()))
+        half_life = ema.get("half_life_images", 0)
+        ema_beta = 0.5 ** (spec["batch_size"] * world / half_life) if half_life else ema.get("beta", 0.999)
     for step in range(steps):
         batch = None
         for phase in spec["phases"]:
@@ -174,6 +180,12 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
                            os.path.join(out_dir, f"grads_step{step}_{phase['name']}.pt"))
             for s in phase["updates"]:
                 optimizers[s].step()
+        if ema is not None:
+            with torch.no_grad():  # StyleGAN2's update
+                for p_ema, p in zip(ema_pairs[0], ema_pairs[1]):
+                    p_ema.copy_(p.lerp(p_ema, ema_beta))
+                for b_ema, b in zip(ema_pairs[2], ema_pairs[3]):
+                    b_ema.copy_(b)
     if out_dir and rank == 0:
         final = {n: p.detach().cpu().clone() for n, p in params.items()}
         final.update({n: b.detach().cpu().clone() for n, b in gan.named_buffers()})

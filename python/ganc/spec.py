@@ -89,6 +89,16 @@ def validate(spec: dict, module=None) -> dict:
     spec.setdefault("buffers", "local")
     _require(spec["buffers"] in BUFFER_POLICIES,
              f"spec: 'buffers' must be one of {', '.join(BUFFER_POLICIES)}")
+    ema = spec.get("ema")
+    if ema is not None:
+        _require(isinstance(ema.get("submodule"), str) and isinstance(ema.get("copy"), str),
+                 "spec: 'ema' needs 'submodule' (the trained one) and 'copy' (its average)")
+        _require(ema["copy"] not in updated, f"spec: 'ema': {ema['copy']!r} is trained by a phase; "
+                                             "it must only be averaged")
+        if module is not None:
+            for name in (ema["submodule"], ema["copy"]):
+                _require(isinstance(getattr(module, name, None), torch_module()),
+                         f"spec: 'ema': {name!r} is not a submodule")
     sample = spec.get("sample")
     if sample is not None:
         _require(isinstance(sample.get("submodule"), str) and isinstance(sample.get("noise_shape"), list),

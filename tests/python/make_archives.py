@@ -53,6 +53,9 @@ def main(out):
     bad = dict(spec, phases=[spec["phases"][0], dict(spec["phases"][1], interval=0)])
     save_raw(zoo.MLPGAN(), bad, os.path.join(out, "bad_zero_interval.pt"))
     save_raw(NotScalar(), spec, os.path.join(out, "bad_not_scalar.pt"))
+    gan, spec = zoo.build("mlp_ema")
+    save_raw(gan, dict(spec, ema=dict(spec["ema"], copy="generator_average")),
+             os.path.join(out, "bad_ema_copy.pt"))
     print(f"wrote test archives to {out}")
 
 

@@ -34,6 +34,7 @@ MODELS = [
     # is undefined, but still allreduced"): the reference all-reduces by hand, DDP's way.
     ("r1gan", "ring", [2], "manual"),
     ("sngan", "ring", [2]),                # spectral norm: buffers updated in forward
+    ("mlp_ema", "ring", [2]),              # generator EMA (StyleGAN2 rule) after every step
 ]
 CASES = [(m[0], m[1], w, m[3] if len(m) > 3 else "ddp") for m in MODELS for w in m[2]]
 STEPS = 10
