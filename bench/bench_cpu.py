@@ -48,7 +48,8 @@ def _baseline_worker(rank, world, port, model, data_path, steps, warmup, style, 
     gan, spec = zoo.build(model)
     spec = ganc.validate(spec)
     gan.train()
-    data = torch.load(data_path).float()
+    data = torch.load(data_path)
+    data = (data["images"] if isinstance(data, dict) else data).float()
     inputs = Inputs(spec, data, rank, world, seed=0)
     subs = sorted({u for p in spec["phases"] for u in p["updates"]})
     optimizers = {s: _optimizer(list(getattr(gan, s).parameters()), spec["optimizers"][s]) for s in subs}

@@ -56,7 +56,8 @@ def _baseline(rank, port, style, data_path, iters, warmup, result_path):
     gan, spec = zoo.build("dcgan64")
     spec = ganc.validate(spec)
     gan = gan.cuda().train()
-    data = torch.load(data_path).float()
+    data = torch.load(data_path)
+    data = (data["images"] if isinstance(data, dict) else data).float()
     inputs = Inputs(spec, data, 0, 1, seed=0, device="cuda")
     subs = ["discriminator", "generator"]
     opts = {s: torch.optim.Adam(getattr(gan, s).parameters(), lr=2e-4, betas=(0.5, 0.999)) for s in subs}

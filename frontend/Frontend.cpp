@@ -59,6 +59,16 @@ c10::ScalarType inputScalarType(const Spec &spec) {
   return c10::kFloat;
 }
 
+at::Tensor exampleInput(const Spec &spec, const InputSpec &input, int64_t batch) {
+  if (input.isClassIds())
+    return torch::randint(input.classes, {batch}, torch::kLong);
+  std::vector<int64_t> shape = {batch};
+  const auto &sample = input.source == "data" ? spec.dataShape : input.shape;
+  shape.insert(shape.end(), sample.begin(), sample.end());
+  return (input.source == "uniform" ? torch::rand(shape) : torch::randn(shape))
+      .to(inputScalarType(spec));
+}
+
 namespace {
 
 /// The first line of a LibTorch error, without its C++ stack trace.
@@ -316,13 +326,10 @@ private:
     jit::Stack stack;
     stack.emplace_back(archive_.module._ivalue());
     for (size_t i = 0; i < spec_.inputs.size(); ++i) {
-      const InputSpec &input = spec_.inputs[i];
-      std::vector<int64_t> shape = {archive_.spec.batchSize};
-      const auto &sample = input.source == "data" ? archive_.spec.dataShape : input.shape;
-      shape.insert(shape.end(), sample.begin(), sample.end());
-      c10::ScalarType dtype = inputScalarType(archive_.spec);
-      stack.emplace_back(torch::randn(shape).to(dtype));
-      shapes_[graph->inputs()[i + 1]] = ir::Type::tensor(dtypeName(dtype), shape);
+      at::Tensor example = exampleInput(archive_.spec, spec_.inputs[i], archive_.spec.batchSize);
+      stack.emplace_back(example);
+      shapes_[graph->inputs()[i + 1]] =
+          ir::Type::tensor(dtypeName(example.scalar_type()), example.sizes().vec());
     }
     std::string failure;
     try {

@@ -38,6 +38,10 @@ std::string modelIdentity(const std::string &path, const torch::jit::Module &mod
 /// The torch dtype of a spec dtype name ("float32", ...).
 c10::ScalarType inputScalarType(const Spec &spec);
 
+/// A random input of the right shape and dtype for one call of a phase (class ids for
+/// labels and categorical inputs), for shape recording and tests.
+at::Tensor exampleInput(const Spec &spec, const InputSpec &input, int64_t batch);
+
 /// "f32", "bf16", ... for a torch dtype.
 std::string dtypeName(c10::ScalarType type);
 

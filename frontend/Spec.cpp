@@ -70,6 +70,8 @@ Status parseInto(const json &j, Spec &spec) {
   if (!dataShape)
     return dataShape.status();
   spec.dataShape = dataShape.take();
+  spec.dataClasses = j["data"].value("classes", int64_t{0});
+  GANC_TRY(need(spec.dataClasses >= 0, "'data.classes' must be >= 0"));
   spec.inputDtype = j.value("dtype", "float32");
   GANC_TRY(
       need(spec.inputDtype == "float32" || spec.inputDtype == "float64" ||
@@ -104,12 +106,20 @@ Status parseInto(const json &j, Spec &spec) {
                     where + ": every input needs a 'name'"));
       input.name = in["name"].get<std::string>();
       input.source = in.value("source", "");
-      GANC_TRY(need(input.source == "data" || input.source == "normal" || input.source == "uniform",
+      GANC_TRY(need(input.source == "data" || input.source == "normal" ||
+                        input.source == "uniform" || input.source == "labels" ||
+                        input.source == "categorical",
                     where + ": input '" + input.name + "' has source '" + input.source +
-                        "', expected data, normal or uniform"));
-      if (input.source != "data") {
+                        "', expected data, labels, normal, uniform or categorical"));
+      if (input.isClassIds()) {
+        input.classes = in.value("classes", spec.dataClasses);
+        GANC_TRY(need(input.classes > 0,
+                      where + ": input '" + input.name + "' needs 'classes' (or 'data.classes')"));
+        GANC_TRY(need(input.source != "labels" || spec.dataClasses > 0,
+                      where + ": input '" + input.name + "' reads labels: set 'data.classes'"));
+      } else if (input.source != "data") {
         GANC_TRY(need(in.contains("shape"),
-                      where + ": normal input '" + input.name + "' needs a 'shape'"));
+                      where + ": " + input.source + " input '" + input.name + "' needs a 'shape'"));
         auto shape = shapeOf(in["shape"], where + ": input '" + input.name + "' shape");
         if (!shape)
           return shape.status();
@@ -155,6 +165,7 @@ Status parseInto(const json &j, Spec &spec) {
     if (!shape)
       return shape.status();
     sample.noiseShape = shape.take();
+    sample.classes = s.value("classes", int64_t{0});
     spec.sample = sample;
   }
   return Status::ok();

@@ -17,11 +17,16 @@ constexpr int kSpecVersion = 1;
 /// One input of a phase method, in argument order.
 struct InputSpec {
   std::string name;
-  /// "data" (the step's batch), "normal" (standard normal noise of `shape`) or "uniform"
-  /// (uniform [0, 1) noise of `shape`, e.g. gradient-penalty interpolation weights).
+  /// "data" (the step's batch), "labels" (the batch's class labels), "normal" (standard
+  /// normal noise of `shape`), "uniform" (uniform [0, 1) noise of `shape`, e.g.
+  /// gradient-penalty interpolation weights) or "categorical" (random class ids).
   std::string source;
   /// Per-sample shape of the noise (the batch dimension is added at run time).
   std::vector<int64_t> shape;
+  /// Number of classes of labels and categorical inputs.
+  int64_t classes = 0;
+  /// Whether the input is an integer tensor of class ids.
+  bool isClassIds() const { return source == "labels" || source == "categorical"; }
 };
 
 struct PhaseSpec {
@@ -44,6 +49,8 @@ struct OptimizerSpec {
 struct SampleSpec {
   std::string submodule;
   std::vector<int64_t> noiseShape;
+  /// > 0: a class-conditional submodule, called with (z, labels), labels cycling 0..classes-1.
+  int64_t classes = 0;
 };
 
 /// An exponential moving average of a trained submodule, kept in a frozen copy of it.
@@ -61,6 +68,8 @@ struct Spec {
   std::string name;
   int64_t batchSize = 0; // per rank
   std::vector<int64_t> dataShape;
+  /// Classes of the dataset's labels (0: unlabelled).
+  int64_t dataClasses = 0;
   /// dtype of every phase input, data and noise alike: float32 (default), float64,
   /// bfloat16 or float16; it must match the model's parameters.
   std::string inputDtype = "float32";

@@ -14,12 +14,15 @@ import torch
 import torch.nn.functional as F
 
 
-def digits(size: int) -> torch.Tensor:
+def digits(size: int) -> dict:
+    """{'images': [1797, 3, size, size] in [-1, 1], 'labels': [1797] digit classes}."""
     from sklearn.datasets import load_digits
-    images = torch.tensor(load_digits().images, dtype=torch.float32)  # [1797, 8, 8], 0..16
+    digits = load_digits()
+    images = torch.tensor(digits.images, dtype=torch.float32)  # [1797, 8, 8], 0..16
     images = images.unsqueeze(1) / 16.0
     images = F.interpolate(images, size=(size, size), mode="bicubic", align_corners=False).clamp(0, 1)
-    return (images * 2 - 1).expand(-1, 3, -1, -1).contiguous()
+    return {"images": (images * 2 - 1).expand(-1, 3, -1, -1).contiguous(),
+            "labels": torch.tensor(digits.target, dtype=torch.long)}
 
 
 def ring(n: int = 4096, modes: int = 8, radius: float = 1.5, std: float = 0.05) -> torch.Tensor:
@@ -47,7 +50,8 @@ def main():
     args = parser.parse_args()
     data = {"digits": lambda: digits(args.size), "ring": ring, "two_domains": two_domains}[args.name]()
     torch.save(data, args.output)
-    print(f"wrote {args.output}: {tuple(data.shape)}")
+    shape = tuple(data["images"].shape) if isinstance(data, dict) else tuple(data.shape)
+    print(f"wrote {args.output}: {shape}" + (" with labels" if isinstance(data, dict) else ""))
 
 
 if __name__ == "__main__":

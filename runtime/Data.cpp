@@ -63,9 +63,13 @@ Expected<at::Tensor> loadImageFolder(const std::string &dir, const std::vector<i
 
 } // namespace
 
-Expected<at::Tensor> loadDataset(const std::string &path, const std::vector<int64_t> &sampleShape) {
-  if (fs::is_directory(path))
-    return loadImageFolder(path, sampleShape);
+Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t> &sampleShape) {
+  if (fs::is_directory(path)) {
+    auto images = loadImageFolder(path, sampleShape);
+    if (!images)
+      return images.status();
+    return Dataset{images.take(), at::Tensor()};
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return Status::error("--data " + path + ": cannot open");
@@ -78,8 +82,13 @@ Expected<at::Tensor> loadDataset(const std::string &path, const std::vector<int6
     return Status::error("--data " + path + ": not a torch.save file or image folder (" +
                          what.substr(0, what.find('\n')) + ")");
   }
-  if (value.isGenericDict() && value.toGenericDict().contains("images"))
-    value = value.toGenericDict().at("images");
+  at::Tensor labels;
+  if (value.isGenericDict() && value.toGenericDict().contains("images")) {
+    auto dict = value.toGenericDict();
+    if (dict.contains("labels") && dict.at("labels").isTensor())
+      labels = dict.at("labels").toTensor().to(torch::kLong).flatten();
+    value = dict.at("images");
+  }
   if (!value.isTensor())
     return Status::error("--data " + path +
                          ": holds no tensor (expected a tensor or {'images': tensor})");
@@ -92,7 +101,10 @@ Expected<at::Tensor> loadDataset(const std::string &path, const std::vector<int6
                          c10::str(c10::IntArrayRef(sampleShape)).substr(1));
   if (data.size(0) == 0)
     return Status::error("--data " + path + ": the dataset is empty");
-  return data;
+  if (labels.defined() && labels.size(0) != data.size(0))
+    return Status::error("--data " + path + ": " + std::to_string(labels.size(0)) + " labels for " +
+                         std::to_string(data.size(0)) + " samples");
+  return Dataset{data, labels};
 }
 
 ShardedBatches::ShardedBatches(int64_t datasetSize, int rank, int worldSize, int64_t batchSize,

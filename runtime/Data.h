@@ -10,10 +10,16 @@
 
 namespace ganc::runtime {
 
+/// Training samples and, where the set has them, their class labels.
+struct Dataset {
+  at::Tensor samples; // [N, *sampleShape], float
+  at::Tensor labels;  // [N], int64; undefined when unlabelled
+};
+
 /// Loads samples of `sampleShape` from `path`: a file written by torch.save (a tensor of shape
-/// [N, *sampleShape], or a dict with an "images" tensor), or a folder of PNG/JPEG images
-/// (decoded, resized to the sample shape, scaled to [-1, 1]).
-Expected<at::Tensor> loadDataset(const std::string &path, const std::vector<int64_t> &sampleShape);
+/// [N, *sampleShape], or a dict with an "images" tensor and optionally a "labels" tensor), or
+/// a folder of PNG/JPEG images (decoded, resized to the sample shape, scaled to [-1, 1]).
+Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t> &sampleShape);
 
 /// torch.utils.data.DistributedSampler(shuffle=True, seed, drop_last=False) feeding a
 /// DataLoader(batch_size, drop_last=True): the same indices, in the same order, per rank.

@@ -135,7 +135,7 @@ private:
     bool needsData = false;
     for (const frontend::PhaseSpec &p : spec.phases)
       for (const frontend::InputSpec &in : p.inputs)
-        needsData |= in.source == "data";
+        needsData |= in.source == "data" || in.source == "labels";
     if (needsData) {
       if (o_.data.empty())
         return Status::error("the spec's phases read data: give --data PATH (a torch.save "
@@ -143,7 +143,25 @@ private:
       auto data = loadDataset(o_.data, spec.dataShape);
       if (!data)
         return data.status();
-      data_ = data->to(frontend::inputScalarType(spec));
+      data_ = data->samples.to(frontend::inputScalarType(spec));
+      labels_ = data->labels;
+      bool needsLabels = false;
+      for (const frontend::PhaseSpec &p : spec.phases)
+        for (const frontend::InputSpec &in : p.inputs)
+          needsLabels |= in.source == "labels";
+      if (needsLabels && !labels_.defined())
+        return Status::error("--data " + o_.data +
+                             ": the spec's phases read labels, and the data "
+                             "has none (save {'images': ..., 'labels': ...})");
+      if (needsLabels) {
+        int64_t top = labels_.max().item<int64_t>(), bottom = labels_.min().item<int64_t>();
+        if (bottom < 0 || top >= spec.dataClasses)
+          return Status::error("--data " + o_.data + ": labels span " + std::to_string(bottom) +
+                               ".." + std::to_string(top) + ", the spec declares " +
+                               std::to_string(spec.dataClasses) + " classes");
+        labelBatch_ = std::make_unique<backend::StagedBatch>(std::vector<int64_t>{spec.batchSize},
+                                                             torch::kLong, device_);
+      }
       batches_ = std::make_unique<ShardedBatches>(data_.size(0), rank_.rank, rank_.worldSize,
                                                   spec.batchSize, o_.seed);
       if (batches_->batchesPerEpoch() == 0)
@@ -222,6 +240,11 @@ private:
     for (const frontend::InputSpec &in : phase.inputs) {
       if (in.source == "data") {
         inputs.push_back(batch_->tensor());
+      } else if (in.source == "labels") {
+        inputs.push_back(labelBatch_->tensor());
+      } else if (in.source == "categorical") {
+        inputs.push_back(torch::randint(in.classes, {archive_->spec.batchSize}, noise_,
+                                        at::TensorOptions(device_).dtype(torch::kLong)));
       } else {
         // Drawn in float32 and cast, like the eager reference; on CUDA this runs inside the
         // captured graph and every replay draws anew.
@@ -312,9 +335,12 @@ private:
           continue;
         bool wantsData = false;
         for (const auto &in : phase.inputs)
-          wantsData |= in.source == "data";
+          wantsData |= in.source == "data" || in.source == "labels";
         if (wantsData && !staged) {
-          batch_->stage(data_.index_select(0, batches_->next()));
+          at::Tensor indices = batches_->next();
+          batch_->stage(data_.index_select(0, indices));
+          if (labelBatch_)
+            labelBatch_->stage(labels_.index_select(0, indices));
           staged = true;
           imagesSinceLog += spec.batchSize * rank_.worldSize;
         }
@@ -439,7 +465,11 @@ private:
     {
       torch::NoGradGuard noGrad;
       generator.eval();
-      images = generator.forward({z}).toTensor();
+      std::vector<c10::IValue> args{z};
+      if (sample->classes > 0)
+        args.emplace_back(
+            torch::arange(o_.samples, torch::kLong).remainder(sample->classes).to(device_));
+      images = generator.forward(args).toTensor();
       generator.train();
     }
     std::string path = o_.outDir + "/samples_step" + std::to_string(step) + ".png";
@@ -550,7 +580,8 @@ private:
   c10::Device device_ = c10::kCPU;
   std::unique_ptr<backend::PhaseExecutor> executor_;
   backend::EagerExecutor *eager_ = nullptr;
-  std::unique_ptr<backend::StagedBatch> batch_;
+  std::unique_ptr<backend::StagedBatch> batch_, labelBatch_;
+  at::Tensor labels_;
   std::map<std::string, Optimizer> optimizers_;
   std::map<std::string, std::string> ownerOf_;
   at::Tensor data_;

@@ -62,6 +62,7 @@ class Inputs:
     def __init__(self, spec, data, rank, world, seed, device="cpu"):
         self.spec, self.data, self.rank, self.world, self.seed = spec, data, rank, world, seed
         self.device = torch.device(device)
+        self.labels = None
         if self.device.type == "cuda":
             # ganc draws GPU noise from the default CUDA generator (graph-safe under capture).
             torch.cuda.manual_seed(seed + rank)
@@ -84,19 +85,27 @@ class Inputs:
         self._batches = iter(loader)
 
     def batch(self):
+        """The step's (samples, labels or None)."""
         try:
             idx = next(self._batches)
         except StopIteration:
             self.epoch += 1
             self._start_epoch()
             idx = next(self._batches)
-        return self.data[idx].to(self.device)
+        labels = self.labels[idx].to(self.device) if self.labels is not None else None
+        return self.data[idx].to(self.device), labels
 
     def for_phase(self, phase, batch):
         out = []
         for inp in phase["inputs"]:
             if inp["source"] == "data":
-                out.append(batch)
+                out.append(batch[0])
+            elif inp["source"] == "labels":
+                out.append(batch[1])
+            elif inp["source"] == "categorical":
+                classes = inp.get("classes", self.spec["data"].get("classes", 0))
+                out.append(torch.randint(classes, (self.spec["batch_size"],), generator=self.noise,
+                                         device=self.device))
             else:
                 draw = torch.rand if inp["source"] == "uniform" else torch.randn
                 out.append(draw([self.spec["batch_size"]] + inp["shape"], generator=self.noise,
@@ -121,13 +130,15 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
         gan = gan.to(f"cuda:{rank}")
     spec = json.loads(files["ganc.json"])
     gan.train()
-    data = None
+    data = labels = None
     if data_path:
         data = torch.load(data_path)
         if isinstance(data, dict):
+            labels = data.get("labels")
             data = data["images"]
         data = data.float().to(getattr(torch, spec.get("dtype", "float32")))
     inputs = Inputs(spec, data, rank, world, seed, f"cuda:{rank}" if cuda else "cpu")
+    inputs.labels = labels.long() if labels is not None else None
     broadcast = spec.get("buffers", "local") == "broadcast"
     params = dict(gan.named_parameters())
     subs = sorted({u for p in spec["phases"] for u in p["updates"]})
@@ -159,7 +170,7 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
         for phase in spec["phases"]:
             if step % phase.get("interval", 1) != 0:
                 continue
-            if batch is None and any(i["source"] == "data" for i in phase["inputs"]):
+            if batch is None and any(i["source"] in ("data", "labels") for i in phase["inputs"]):
                 batch = inputs.batch()
             updates = set(phase["updates"])
             set_trainable(updates)

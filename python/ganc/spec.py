@@ -9,7 +9,7 @@ import copy
 import json
 
 SPEC_VERSION = 1
-SOURCES = ("data", "normal", "uniform")
+SOURCES = ("data", "labels", "normal", "uniform", "categorical")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 BUFFER_POLICIES = ("broadcast", "local")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -63,7 +63,13 @@ def validate(spec: dict, module=None) -> dict:
             _require(inp.get("source") in SOURCES,
                      f"{where}: input {inp['name']!r} has source {inp.get('source')!r}, "
                      f"expected one of {', '.join(SOURCES)}")
-            if inp["source"] != "data":
+            if inp["source"] in ("labels", "categorical"):
+                classes = inp.get("classes", data.get("classes", 0))
+                _require(isinstance(classes, int) and classes > 0,
+                         f"{where}: input {inp['name']!r} needs 'classes' (or 'data.classes')")
+                _require(inp["source"] != "labels" or data.get("classes", 0) > 0,
+                         f"{where}: input {inp['name']!r} reads labels: set 'data.classes'")
+            elif inp["source"] != "data":
                 _require(isinstance(inp.get("shape"), list),
                          f"{where}: {inp['source']} input {inp['name']!r} needs a 'shape' (no batch dim)")
         if module is not None:

@@ -35,6 +35,7 @@ MODELS = [
     ("r1gan", "ring", [2], "manual"),
     ("sngan", "ring", [2]),                # spectral norm: buffers updated in forward
     ("mlp_ema", "ring", [2]),              # generator EMA (StyleGAN2 rule) after every step
+    ("cdcgan32", "digits", [2]),           # class-conditional: labels, projection D
 ]
 CASES = [(m[0], m[1], w, m[3] if len(m) > 3 else "ddp") for m in MODELS for w in m[2]]
 STEPS = 10

@@ -24,12 +24,8 @@ std::set<std::string> observedGradients(frontend::Archive &archive,
     p.mutable_grad() = at::Tensor();
   torch::manual_seed(0);
   std::vector<c10::IValue> inputs;
-  for (const frontend::InputSpec &in : phase.inputs) {
-    std::vector<int64_t> shape = {archive.spec.batchSize};
-    const auto &sample = in.source == "data" ? archive.spec.dataShape : in.shape;
-    shape.insert(shape.end(), sample.begin(), sample.end());
-    inputs.emplace_back(torch::randn(shape).to(frontend::inputScalarType(archive.spec)));
-  }
+  for (const frontend::InputSpec &in : phase.inputs)
+    inputs.emplace_back(frontend::exampleInput(archive.spec, in, archive.spec.batchSize));
   at::Tensor loss = archive.module.get_method(phase.method)(inputs).toTensor();
   loss.backward();
   std::set<std::string> updates(phase.updates.begin(), phase.updates.end());
@@ -111,4 +107,4 @@ TEST(GroundTruthProbe, UnusedHeadAndUntakenBranchAreRecorded) {
 INSTANTIATE_TEST_SUITE_P(Zoo, GroundTruth,
                          ::testing::Values("dcgan32", "dcgan64", "mlp", "mlp_traced",
                                            "probe_nograd", "probe_aux", "probe_sync", "wgan_gp",
-                                           "cyclegan", "r1gan", "sngan"));
+                                           "cyclegan", "r1gan", "sngan", "mlp_ema", "cdcgan32"));
