@@ -15,7 +15,6 @@ part of a step spent outside forward, backward, all-reduce waits and the optimiz
     python3 bench/bench_cpu.py [--steps-mlp 300] [--steps-dcgan 40] [--nproc 2]
 """
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -36,6 +35,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 import ganc  # noqa: E402
 from ganc.oracle import Inputs, free_port, _optimizer  # noqa: E402
 import zoo  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import baselines  # noqa: E402
 
 GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
 
@@ -60,34 +62,7 @@ def _baseline_worker(rank, world, port, model, data_path, steps, warmup, style, 
     times = []
     for step in range(steps):
         t0 = time.perf_counter()
-        batch = None
-        for phase in spec["phases"]:
-            if batch is None and any(i["source"] == "data" for i in phase["inputs"]):
-                batch = inputs.batch()
-            updates = set(phase["updates"])
-            for s in subs:
-                for p in (gan._modules[s].parameters()):
-                    p.requires_grad_(s in updates)
-                    p.grad = None
-            args = inputs.for_phase(phase, batch)
-            with contextlib.ExitStack() as stack:
-                if style == "ddp":
-                    for s in subs:
-                        if s not in updates:
-                            stack.enter_context(gan._modules[s].no_sync())
-                loss = getattr(gan, phase["method"])(*args)
-                loss.backward()
-            if style == "flat" and world > 1:
-                grads = [p for s in updates for p in gan._modules[s].parameters() if p.grad is not None]
-                flat = torch.cat([p.grad.flatten() for p in grads])
-                dist.all_reduce(flat)
-                flat /= world
-                offset = 0
-                for p in grads:
-                    p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
-                    offset += p.numel()
-            for s in phase["updates"]:
-                optimizers[s].step()
+        baselines.iteration(gan, spec, subs, inputs, optimizers, style, world)
         times.append(time.perf_counter() - t0)
     if rank == 0:
         with open(result_path, "w") as f:

@@ -14,7 +14,6 @@ replayed phase.
     python3 bench/bench_gpu.py [--iters 200] [--warmup 20]
 """
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -35,6 +34,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 import ganc  # noqa: E402
 from ganc.oracle import Inputs, free_port  # noqa: E402
 import zoo  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import baselines  # noqa: E402
 
 GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
 
@@ -70,31 +72,7 @@ def _baseline(rank, port, style, data_path, iters, warmup, result_path):
         methods = {k: torch.compile(m, mode="reduce-overhead") for k, m in methods.items()}
 
     def iteration():
-        batch = inputs.batch()
-        for phase in spec["phases"]:
-            updates = set(phase["updates"])
-            for s in subs:
-                for p in gan._modules[s].parameters():
-                    p.requires_grad_(s in updates)
-                    p.grad = None
-            args = inputs.for_phase(phase, batch)
-            with contextlib.ExitStack() as stack:
-                if style == "ddp":
-                    for s in subs:
-                        if s not in updates:
-                            stack.enter_context(gan._modules[s].no_sync())
-                loss = methods[phase["name"]](*args)
-                loss.backward()
-            if style == "flat":
-                grads = [p for s in updates for p in gan._modules[s].parameters() if p.grad is not None]
-                flat = torch.cat([p.grad.flatten() for p in grads])
-                dist.all_reduce(flat)
-                offset = 0
-                for p in grads:
-                    p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
-                    offset += p.numel()
-            for s in phase["updates"]:
-                opts[s].step()
+        baselines.iteration(gan, spec, subs, inputs, opts, "flat" if style == "compile" else style, 1, methods)
 
     for _ in range(warmup):
         iteration()

@@ -38,29 +38,46 @@ std::set<std::string> observedGradients(frontend::Archive &archive,
   return got;
 }
 
+/// A zoo archive, loaded, lowered and compiled with the default pipeline.
+struct Compiled {
+  frontend::Archive archive;
+  std::unique_ptr<ir::Module> plan;
+};
+
+Compiled compileZoo(const std::string &name) {
+  auto archive = frontend::loadArchive(modelPath(name));
+  EXPECT_TRUE(archive.isOk()) << archive.status().message();
+  if (!archive)
+    return {};
+  auto module = frontend::lowerToIR(*archive);
+  EXPECT_TRUE(module.isOk()) << module.status().message();
+  if (!module)
+    return {};
+  passes::PipelineOptions options;
+  Status status = passes::runPipeline(**module, passes::defaultPipeline(), options);
+  EXPECT_TRUE(status.isOk()) << status.message();
+  return {archive.take(), module.take()};
+}
+
 class GroundTruth : public ::testing::TestWithParam<std::string> {};
 
 } // namespace
 
 TEST_P(GroundTruth, UsedSetEqualsAutogradGradients) {
-  auto archive = frontend::loadArchive(modelPath(GetParam()));
-  ASSERT_TRUE(archive.isOk()) << archive.status().message();
-  auto module = frontend::lowerToIR(*archive);
-  ASSERT_TRUE(module.isOk()) << module.status().message();
-  passes::PipelineOptions options;
-  ASSERT_TRUE(passes::runPipeline(**module, passes::defaultPipeline(), options).isOk());
-  for (const frontend::PhaseSpec &phase : archive->spec.phases) {
+  Compiled c = compileZoo(GetParam());
+  ASSERT_TRUE(c.plan);
+  for (const frontend::PhaseSpec &phase : c.archive.spec.phases) {
     SCOPED_TRACE("phase " + phase.name);
-    const ir::Phase *compiled = (*module)->findPhase(phase.name);
+    const ir::Phase *compiled = c.plan->findPhase(phase.name);
     ASSERT_NE(compiled, nullptr);
     std::set<std::string> predicted(compiled->used.begin(), compiled->used.end());
-    std::set<std::string> observed = observedGradients(*archive, phase);
+    std::set<std::string> observed = observedGradients(c.archive, phase);
     EXPECT_EQ(predicted, observed);
     EXPECT_FALSE(predicted.empty());
     // Every parameter of an updated submodule is either used or recorded as unused.
     EXPECT_EQ(compiled->used.size() + compiled->unused.size(), [&] {
       size_t n = 0;
-      for (const auto &p : archive->module.named_parameters())
+      for (const auto &p : c.archive.module.named_parameters())
         for (const std::string &u : phase.updates)
           n += p.name.rfind(u + ".", 0) == 0;
       return n;
@@ -69,18 +86,14 @@ TEST_P(GroundTruth, UsedSetEqualsAutogradGradients) {
 }
 
 TEST(GroundTruthDCGAN, DPhaseUsesExactlyDAndGPhaseExactlyG) {
-  auto archive = frontend::loadArchive(modelPath("dcgan32"));
-  ASSERT_TRUE(archive.isOk()) << archive.status().message();
-  auto module = frontend::lowerToIR(*archive);
-  ASSERT_TRUE(module.isOk()) << module.status().message();
-  passes::PipelineOptions options;
-  ASSERT_TRUE(passes::runPipeline(**module, passes::defaultPipeline(), options).isOk());
+  Compiled c = compileZoo("dcgan32");
+  ASSERT_TRUE(c.plan);
   for (const auto &[phaseName, owner] :
        {std::pair<std::string, std::string>{"d", "discriminator"}, {"g", "generator"}}) {
-    const ir::Phase *phase = (*module)->findPhase(phaseName);
+    const ir::Phase *phase = c.plan->findPhase(phaseName);
     ASSERT_NE(phase, nullptr);
     std::set<std::string> expected;
-    for (const ir::Tensor &p : (*module)->parameters)
+    for (const ir::Tensor &p : c.plan->parameters)
       if (p.owner == owner)
         expected.insert(p.name);
     EXPECT_EQ(std::set<std::string>(phase->used.begin(), phase->used.end()), expected);
@@ -89,13 +102,9 @@ TEST(GroundTruthDCGAN, DPhaseUsesExactlyDAndGPhaseExactlyG) {
 }
 
 TEST(GroundTruthProbe, UnusedHeadAndUntakenBranchAreRecorded) {
-  auto archive = frontend::loadArchive(modelPath("probe_aux"));
-  ASSERT_TRUE(archive.isOk()) << archive.status().message();
-  auto module = frontend::lowerToIR(*archive);
-  ASSERT_TRUE(module.isOk()) << module.status().message();
-  passes::PipelineOptions options;
-  ASSERT_TRUE(passes::runPipeline(**module, passes::defaultPipeline(), options).isOk());
-  const ir::Phase *d = (*module)->findPhase("d");
+  Compiled c = compileZoo("probe_aux");
+  ASSERT_TRUE(c.plan);
+  const ir::Phase *d = c.plan->findPhase("d");
   std::set<std::string> unused(d->unused.begin(), d->unused.end());
   EXPECT_EQ(unused, (std::set<std::string>{
                         "discriminator.never_used.weight", "discriminator.never_used.bias",
