@@ -99,12 +99,8 @@ void PhaseReducer::launchReady() {
   // bucket k, even if it completes first.
   while (nextLaunch_ < scheduleOrder_.size() && pending_[scheduleOrder_[nextLaunch_]] == 0) {
     at::Tensor &flat = buffers_[scheduleOrder_[nextLaunch_]];
-    if (launch) {
-      works_.push_back(launch(flat));
-    } else {
-      std::vector<at::Tensor> tensors{flat};
-      works_.push_back(group_->allreduce(tensors));
-    }
+    std::vector<at::Tensor> tensors{flat};
+    works_.push_back(group_->allreduce(tensors));
     ++nextLaunch_;
   }
 }
@@ -128,14 +124,6 @@ void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
   works_.clear();
 }
 
-std::vector<std::string> PhaseReducer::missingGradients() const {
-  std::vector<std::string> missing;
-  for (const auto &[name, ready] : ready_)
-    if (!ready)
-      missing.push_back(name);
-  return missing;
-}
-
 struct GradReadyHook : torch::autograd::PostAccumulateGradHook {
   GradReadyHook(GradReadyHooks *owner, std::string name) : owner(owner), name(std::move(name)) {}
   void operator()(const torch::autograd::Variable &tensor) override { owner->fire(name, tensor); }
@@ -156,7 +144,7 @@ GradReadyHooks::~GradReadyHooks() {
     torch::autograd::impl::post_acc_grad_hooks(t).reset();
 }
 
-void GradReadyHooks::setActive(PhaseReducer *reducer, const std::string &) { active_ = reducer; }
+void GradReadyHooks::setActive(PhaseReducer *reducer) { active_ = reducer; }
 
 void GradReadyHooks::fire(const std::string &name, const at::Tensor &tensor) {
   if (active_ && !active_->markReady(name, tensor))

@@ -42,11 +42,6 @@ public:
   const std::vector<at::Tensor> &usedParameters() const { return usedParameters_; }
   /// The flat bucket buffers, in bucket order (read by tests and the CUDA backend).
   const std::vector<at::Tensor> &buffers() const { return buffers_; }
-  /// Parameters the plan expected but whose gradient never arrived in the last backward.
-  std::vector<std::string> missingGradients() const;
-  /// Launches of all-reduces go through this hook when set (the CUDA backend moves them to
-  /// its communication stream); by default they run on the process group directly.
-  std::function<c10::intrusive_ptr<c10d::Work>(at::Tensor &)> launch;
 
 private:
   struct Slot {
@@ -76,7 +71,7 @@ class GradReadyHooks {
 public:
   explicit GradReadyHooks(const std::map<std::string, at::Tensor> &parameters);
   ~GradReadyHooks();
-  void setActive(PhaseReducer *reducer, const std::string &phaseName);
+  void setActive(PhaseReducer *reducer);
   /// Names of parameters that produced a gradient the active plan did not expect.
   const std::vector<std::string> &unexpected() const { return unexpected_; }
   void clearUnexpected() { unexpected_.clear(); }

@@ -104,7 +104,7 @@ at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
     broadcastBuffers();
   state.reducer->prepare(parameters_);
   hooks_->clearUnexpected();
-  hooks_->setActive(state.reducer.get(), phase);
+  hooks_->setActive(state.reducer.get());
   std::vector<c10::IValue> args(inputs.begin(), inputs.end());
   at::Tensor loss;
   auto start = std::chrono::steady_clock::now();
@@ -112,10 +112,10 @@ at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
     loss = module_.get_method(state.plan->method)(args).toTensor();
     loss.backward();
   } catch (...) {
-    hooks_->setActive(nullptr, "");
+    hooks_->setActive(nullptr);
     throw;
   }
-  hooks_->setActive(nullptr, "");
+  hooks_->setActive(nullptr);
   state.reducer->finish(parameters_);
   lastWorkSeconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
