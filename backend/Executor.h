@@ -5,6 +5,7 @@
 #include "backend/Reducer.h"
 #include "ir/Module.h"
 
+#include <torch/csrc/jit/api/function_impl.h>
 #include <torch/script.h>
 
 #include <functional>
@@ -19,6 +20,9 @@ struct ExecutorOptions {
   c10::Device device = c10::kCPU;
   /// Broadcast every buffer from rank 0 before each phase (DDP's broadcast_buffers=True).
   bool broadcastBuffers = false;
+  /// The graphs of a progressive GAN's stage-specialised phases, by phase key ("d@8x8"),
+  /// called with the module and the inputs; phases not listed run their method.
+  std::map<std::string, std::shared_ptr<torch::jit::Graph>> stageGraphs;
 };
 
 /// Called after a phase's gradients are all-reduced, with that phase's used parameters; the
@@ -33,8 +37,8 @@ using InputFn = std::function<std::vector<at::Tensor>()>;
 class PhaseExecutor {
 public:
   virtual ~PhaseExecutor() = default;
-  /// Runs `phase` on the inputs `inputs` makes and returns its local loss (on the device;
-  /// reading it synchronises).
+  /// Runs the phase with key `phase` ("d", or "d@8x8" in a stage) on the inputs `inputs`
+  /// makes and returns its local loss (on the device; reading it synchronises).
   virtual at::Tensor run(const std::string &phase, const InputFn &inputs, const StepFn &step) = 0;
   /// How the phase runs ("eager", "cuda-graph", or "eager (reason)").
   virtual std::string mode(const std::string &phase) const = 0;
@@ -79,6 +83,8 @@ public:
 private:
   struct PhaseState {
     const ir::Phase *plan = nullptr;
+    /// The stage-specialised graph, or null to run the plan's method.
+    std::unique_ptr<torch::jit::GraphFunction> function;
     std::unique_ptr<PhaseReducer> reducer;
     std::vector<std::pair<at::Tensor, bool>> requiresGrad;
   };

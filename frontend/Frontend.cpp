@@ -60,6 +60,8 @@ c10::ScalarType inputScalarType(const Spec &spec) {
 }
 
 at::Tensor exampleInput(const Spec &spec, const InputSpec &input, int64_t batch) {
+  if (input.source == "fade")
+    return torch::rand({}).to(inputScalarType(spec));
   if (input.isClassIds())
     return torch::randint(input.classes, {batch}, torch::kLong);
   std::vector<int64_t> shape = {batch};
@@ -89,6 +91,51 @@ uint64_t fnv1a(uint64_t h, const void *data, size_t size) {
 }
 
 uint64_t fnv1a(uint64_t h, const std::string &s) { return fnv1a(h, s.data(), s.size() + 1); }
+
+/// The object holding the attribute a dotted path names ("generator.blocks.1" -> the
+/// generator.blocks object and "1"), or null if a step of the path is not a submodule.
+std::pair<c10::intrusive_ptr<c10::ivalue::Object>, std::string>
+resolvePath(const torch::jit::Module &root, const std::string &path) {
+  c10::intrusive_ptr<c10::ivalue::Object> object = root._ivalue();
+  size_t begin = 0;
+  while (true) {
+    size_t dot = path.find('.', begin);
+    std::string name = path.substr(begin, dot == std::string::npos ? dot : dot - begin);
+    if (dot == std::string::npos)
+      return {object, name};
+    auto slot = object->type()->findAttributeSlot(name);
+    if (!slot || !object->getSlot(*slot).isObject())
+      return {nullptr, name};
+    object = object->getSlot(*slot).toObject();
+    begin = dot + 1;
+  }
+}
+
+/// Every stage attribute is a plain int attribute, and every block a stage grows a submodule.
+Status checkStages(const Archive &archive) {
+  const StagesSpec &stages = *archive.spec.stages;
+  for (const std::string &path : stages.attributes) {
+    auto [object, name] = resolvePath(archive.module, path);
+    auto slot = object ? object->type()->findAttributeSlot(name) : std::nullopt;
+    if (!slot)
+      return Status::error(archive.path + ": stages: attribute '" + path +
+                           "' does not exist in the model");
+    if (!object->getSlot(*slot).isInt() || object->type()->is_parameter(*slot) ||
+        object->type()->is_buffer(*slot))
+      return Status::error(archive.path + ": stages: attribute '" + path +
+                           "' is not an int module attribute (it holds " +
+                           object->getSlot(*slot).tagKind() + ")");
+  }
+  for (const StageSpec &stage : stages.list)
+    for (const std::string &path : stage.grows) {
+      auto [object, name] = resolvePath(archive.module, path);
+      auto slot = object ? object->type()->findAttributeSlot(name) : std::nullopt;
+      if (!slot || !object->getSlot(*slot).isObject())
+        return Status::error(archive.path + ": stage '" + stage.name + "' grows '" + path +
+                             "', which is not a submodule of the model");
+    }
+  return Status::ok();
+}
 
 } // namespace
 
@@ -173,6 +220,8 @@ Expected<Archive> loadArchive(const std::string &path) {
         return Status::error(path + ": ema: '" + ema.copy + "." + (*b).name + "' does not match '" +
                              ema.submodule + "." + (*a).name + "'");
   }
+  if (archive.spec.stages)
+    GANC_TRY(checkStages(archive));
   if (archive.spec.sample) {
     auto slot = archive.module._ivalue()->type()->findAttributeSlot(archive.spec.sample->submodule);
     if (!slot)
@@ -199,12 +248,26 @@ struct AttrTarget {
 
 class PhaseLowering {
 public:
-  PhaseLowering(Archive &archive, const PhaseSpec &spec, ir::Module &module)
-      : archive_(archive), spec_(spec), module_(module) {}
+  /// `stage`: the index of the stage to specialise for, or -1 when the GAN has no stages.
+  PhaseLowering(Archive &archive, const PhaseSpec &spec, ir::Module *module, int stage)
+      : archive_(archive), spec_(spec), module_(module), stage_(stage) {}
 
-  Expected<std::unique_ptr<ir::Phase>> run() {
+  /// The method's graph, inlined, with the stage attributes folded and what they make dead
+  /// removed: what the runtime runs for a stage.
+  Expected<std::shared_ptr<jit::Graph>> specialise() {
     auto graph = archive_.module.get_method(spec_.method).graph()->copy();
     GANC_TRY(inlineAll(*graph));
+    GANC_TRY(foldStage(graph));
+    jit::ConstantPropagation(graph);
+    jit::EliminateDeadCode(graph);
+    return graph;
+  }
+
+  Expected<std::unique_ptr<ir::Phase>> run() {
+    auto specialised = specialise();
+    if (!specialised)
+      return specialised.status();
+    std::shared_ptr<jit::Graph> graph = specialised.take();
     foldModuleAttributes(graph);
     jit::ConstantPropagation(graph);
     jit::EliminateDeadCode(graph);
@@ -290,6 +353,30 @@ private:
       for (jit::Block *b : node->blocks())
         collectSetAttrs(b, names);
     }
+  }
+
+  /// Replaces every read of a stage attribute by the stage's index. A phase that assigns one
+  /// cannot be specialised.
+  Status foldStage(std::shared_ptr<jit::Graph> &graph) {
+    if (stage_ < 0)
+      return Status::ok();
+    const StagesSpec &stages = *archive_.spec.stages;
+    resolveAttributes(graph->block(), graph->inputs()[0], true);
+    std::set<std::string> assigned;
+    collectSetAttrs(graph->block(), assigned);
+    for (auto &[value, target] : targets_) {
+      if (std::find(stages.attributes.begin(), stages.attributes.end(), target.path) ==
+          stages.attributes.end())
+        continue;
+      std::string leaf = target.path.substr(target.path.rfind('.') + 1);
+      if (assigned.count(leaf))
+        return Status::error("phase '" + spec_.name + "': method '" + spec_.method +
+                             "' assigns the stage attribute '" + target.path +
+                             "'; stages are set by the runtime");
+      jit::WithInsertPoint guard(value->node());
+      value->replaceAllUsesWith(graph->insertConstant(static_cast<int64_t>(stage_)));
+    }
+    return Status::ok();
   }
 
   /// Replaces reads of plain module attributes (self.training, flags, sizes) by constants so
@@ -466,6 +553,8 @@ private:
     auto phase = std::make_unique<ir::Phase>();
     phase_ = phase.get();
     phase->name = spec_.name;
+    if (stage_ >= 0)
+      phase->stage = archive_.spec.stages->list[static_cast<size_t>(stage_)].name;
     phase->method = spec_.method;
     phase->updates = spec_.updates;
     phase->interval = spec_.interval;
@@ -582,7 +671,7 @@ private:
   }
 
   ir::Type tensorType(const std::string &name, bool isParam) {
-    const auto &list = isParam ? module_.parameters : module_.buffers;
+    const auto &list = isParam ? module_->parameters : module_->buffers;
     for (const ir::Tensor &t : list)
       if (t.name == name)
         return t.type;
@@ -591,7 +680,8 @@ private:
 
   Archive &archive_;
   const PhaseSpec &spec_;
-  ir::Module &module_;
+  ir::Module *module_;
+  int stage_;
   ir::Phase *phase_ = nullptr;
   std::map<jit::Value *, AttrTarget> targets_;
   std::map<jit::Value *, ir::Type> shapes_;
@@ -618,17 +708,78 @@ Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive) {
     module->buffers.push_back(
         {b.name, ir::Type::tensor(dtypeName(b.value.scalar_type()), b.value.sizes().vec()),
          ownerOf(b.name)});
-  for (const PhaseSpec &spec : archive.spec.phases) {
-    try {
-      auto phase = PhaseLowering(archive, spec, *module).run();
-      if (!phase)
-        return phase.status().withContext(archive.path);
-      module->phases.push_back(phase.take());
-    } catch (const std::exception &e) {
-      return Status::error(archive.path + ": phase '" + spec.name + "': " + firstLine(e));
+  // A GAN with stages gets every phase once per stage, specialised for it.
+  size_t stages = archive.spec.stages ? archive.spec.stages->list.size() : 0;
+  for (size_t s = 0; s < std::max<size_t>(stages, 1); ++s) {
+    for (const PhaseSpec &spec : archive.spec.phases) {
+      std::string where =
+          archive.path + (stages ? ": stage '" + archive.spec.stages->list[s].name + "'" : "");
+      try {
+        auto phase =
+            PhaseLowering(archive, spec, module.get(), stages ? static_cast<int>(s) : -1).run();
+        if (!phase)
+          return phase.status().withContext(where);
+        module->phases.push_back(phase.take());
+      } catch (const std::exception &e) {
+        return Status::error(where + ": phase '" + spec.name + "': " + firstLine(e));
+      }
     }
   }
   return module;
+}
+
+Expected<std::shared_ptr<torch::jit::Graph>> stageGraph(Archive &archive, const PhaseSpec &phase,
+                                                        size_t stage) {
+  try {
+    return PhaseLowering(archive, phase, nullptr, static_cast<int>(stage)).specialise();
+  } catch (const std::exception &e) {
+    return Status::error(archive.path + ": phase '" + phase.name + "': " + firstLine(e));
+  }
+}
+
+void setStageAttributes(torch::jit::Module &module, const StagesSpec &stages, size_t stage) {
+  for (const std::string &path : stages.attributes) {
+    auto [object, name] = resolvePath(module, path);
+    object->setAttr(name, static_cast<int64_t>(stage));
+  }
+}
+
+Status checkStageGrowth(const Spec &spec, const ir::Module &plan) {
+  if (!spec.stages)
+    return Status::ok();
+  const auto &stages = spec.stages->list;
+  auto usedIn = [&](const std::string &stage) {
+    std::set<std::string> used;
+    for (const auto &phase : plan.phases)
+      if (phase->stage == stage)
+        used.insert(phase->used.begin(), phase->used.end());
+    return used;
+  };
+  auto inBlock = [](const std::string &parameter, const std::string &block) {
+    return parameter.compare(0, block.size() + 1, block + ".") == 0;
+  };
+  for (size_t i = 0; i < stages.size(); ++i) {
+    std::set<std::string> used = usedIn(stages[i].name);
+    for (const std::string &block : stages[i].grows) {
+      std::string where = "stage '" + stages[i].name + "' grows '" + block + "'";
+      bool hasParameters = false;
+      for (const ir::Tensor &p : plan.parameters)
+        hasParameters |= inBlock(p.name, block);
+      if (!hasParameters)
+        return Status::error(where + ", which has no parameters");
+      bool usedNow = false;
+      for (const std::string &p : used)
+        usedNow |= inBlock(p, block);
+      if (!usedNow)
+        return Status::error(where + ", but none of the stage's phases uses its parameters");
+      for (size_t j = 0; j < i; ++j)
+        for (const std::string &p : usedIn(stages[j].name))
+          if (inBlock(p, block))
+            return Status::error(where + ", but the earlier stage '" + stages[j].name +
+                                 "' already uses '" + p + "'");
+    }
+  }
+  return Status::ok();
 }
 
 } // namespace ganc::frontend

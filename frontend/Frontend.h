@@ -29,6 +29,21 @@ Expected<Archive> loadArchive(const std::string &path);
 /// and shapes/dtypes recorded by running each phase once on example inputs.
 Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive);
 
+/// The graph phase `phase` runs in stage `stage` of a progressively grown GAN: its method
+/// inlined, every stage attribute replaced by the stage's index, and the branches and blocks
+/// that this makes dead removed. Called with `self` and the phase inputs. The runtime runs
+/// these, so that it executes exactly what each stage's plan was compiled from.
+Expected<std::shared_ptr<torch::jit::Graph>> stageGraph(Archive &archive, const PhaseSpec &phase,
+                                                        size_t stage);
+
+/// Sets every stage attribute of the module to `stage`, so that methods the runtime calls
+/// unspecialised (the sample grid's forward) see the current stage.
+void setStageAttributes(torch::jit::Module &module, const StagesSpec &stages, size_t stage);
+
+/// After the passes ran: every block a stage `grows` is used by that stage's phases and by no
+/// earlier stage's. Errors name the stage, the block and the parameter.
+Status checkStageGrowth(const Spec &spec, const ir::Module &plan);
+
 /// A 64-bit FNV-1a fingerprint (hex) of the archive's code records, its spec text and its
 /// parameter names, shapes and dtypes. A plan records it; the runtime refuses a plan whose
 /// fingerprint differs from the archive it is given.

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <set>
 
 namespace ganc::frontend {
@@ -49,6 +50,55 @@ Status parseOptimizer(const std::string &submodule, const json &j, OptimizerSpec
   o.eps = j.value("eps", o.eps);
   o.weightDecay = j.value("weight_decay", o.weightDecay);
   o.momentum = j.value("momentum", o.momentum);
+  return Status::ok();
+}
+
+Status parseStages(const json &j, Spec &spec) {
+  GANC_TRY(need(j.is_object() && j.contains("attributes") && j["attributes"].is_array() &&
+                    !j["attributes"].empty(),
+                "'stages' needs 'attributes': the int module attributes that select the stage "
+                "(e.g. [\"generator.stage\"])"));
+  StagesSpec stages;
+  for (const json &a : j["attributes"]) {
+    GANC_TRY(need(a.is_string() && !a.get<std::string>().empty(),
+                  "'stages.attributes' must hold attribute paths"));
+    stages.attributes.push_back(a.get<std::string>());
+  }
+  GANC_TRY(need(j.contains("list") && j["list"].is_array() && !j["list"].empty(),
+                "'stages.list' must be a non-empty list of stages"));
+  std::set<std::string> names;
+  for (size_t i = 0; i < j["list"].size(); ++i) {
+    const json &s = j["list"][i];
+    bool last = i + 1 == j["list"].size();
+    GANC_TRY(need(s.is_object() && s.contains("name") && s["name"].is_string() &&
+                      !s["name"].get<std::string>().empty(),
+                  "every stage needs a 'name'"));
+    StageSpec stage;
+    stage.name = s["name"].get<std::string>();
+    std::string where = "stage '" + stage.name + "'";
+    GANC_TRY(need(names.insert(stage.name).second, where + " is declared twice"));
+    GANC_TRY(need(stage.name.find_first_of("@\" \t\n") == std::string::npos,
+                  where + ": a stage name cannot hold '@', quotes or spaces"));
+    if (s.contains("steps") || !last) {
+      GANC_TRY(need(s.contains("steps") && s["steps"].is_number_integer() &&
+                        s["steps"].get<int64_t>() >= 1,
+                    where + ": 'steps' must be an integer >= 1 (only the last stage may omit "
+                            "it; it runs to the end)"));
+      stage.steps = last ? 0 : s["steps"].get<int64_t>();
+    }
+    if (s.contains("fade_steps")) {
+      GANC_TRY(need(s["fade_steps"].is_number_integer() && s["fade_steps"].get<int64_t>() >= 0,
+                    where + ": 'fade_steps' must be an integer >= 0"));
+      stage.fadeSteps = s["fade_steps"].get<int64_t>();
+    }
+    for (const json &g : s.value("grows", json::array())) {
+      GANC_TRY(need(g.is_string() && !g.get<std::string>().empty(),
+                    where + ": 'grows' must hold submodule paths"));
+      stage.grows.push_back(g.get<std::string>());
+    }
+    stages.list.push_back(stage);
+  }
+  spec.stages = stages;
   return Status::ok();
 }
 
@@ -108,10 +158,13 @@ Status parseInto(const json &j, Spec &spec) {
       input.source = in.value("source", "");
       GANC_TRY(need(input.source == "data" || input.source == "normal" ||
                         input.source == "uniform" || input.source == "labels" ||
-                        input.source == "categorical",
+                        input.source == "categorical" || input.source == "fade",
                     where + ": input '" + input.name + "' has source '" + input.source +
-                        "', expected data, labels, normal, uniform or categorical"));
-      if (input.isClassIds()) {
+                        "', expected data, labels, normal, uniform, categorical or fade"));
+      if (input.source == "fade") {
+        GANC_TRY(need(j.contains("stages"), where + ": input '" + input.name +
+                                                "' reads the fade-in weight: declare 'stages'"));
+      } else if (input.isClassIds()) {
         input.classes = in.value("classes", spec.dataClasses);
         GANC_TRY(need(input.classes > 0,
                       where + ": input '" + input.name + "' needs 'classes' (or 'data.classes')"));
@@ -155,6 +208,8 @@ Status parseInto(const json &j, Spec &spec) {
                                          ema.copy + "'; it must only be averaged"));
     spec.ema = ema;
   }
+  if (j.contains("stages"))
+    GANC_TRY(parseStages(j["stages"], spec));
   if (j.contains("sample")) {
     const json &s = j["sample"];
     GANC_TRY(need(s.is_object() && s.contains("submodule") && s.contains("noise_shape"),
@@ -178,6 +233,24 @@ std::vector<std::string> Spec::updatedSubmodules() const {
   for (const PhaseSpec &p : phases)
     all.insert(p.updates.begin(), p.updates.end());
   return {all.begin(), all.end()};
+}
+
+std::pair<size_t, int64_t> StagesSpec::at(int64_t step) const {
+  int64_t begin = 0;
+  for (size_t i = 0; i + 1 < list.size(); ++i) {
+    if (step < begin + list[i].steps)
+      return {i, begin};
+    begin += list[i].steps;
+  }
+  return {list.size() - 1, begin};
+}
+
+double StagesSpec::fade(int64_t step) const {
+  auto [index, begin] = at(step);
+  int64_t fadeSteps = list[index].fadeSteps;
+  if (fadeSteps == 0)
+    return 1.0;
+  return std::min(1.0, static_cast<double>(step - begin) / static_cast<double>(fadeSteps));
 }
 
 Expected<Spec> parseSpec(const std::string &text) {

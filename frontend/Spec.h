@@ -19,7 +19,8 @@ struct InputSpec {
   std::string name;
   /// "data" (the step's batch), "labels" (the batch's class labels), "normal" (standard
   /// normal noise of `shape`), "uniform" (uniform [0, 1) noise of `shape`, e.g.
-  /// gradient-penalty interpolation weights) or "categorical" (random class ids).
+  /// gradient-penalty interpolation weights), "categorical" (random class ids) or "fade"
+  /// (the current stage's fade-in weight, a 0-dim tensor in [0, 1]).
   std::string source;
   /// Per-sample shape of the noise (the batch dimension is added at run time).
   std::vector<int64_t> shape;
@@ -27,6 +28,30 @@ struct InputSpec {
   int64_t classes = 0;
   /// Whether the input is an integer tensor of class ids.
   bool isClassIds() const { return source == "labels" || source == "categorical"; }
+};
+
+/// One stage of a progressively grown GAN. In stage k every stage attribute holds k.
+struct StageSpec {
+  std::string name;
+  /// Training steps spent in this stage; 0 for the last stage (it runs to the end).
+  int64_t steps = 0;
+  /// The fade-in weight is min(1, t / fadeSteps) at the stage's step t (1 when 0).
+  int64_t fadeSteps = 0;
+  /// Submodule paths ("generator.blocks.2") the stage adds: the compiler checks that the
+  /// stage uses them and that no earlier stage does.
+  std::vector<std::string> grows;
+};
+
+/// Progressive growing: the int module attributes that select the stage, and the stages.
+struct StagesSpec {
+  /// Qualified attribute paths ("generator.stage").
+  std::vector<std::string> attributes;
+  std::vector<StageSpec> list;
+
+  /// The stage training step `step` falls in, and the step at which that stage began.
+  std::pair<size_t, int64_t> at(int64_t step) const;
+  /// The fade-in weight at training step `step`.
+  double fade(int64_t step) const;
 };
 
 struct PhaseSpec {
@@ -79,6 +104,7 @@ struct Spec {
   std::string buffers = "local";
   std::optional<SampleSpec> sample;
   std::optional<EmaSpec> ema;
+  std::optional<StagesSpec> stages;
   /// The JSON text as stored in the archive.
   std::string text;
 

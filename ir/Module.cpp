@@ -1,6 +1,7 @@
 // Types, values and the module's lookup helpers.
 #include "ir/Module.h"
 
+#include <algorithm>
 #include <cctype>
 #include <set>
 
@@ -218,11 +219,19 @@ const Tensor *Module::findParameter(const std::string &name) const {
   return nullptr;
 }
 
-Phase *Module::findPhase(const std::string &name) const {
+Phase *Module::findPhase(const std::string &key) const {
   for (const auto &phase : phases)
-    if (phase->name == name)
+    if (phase->key() == key)
       return phase.get();
   return nullptr;
+}
+
+std::vector<std::string> Module::stages() const {
+  std::vector<std::string> list;
+  for (const auto &phase : phases)
+    if (!phase->stage.empty() && std::find(list.begin(), list.end(), phase->stage) == list.end())
+      list.push_back(phase->stage);
+  return list;
 }
 
 } // namespace ganc::ir

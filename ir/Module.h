@@ -96,7 +96,7 @@ struct Tensor {
 /// Where a phase input comes from at run time.
 struct PhaseInput {
   Value *value = nullptr;
-  /// "data", "normal", "stage" or "alpha".
+  /// "data", "labels", "normal", "uniform", "categorical" or "fade".
   std::string source;
 };
 
@@ -130,6 +130,9 @@ struct Phase {
   std::string method;
   std::vector<std::string> updates;
   int64_t interval = 1;
+  /// The stage of a progressively grown GAN this phase was specialised for; empty if the
+  /// GAN has no stages.
+  std::string stage;
   std::vector<PhaseInput> inputs;
   Block body;
   Value *loss = nullptr;
@@ -145,6 +148,8 @@ struct Phase {
   std::string eagerReason;
   bool hasCaptureFacts = false;
 
+  /// What names the phase in a plan and at run time: "name", or "name@stage".
+  std::string key() const { return stage.empty() ? name : name + "@" + stage; }
   /// Creates a value owned by this phase.
   Value *newValue(std::string name, Type type);
   /// Visits every op, nested regions included, in program (pre-)order.
@@ -174,7 +179,10 @@ struct Module {
   std::vector<std::unique_ptr<Phase>> phases;
 
   const Tensor *findParameter(const std::string &name) const;
-  Phase *findPhase(const std::string &name) const;
+  /// The phase with this key ("d", or "d@8x8" for a stage's specialisation).
+  Phase *findPhase(const std::string &key) const;
+  /// The stages phases were specialised for, in plan order (empty: no stages).
+  std::vector<std::string> stages() const;
 };
 
 /// Prints the module in its stable text form.

@@ -258,6 +258,8 @@ private:
         GANC_TRY(symbolList(p.updates, false));
       } else if (word == "interval") {
         GANC_TRY(integer(p.interval));
+      } else if (word == "stage") {
+        GANC_TRY(string(p.stage));
       } else if (word == "input") {
         std::string name;
         GANC_TRY(sigilName('%', name));

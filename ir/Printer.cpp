@@ -105,6 +105,8 @@ private:
     line(2, "method " + quote(p.method));
     line(2, "updates " + symbolList(p.updates, 0));
     line(2, "interval " + std::to_string(p.interval));
+    if (!p.stage.empty())
+      line(2, "stage " + quote(p.stage));
     for (const PhaseInput &input : p.inputs)
       line(2, "input %" + input.value->name + " : " + input.value->type.str() + " from " +
                   input.source);

@@ -26,9 +26,11 @@ public:
         return Status::error("buffer @" + t.name + " is declared twice");
     std::set<std::string> phaseNames;
     for (const auto &phase : m_.phases) {
-      if (!phaseNames.insert(phase->name).second)
-        return Status::error("phase @" + phase->name + " is declared twice");
-      GANC_TRY(verifyPhase(*phase).withContext("phase @" + phase->name));
+      std::string where = "phase @" + phase->name +
+                          (phase->stage.empty() ? "" : " (stage \"" + phase->stage + "\")");
+      if (!phaseNames.insert(phase->key()).second)
+        return Status::error(where + " is declared twice");
+      GANC_TRY(verifyPhase(*phase).withContext(where));
     }
     return Status::ok();
   }

@@ -103,6 +103,17 @@ private:
     backend::ExecutorOptions options;
     options.device = device_;
     options.broadcastBuffers = spec.buffers == "broadcast";
+    if (spec.stages) {
+      // Every stage's phases are specialised now; switching stage later only picks them.
+      for (size_t s = 0; s < spec.stages->list.size(); ++s)
+        for (const frontend::PhaseSpec &phase : spec.phases) {
+          auto graph = frontend::stageGraph(*archive_, phase, s);
+          if (!graph)
+            return graph.status();
+          options.stageGraphs[phase.name + "@" + spec.stages->list[s].name] = graph.take();
+        }
+      fade_ = torch::ones({}, at::TensorOptions(device_).dtype(frontend::inputScalarType(spec)));
+    }
     if (device_.is_cuda()) {
 #ifdef GANC_WITH_CUDA
       backend::CudaOptions cuda;
@@ -240,6 +251,8 @@ private:
     for (const frontend::InputSpec &in : phase.inputs) {
       if (in.source == "data") {
         inputs.push_back(batch_->tensor());
+      } else if (in.source == "fade") {
+        inputs.push_back(fade_); // set before the phase runs, outside any capture
       } else if (in.source == "labels") {
         inputs.push_back(labelBatch_->tensor());
       } else if (in.source == "categorical") {
@@ -261,8 +274,8 @@ private:
 
   /// Rank 0 writes the phase's all-reduced gradients (still in the buckets after the step:
   /// the optimizer only reads them). Outside the executor, so it is never captured.
-  Status dumpGradients(int64_t step, const std::string &phase) {
-    const backend::PhaseReducer &reducer = executor_->reducer(phase);
+  Status dumpGradients(int64_t step, const std::string &key, const std::string &phase) {
+    const backend::PhaseReducer &reducer = executor_->reducer(key);
     c10::Dict<std::string, at::Tensor> grads;
     for (size_t i = 0; i < reducer.usedNames().size(); ++i)
       grads.insert(reducer.usedNames()[i], reducer.usedParameters()[i].grad().cpu().clone());
@@ -292,6 +305,29 @@ private:
     writeFileAtomically(o_.dumpDir + "/inputs_step" + std::to_string(step) + "_" + phase.name +
                             ".pt",
                         torch::pickle_save(named));
+  }
+
+  /// For a progressive GAN: switches to the stage `step` falls in (its plans were all built
+  /// at start-up) and sets the fade-in weight. Returns the phase-key suffix ("@8x8" or "").
+  std::string enterStage(int64_t step) {
+    const auto &stages = archive_->spec.stages;
+    if (!stages)
+      return "";
+    auto [index, begin] = stages->at(step);
+    const frontend::StageSpec &stage = stages->list[index];
+    if (index != stage_) {
+      stage_ = index;
+      frontend::setStageAttributes(archive_->module, *stages, index);
+      if (rank_.rank == 0)
+        std::cout << "stage " << stage.name << " from step " << step
+                  << (stage.fadeSteps
+                          ? ", fading in over " + std::to_string(stage.fadeSteps) + " steps"
+                          : std::string())
+                  << std::endl;
+    }
+    torch::NoGradGuard noGrad;
+    fade_.fill_(stages->fade(step));
+    return "@" + stage.name;
   }
 
   void optimizerStep(const backend::PhaseReducer &reducer) {
@@ -330,9 +366,11 @@ private:
       auto stepStart = std::chrono::steady_clock::now();
       double work = 0;
       bool staged = false;
+      std::string stageKey = enterStage(step);
       for (const frontend::PhaseSpec &phase : spec.phases) {
         if (step % phase.interval != 0)
           continue;
+        const std::string key = phase.name + stageKey;
         bool wantsData = false;
         for (const auto &in : phase.inputs)
           wantsData |= in.source == "data" || in.source == "labels";
@@ -348,7 +386,7 @@ private:
         auto runStart = std::chrono::steady_clock::now();
         try {
           loss = executor_->run(
-              phase.name,
+              key,
               [&] {
                 std::vector<at::Tensor> inputs = inputsFor(phase);
                 if (!o_.dumpDir.empty() && rank_.rank == 0 && !device_.is_cuda())
@@ -368,7 +406,7 @@ private:
                                std::to_string(step) + ": " + firstLine(e));
         }
         if (!o_.dumpDir.empty() && rank_.rank == 0)
-          GANC_TRY(dumpGradients(step, phase.name));
+          GANC_TRY(dumpGradients(step, key, phase.name));
         // Losses stay on the device until a progress line needs them: reading one per
         // phase would make the host wait for the GPU every step.
         pendingLosses.push_back({step, phase.name, loss.clone()});
@@ -589,6 +627,9 @@ private:
   at::Generator noise_;
   c10::ScalarType inputType_ = c10::kFloat;
   int64_t step_ = 0;
+  /// The current stage (a progressive GAN's), and the fade-in weight its phases read.
+  size_t stage_ = static_cast<size_t>(-1);
+  at::Tensor fade_;
   double emaBeta_ = 0;
   std::vector<std::pair<at::Tensor, at::Tensor>> emaPairs_, emaBuffers_;
 };

@@ -35,6 +35,49 @@ int64_t bucketBytes(const ir::Phase &phase) {
   return total;
 }
 
+std::set<std::string> usedInStage(const ir::Module &plan, const std::string &stage) {
+  std::set<std::string> used;
+  for (const auto &phase : plan.phases)
+    if (phase->stage == stage)
+      used.insert(phase->used.begin(), phase->used.end());
+  return used;
+}
+
+double bytesPerStep(const ir::Module &plan, const std::string &stage) {
+  double perStep = 0;
+  for (const auto &phase : plan.phases)
+    if (phase->stage == stage)
+      perStep += static_cast<double>(bucketBytes(*phase)) / static_cast<double>(phase->interval);
+  return perStep;
+}
+
+/// A stage's summary: how much of the model it trains, and what it adds to the previous one.
+void stageHeader(std::ostream &out, const ir::Module &plan, const std::string &stage,
+                 const std::string &previous) {
+  std::set<std::string> used = usedInStage(plan, stage);
+  out << "\n== stage " << stage << ": trains " << used.size() << " of " << plan.parameters.size()
+      << " parameters, all-reduces " << humanBytes(static_cast<int64_t>(bytesPerStep(plan, stage)))
+      << " per step (amortised over intervals)\n";
+  if (previous.empty())
+    return;
+  std::set<std::string> before = usedInStage(plan, previous);
+  std::vector<std::string> added, dropped;
+  for (const std::string &p : used)
+    if (!before.count(p))
+      added.push_back(p);
+  for (const std::string &p : before)
+    if (!used.count(p))
+      dropped.push_back(p);
+  auto list = [&](const char *what, const std::vector<std::string> &names) {
+    out << "  " << what << " stage " << previous << ": " << names.size() << "\n";
+    for (const std::string &name : names)
+      out << "    " << name << "\n";
+  };
+  list("newly trained since", added);
+  if (!dropped.empty())
+    list("no longer trained since", dropped);
+}
+
 } // namespace
 
 std::string explain(const ir::Module &plan) {
@@ -47,10 +90,17 @@ std::string explain(const ir::Module &plan) {
   std::set<std::string> owners;
   for (const ir::Tensor &p : plan.parameters)
     owners.insert(p.owner);
-  double perStep = 0;
+  std::string stage;
   for (const auto &phase : plan.phases) {
-    out << "\nphase " << phase->name << ": method " << phase->method << ", every "
-        << phase->interval << " step" << (phase->interval == 1 ? "" : "s") << ", updates ";
+    if (phase->stage != stage) {
+      stageHeader(out, plan, phase->stage, stage);
+      stage = phase->stage;
+    }
+    out << "\nphase " << phase->name;
+    if (!phase->stage.empty())
+      out << " (stage " << phase->stage << ")";
+    out << ": method " << phase->method << ", every " << phase->interval << " step"
+        << (phase->interval == 1 ? "" : "s") << ", updates ";
     for (size_t i = 0; i < phase->updates.size(); ++i)
       out << (i ? ", " : "") << phase->updates[i];
     out << "\n";
@@ -94,10 +144,10 @@ std::string explain(const ir::Module &plan) {
     int64_t bytes = bucketBytes(*phase);
     out << "  all-reduced per run: " << humanBytes(bytes) << " in " << phase->buckets.size()
         << " bucket" << (phase->buckets.size() == 1 ? "" : "s") << "\n";
-    perStep += static_cast<double>(bytes) / static_cast<double>(phase->interval);
   }
-  out << "\nall-reduced per training step (amortised over intervals): "
-      << humanBytes(static_cast<int64_t>(perStep)) << "\n";
+  if (stage.empty())
+    out << "\nall-reduced per training step (amortised over intervals): "
+        << humanBytes(static_cast<int64_t>(bytesPerStep(plan, ""))) << "\n";
   return out.str();
 }
 
@@ -115,6 +165,7 @@ std::string planJson(const ir::Module &plan) {
   j["phases"] = json::array();
   for (const auto &phase : plan.phases) {
     json ph = {{"name", phase->name},
+               {"stage", phase->stage},
                {"method", phase->method},
                {"updates", phase->updates},
                {"interval", phase->interval},

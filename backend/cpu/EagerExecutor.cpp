@@ -40,9 +40,15 @@ EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
                          " parameters, the plan " + std::to_string(plan.parameters.size()));
   for (const auto &phase : plan.phases) {
     if (!phase->hasUsedFacts || phase->schedule.size() != phase->buckets.size())
-      return Status::error("phase '" + phase->name + "' has not been compiled (no buckets)");
+      return Status::error("phase '" + phase->key() + "' has not been compiled (no buckets)");
     PhaseState state;
     state.plan = phase.get();
+    auto graph = options.stageGraphs.find(phase->key());
+    if (graph != options.stageGraphs.end())
+      state.function =
+          std::make_unique<torch::jit::GraphFunction>(phase->key(), graph->second, nullptr);
+    else if (!phase->stage.empty())
+      return Status::error("phase '" + phase->key() + "' has no stage-specialised graph");
     auto reducer = PhaseReducer::create(*phase, e->parameters_, group, options.device);
     if (!reducer)
       return reducer.status();
@@ -53,7 +59,7 @@ EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
     std::set<std::string> updates(phase->updates.begin(), phase->updates.end());
     for (const ir::Tensor &p : plan.parameters)
       state.requiresGrad.emplace_back(e->parameters_.at(p.name), updates.count(p.owner) > 0);
-    e->phases_[phase->name] = std::move(state);
+    e->phases_[phase->key()] = std::move(state);
   }
   e->hooks_ = std::make_unique<GradReadyHooks>(e->parameters_);
   return e;
@@ -109,7 +115,13 @@ at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
   at::Tensor loss;
   auto start = std::chrono::steady_clock::now();
   try {
-    loss = module_.get_method(state.plan->method)(args).toTensor();
+    if (state.function) {
+      args.insert(args.begin(), module_._ivalue());
+      state.function->run(args);
+      loss = args.back().toTensor();
+    } else {
+      loss = module_.get_method(state.plan->method)(args).toTensor();
+    }
     loss.backward();
   } catch (...) {
     hooks_->setActive(nullptr);

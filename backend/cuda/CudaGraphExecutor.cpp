@@ -49,7 +49,7 @@ CudaGraphExecutor::create(const ir::Module &plan, torch::jit::Module module,
     auto captured = std::make_unique<Captured>();
     captured->plan = phase.get();
     captured->warmupsLeft = cuda.warmupIterations;
-    e->phases_[phase->name] = std::move(captured);
+    e->phases_[phase->key()] = std::move(captured);
   }
   return e;
 }

@@ -24,6 +24,9 @@ def example_inputs(spec: dict, phase: dict, batch: int | None = None) -> tuple:
     dtype = getattr(torch, spec.get("dtype", "float32"))
     out = []
     for inp in phase["inputs"]:
+        if inp["source"] == "fade":
+            out.append(torch.rand(()).to(dtype))
+            continue
         if inp["source"] in ("labels", "categorical"):
             out.append(torch.randint(inp.get("classes", spec["data"].get("classes", 1)), (batch,)))
             continue

@@ -20,6 +20,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from .spec import fade_at, stage_at
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -95,10 +97,12 @@ class Inputs:
         labels = self.labels[idx].to(self.device) if self.labels is not None else None
         return self.data[idx].to(self.device), labels
 
-    def for_phase(self, phase, batch):
+    def for_phase(self, phase, batch, fade=1.0):
         out = []
         for inp in phase["inputs"]:
-            if inp["source"] == "data":
+            if inp["source"] == "fade":
+                out.append(torch.tensor(fade, dtype=self.dtype, device=self.device))
+            elif inp["source"] == "data":
                 out.append(batch[0])
             elif inp["source"] == "labels":
                 out.append(batch[1])
@@ -149,10 +153,25 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
         for n, p in params.items():
             p.requires_grad_(_owner(n) in updates)
 
+    def reducer_of(phase):
+        return reducer.get(phase["name"], "ddp") if isinstance(reducer, dict) else reducer
+
+    stages = spec.get("stages")
+
+    def set_stage(index):
+        # Eager PyTorch has one model for every stage: the stage is a module attribute its
+        # code branches on, and DDP(find_unused_parameters=True) finds the unused blocks.
+        for path in stages["attributes"]:
+            *parents, leaf = path.split(".")
+            owner = gan
+            for p in parents:
+                owner = getattr(owner, p)
+            setattr(owner, leaf, index)
+
     runners = {}
     for phase in spec["phases"]:
         set_trainable(set(phase["updates"]))
-        if reducer == "manual":
+        if reducer_of(phase) == "manual":
             runners[phase["name"]] = PhaseRunner(gan, phase["method"])
             continue
         runners[phase["name"]] = DDP(PhaseRunner(gan, phase["method"]),
@@ -167,6 +186,10 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
         ema_beta = 0.5 ** (spec["batch_size"] * world / half_life) if half_life else ema.get("beta", 0.999)
     for step in range(steps):
         batch = None
+        fade = 1.0
+        if stages is not None:
+            set_stage(stage_at(stages, step)[0])
+            fade = fade_at(stages, step)
         for phase in spec["phases"]:
             if step % phase.get("interval", 1) != 0:
                 continue
@@ -176,10 +199,10 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
             set_trainable(updates)
             for p in params.values():
                 p.grad = None
-            args = inputs.for_phase(phase, batch)
+            args = inputs.for_phase(phase, batch, fade)
             loss = runners[phase["name"]](*args)
             loss.backward()
-            if reducer == "manual":
+            if reducer_of(phase) == "manual":
                 # DDP's arithmetic without DDP: each gradient scaled by 1/world, then summed.
                 for n, p in params.items():
                     if _owner(n) in updates and p.grad is not None:
@@ -213,6 +236,7 @@ def run(archive, data_path, world, steps, seed, out_dir, device="cpu", reducer="
     reducer="manual" all-reduces every non-None gradient after backward with DDP's arithmetic
     (x 1/world, then SUM), for models eager DDP cannot train: a lazy R1 phase makes DDP fail
     with "Encountered gradient which is undefined, but still allreduced by DDP reducer".
+    A dict {phase name: "ddp" | "manual"} chooses per phase (default "ddp").
     """
     os.makedirs(out_dir, exist_ok=True)
     mp.spawn(_worker, args=(world, free_port(), archive, data_path, steps, seed, out_dir, device, reducer),

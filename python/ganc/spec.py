@@ -9,7 +9,7 @@ import copy
 import json
 
 SPEC_VERSION = 1
-SOURCES = ("data", "labels", "normal", "uniform", "categorical")
+SOURCES = ("data", "labels", "normal", "uniform", "categorical", "fade")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 BUFFER_POLICIES = ("broadcast", "local")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -69,6 +69,9 @@ def validate(spec: dict, module=None) -> dict:
                          f"{where}: input {inp['name']!r} needs 'classes' (or 'data.classes')")
                 _require(inp["source"] != "labels" or data.get("classes", 0) > 0,
                          f"{where}: input {inp['name']!r} reads labels: set 'data.classes'")
+            elif inp["source"] == "fade":
+                _require("stages" in spec,
+                         f"{where}: input {inp['name']!r} reads the fade-in weight: declare 'stages'")
             elif inp["source"] != "data":
                 _require(isinstance(inp.get("shape"), list),
                          f"{where}: {inp['source']} input {inp['name']!r} needs a 'shape' (no batch dim)")
@@ -105,11 +108,72 @@ def validate(spec: dict, module=None) -> dict:
             for name in (ema["submodule"], ema["copy"]):
                 _require(isinstance(getattr(module, name, None), torch_module()),
                          f"spec: 'ema': {name!r} is not a submodule")
+    if "stages" in spec:
+        _validate_stages(spec["stages"], module)
     sample = spec.get("sample")
     if sample is not None:
         _require(isinstance(sample.get("submodule"), str) and isinstance(sample.get("noise_shape"), list),
                  "spec: 'sample' needs 'submodule' and 'noise_shape'")
     return spec
+
+
+def _resolve(module, path):
+    obj = module
+    for part in path.split("."):
+        if obj is None:
+            return None
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def _validate_stages(stages, module=None) -> None:
+    _require(isinstance(stages, dict) and isinstance(stages.get("attributes"), list)
+             and stages["attributes"],
+             "spec: 'stages' needs 'attributes': the int module attributes that select the stage")
+    _require(isinstance(stages.get("list"), list) and stages["list"],
+             "spec: 'stages.list' must be a non-empty list of stages")
+    names = set()
+    for i, stage in enumerate(stages["list"]):
+        last = i == len(stages["list"]) - 1
+        _require(isinstance(stage.get("name"), str) and stage["name"], "spec: every stage needs a 'name'")
+        where = f"spec: stage {stage['name']!r}"
+        _require(stage["name"] not in names, f"{where}: name used twice")
+        _require(not any(c in stage["name"] for c in "@\" \t\n"),
+                 f"{where}: a stage name cannot hold '@', quotes or spaces")
+        names.add(stage["name"])
+        if "steps" in stage or not last:
+            _require(isinstance(stage.get("steps"), int) and stage["steps"] >= 1,
+                     f"{where}: 'steps' must be an integer >= 1 (only the last stage may omit it)")
+        stage.setdefault("fade_steps", 0)
+        _require(isinstance(stage["fade_steps"], int) and stage["fade_steps"] >= 0,
+                 f"{where}: 'fade_steps' must be an integer >= 0")
+        stage.setdefault("grows", [])
+        if module is not None:
+            for block in stage["grows"]:
+                _require(isinstance(_resolve(module, block), torch_module()),
+                         f"{where} grows {block!r}, which is not a submodule of the model")
+    if module is not None:
+        for path in stages["attributes"]:
+            value = _resolve(module, path)
+            _require(isinstance(value, int) and not isinstance(value, bool),
+                     f"spec: stages: attribute {path!r} is not an int attribute of the model")
+
+
+def stage_at(stages: dict, step: int):
+    """(stage index, first step of that stage) for a training step; the last stage runs on."""
+    begin = 0
+    for i, stage in enumerate(stages["list"][:-1]):
+        if step < begin + stage["steps"]:
+            return i, begin
+        begin += stage["steps"]
+    return len(stages["list"]) - 1, begin
+
+
+def fade_at(stages: dict, step: int) -> float:
+    """The fade-in weight at a training step: min(1, t / fade_steps) at the stage's step t."""
+    index, begin = stage_at(stages, step)
+    fade_steps = stages["list"][index].get("fade_steps", 0)
+    return 1.0 if fade_steps == 0 else min(1.0, (step - begin) / fade_steps)
 
 
 def torch_module():

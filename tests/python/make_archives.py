@@ -56,6 +56,25 @@ def main(out):
     gan, spec = zoo.build("mlp_ema")
     save_raw(gan, dict(spec, ema=dict(spec["ema"], copy="generator_average")),
              os.path.join(out, "bad_ema_copy.pt"))
+    # Progressive growing: a stage growing a block that does not exist, one growing a block an
+    # earlier stage already trains, a stage attribute that does not exist.
+    gan, spec = zoo.build("pggan_quick")
+
+    def stages(list_=None, attributes=None):
+        s = dict(spec["stages"])
+        if list_ is not None:
+            s["list"] = list_
+        if attributes is not None:
+            s["attributes"] = attributes
+        return dict(spec, stages=s)
+
+    grown = spec["stages"]["list"]
+    save_raw(gan, stages([grown[0], dict(grown[1], grows=["generator.blocks.7"]), grown[2]]),
+             os.path.join(out, "bad_stage_block.pt"))
+    save_raw(gan, stages([grown[0], grown[1], dict(grown[2], grows=["generator.to_rgb.1"])]),
+             os.path.join(out, "bad_stage_regrow.pt"))
+    save_raw(gan, stages(attributes=["generator.stage", "discriminator.level"]),
+             os.path.join(out, "bad_stage_attribute.pt"))
     print(f"wrote test archives to {out}")
 
 

@@ -36,6 +36,9 @@ MODELS = [
     ("sngan", "ring", [2]),                # spectral norm: buffers updated in forward
     ("mlp_ema", "ring", [2]),              # generator EMA (StyleGAN2 rule) after every step
     ("cdcgan32", "digits", [2]),           # class-conditional: labels, projection D
+    # Progressive growing, 8x8 -> 16x16 -> 32x32 in 3-step stages with 2-step fade-ins: ganc
+    # runs one specialised plan per stage, DDP one model with find_unused_parameters=True.
+    ("pggan_quick", "digits", [2]),
 ]
 CASES = [(m[0], m[1], w, m[3] if len(m) > 3 else "ddp") for m in MODELS for w in m[2]]
 STEPS = 10

@@ -66,22 +66,32 @@ class GroundTruth : public ::testing::TestWithParam<std::string> {};
 TEST_P(GroundTruth, UsedSetEqualsAutogradGradients) {
   Compiled c = compileZoo(GetParam());
   ASSERT_TRUE(c.plan);
-  for (const frontend::PhaseSpec &phase : c.archive.spec.phases) {
-    SCOPED_TRACE("phase " + phase.name);
-    const ir::Phase *compiled = c.plan->findPhase(phase.name);
-    ASSERT_NE(compiled, nullptr);
-    std::set<std::string> predicted(compiled->used.begin(), compiled->used.end());
-    std::set<std::string> observed = observedGradients(c.archive, phase);
-    EXPECT_EQ(predicted, observed);
-    EXPECT_FALSE(predicted.empty());
-    // Every parameter of an updated submodule is either used or recorded as unused.
-    EXPECT_EQ(compiled->used.size() + compiled->unused.size(), [&] {
-      size_t n = 0;
-      for (const auto &p : c.archive.module.named_parameters())
-        for (const std::string &u : phase.updates)
-          n += p.name.rfind(u + ".", 0) == 0;
-      return n;
-    }());
+  // A progressive GAN: each stage's specialised plan against the unspecialised method run
+  // with the stage attributes set to that stage.
+  const auto &stages = c.archive.spec.stages;
+  for (size_t s = 0; s < (stages ? stages->list.size() : 1); ++s) {
+    std::string suffix;
+    if (stages) {
+      frontend::setStageAttributes(c.archive.module, *stages, s);
+      suffix = "@" + stages->list[s].name;
+    }
+    for (const frontend::PhaseSpec &phase : c.archive.spec.phases) {
+      SCOPED_TRACE("phase " + phase.name + suffix);
+      const ir::Phase *compiled = c.plan->findPhase(phase.name + suffix);
+      ASSERT_NE(compiled, nullptr);
+      std::set<std::string> predicted(compiled->used.begin(), compiled->used.end());
+      std::set<std::string> observed = observedGradients(c.archive, phase);
+      EXPECT_EQ(predicted, observed);
+      EXPECT_FALSE(predicted.empty());
+      // Every parameter of an updated submodule is either used or recorded as unused.
+      EXPECT_EQ(compiled->used.size() + compiled->unused.size(), [&] {
+        size_t n = 0;
+        for (const auto &p : c.archive.module.named_parameters())
+          for (const std::string &u : phase.updates)
+            n += p.name.rfind(u + ".", 0) == 0;
+        return n;
+      }());
+    }
   }
 }
 
@@ -116,4 +126,5 @@ TEST(GroundTruthProbe, UnusedHeadAndUntakenBranchAreRecorded) {
 INSTANTIATE_TEST_SUITE_P(Zoo, GroundTruth,
                          ::testing::Values("dcgan32", "dcgan64", "mlp", "mlp_traced",
                                            "probe_nograd", "probe_aux", "probe_sync", "wgan_gp",
-                                           "cyclegan", "r1gan", "sngan", "mlp_ema", "cdcgan32"));
+                                           "cyclegan", "r1gan", "sngan", "mlp_ema", "cdcgan32",
+                                           "pggan"));
