@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/passes/lower_tuples.h>
 #include <torch/csrc/jit/passes/remove_mutation.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
@@ -269,6 +270,9 @@ public:
       return specialised.status();
     std::shared_ptr<jit::Graph> graph = specialised.take();
     foldModuleAttributes(graph);
+    // A submodule returning (x, img) packs both into one tuple value; unpacking it at once
+    // keeps their gradient paths apart in the IR.
+    jit::LowerSimpleTuples(graph);
     jit::ConstantPropagation(graph);
     jit::EliminateDeadCode(graph);
     jit::RemoveTensorMutation(graph);

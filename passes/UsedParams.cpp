@@ -9,12 +9,14 @@
 // every value aliasing that operand (through views or earlier in-place ops) then also depends
 // on the op's other operands. Parameters reachable backwards from the loss are used.
 //
-// torch.autograd.grad (aten::grad) inside a phase (gradient penalties: R1, WGAN-GP) yields
-// the gradient of `outputs` with respect to `inputs`. That gradient is computed from the
-// values the backward formulas of the ops between them saved — linear saves its input and
-// weight but not its bias, add saves nothing, activations save their input — so its result
-// depends on exactly those saved operands (all operands for ops not in the table). This is
-// what makes a discriminator's last bias unused in an R1 phase, as it is in eager autograd.
+// torch.autograd.grad (aten::grad) inside a phase (gradient penalties: R1, WGAN-GP, path
+// length) yields the gradient of `outputs` with respect to `inputs`. That gradient is computed
+// by the backward formulas of the ops between them, and each reads only some operands for the
+// operand the gradient flows through: through x of x * w it reads w, through x of linear the
+// weight, never the bias; add reads nothing, activations read their input. So the result
+// depends on exactly those operands (all operands for ops not in the table). This is what
+// makes a discriminator's last bias unused in an R1 phase, and every to-RGB bias unused in
+// StyleGAN2's path-length phase (img * noise reads only the noise), as in eager autograd.
 //
 // Invariant left: phase.used lists, in declaration order, the reachable parameters owned by a
 // submodule the phase updates; phase.unused the remaining parameters of those submodules.
@@ -70,67 +72,88 @@ bool isInPlace(const Op &op) {
   return op.name.rfind("aten::", 0) == 0 && endsWith(op.name, "_") && !endsWith(op.name, "__");
 }
 
-/// The operands an op's backward formula saves (indices), or null for "all of them".
-const std::vector<size_t> *savedOperands(const std::string &name) {
-  static const std::map<std::string, std::vector<size_t>> saved = {
-      {"aten::linear", {0, 1}},
-      {"aten::conv1d", {0, 1}},
-      {"aten::conv2d", {0, 1}},
-      {"aten::conv3d", {0, 1}},
-      {"aten::conv_transpose1d", {0, 1}},
-      {"aten::conv_transpose2d", {0, 1}},
-      {"aten::conv_transpose3d", {0, 1}},
-      {"aten::_convolution", {0, 1}},
-      {"aten::addmm", {1, 2}},
-      {"aten::matmul", {0, 1}},
-      {"aten::mm", {0, 1}},
-      {"aten::bmm", {0, 1}},
-      {"aten::mv", {0, 1}},
-      {"aten::dot", {0, 1}},
-      {"aten::mul", {0, 1}},
-      {"aten::div", {0, 1}},
-      {"aten::add", {}},
-      {"aten::sub", {}},
-      {"aten::rsub", {}},
-      {"aten::neg", {}},
-      {"aten::sum", {}},
-      {"aten::mean", {}},
-      {"aten::view", {}},
-      {"aten::reshape", {}},
-      {"aten::flatten", {}},
-      {"aten::squeeze", {}},
-      {"aten::unsqueeze", {}},
-      {"aten::transpose", {}},
-      {"aten::t", {}},
-      {"aten::permute", {}},
-      {"aten::select", {}},
-      {"aten::slice", {}},
-      {"aten::cat", {}},
-      {"aten::stack", {}},
-      {"aten::relu", {0}},
-      {"aten::leaky_relu", {0}},
-      {"aten::gelu", {0}},
-      {"aten::silu", {0}},
-      {"aten::elu", {0}},
-      {"aten::softplus", {0}},
-      {"aten::sigmoid", {0}},
-      {"aten::tanh", {0}},
-      {"aten::exp", {0}},
-      {"aten::log", {0}},
-      {"aten::pow", {0, 1}},
-      {"aten::sqrt", {0}},
-      {"aten::abs", {0}},
-      {"aten::norm", {0}},
-      {"aten::clone", {}},
-      {"aten::contiguous", {}},
-      {"aten::detach", {}},
-      {"prim::ListConstruct", {}},
-      {"prim::ListUnpack", {}},
-      {"aten::__getitem__", {}},
-      {"prim::TupleConstruct", {}},
-      {"prim::TupleUnpack", {}}};
-  auto it = saved.find(name);
-  return it == saved.end() ? nullptr : &it->second;
+/// The operands the backward formula of an op reads when the gradient flows through its
+/// operand `through`: for y = x * w, the gradient reaching x is computed from w, and the one
+/// reaching w from x. Null: unknown op, assume every operand. Operands used only for their
+/// shape are listed where autograd nevertheless records them (avg_pool2d_backward takes its
+/// input, and its own derivative for it is a defined zero tensor).
+const std::vector<size_t> *backwardReads(const std::string &name, size_t through) {
+  using Rule = std::vector<std::vector<size_t>>; // per operand; missing entries read nothing
+  static const std::vector<size_t> none;
+  static const std::map<std::string, Rule> rules = {{"aten::linear", {{1}, {0}}},
+                                                    {"aten::conv1d", {{1}, {0}}},
+                                                    {"aten::conv2d", {{1}, {0}}},
+                                                    {"aten::conv3d", {{1}, {0}}},
+                                                    {"aten::conv_transpose1d", {{1}, {0}}},
+                                                    {"aten::conv_transpose2d", {{1}, {0}}},
+                                                    {"aten::conv_transpose3d", {{1}, {0}}},
+                                                    {"aten::_convolution", {{1}, {0}}},
+                                                    {"aten::matmul", {{1}, {0}}},
+                                                    {"aten::mm", {{1}, {0}}},
+                                                    {"aten::bmm", {{1}, {0}}},
+                                                    {"aten::mv", {{1}, {0}}},
+                                                    {"aten::dot", {{1}, {0}}},
+                                                    {"aten::addmm", {{}, {2}, {1}}},
+                                                    {"aten::mul", {{1}, {0}}},
+                                                    {"aten::div", {{1}, {0, 1}}},
+                                                    {"aten::pow", {{0, 1}, {0, 1}}},
+                                                    {"aten::lerp", {{2}, {2}, {0, 1}}},
+                                                    {"aten::relu", {{0}}},
+                                                    {"aten::leaky_relu", {{0}}},
+                                                    {"aten::gelu", {{0}}},
+                                                    {"aten::silu", {{0}}},
+                                                    {"aten::elu", {{0}}},
+                                                    {"aten::softplus", {{0}}},
+                                                    {"aten::sigmoid", {{0}}},
+                                                    {"aten::tanh", {{0}}},
+                                                    {"aten::exp", {{0}}},
+                                                    {"aten::log", {{0}}},
+                                                    {"aten::sqrt", {{0}}},
+                                                    {"aten::rsqrt", {{0}}},
+                                                    {"aten::square", {{0}}},
+                                                    {"aten::abs", {{0}}},
+                                                    {"aten::norm", {{0}}},
+                                                    {"aten::avg_pool2d", {{0}}},
+                                                    {"aten::add", {}},
+                                                    {"aten::sub", {}},
+                                                    {"aten::rsub", {}},
+                                                    {"aten::neg", {}},
+                                                    {"aten::sum", {}},
+                                                    {"aten::mean", {}},
+                                                    {"aten::view", {}},
+                                                    {"aten::reshape", {}},
+                                                    {"aten::flatten", {}},
+                                                    {"aten::squeeze", {}},
+                                                    {"aten::unsqueeze", {}},
+                                                    {"aten::transpose", {}},
+                                                    {"aten::t", {}},
+                                                    {"aten::permute", {}},
+                                                    {"aten::expand", {}},
+                                                    {"aten::repeat", {}},
+                                                    {"aten::select", {}},
+                                                    {"aten::slice", {}},
+                                                    {"aten::narrow", {}},
+                                                    {"aten::cat", {}},
+                                                    {"aten::stack", {}},
+                                                    {"aten::upsample_nearest1d", {}},
+                                                    {"aten::upsample_nearest2d", {}},
+                                                    {"aten::upsample_nearest3d", {}},
+                                                    {"aten::upsample_linear1d", {}},
+                                                    {"aten::upsample_bilinear2d", {}},
+                                                    {"aten::upsample_bicubic2d", {}},
+                                                    {"aten::upsample_trilinear3d", {}},
+                                                    {"aten::clone", {}},
+                                                    {"aten::contiguous", {}},
+                                                    {"aten::detach", {}},
+                                                    {"prim::ListConstruct", {}},
+                                                    {"prim::ListUnpack", {}},
+                                                    {"aten::__getitem__", {}},
+                                                    {"prim::TupleConstruct", {}},
+                                                    {"prim::TupleUnpack", {}}};
+  auto it = rules.find(name);
+  if (it == rules.end())
+    return nullptr;
+  return through < it->second.size() ? &it->second[through] : &none;
 }
 
 class Reachability {
@@ -200,8 +223,9 @@ public:
     }
   }
 
-  /// Replaces the generic "depends on every operand" edges of each aten::grad by the saved
-  /// operands of the ops on the paths from its inputs to its outputs.
+  /// Replaces the generic "depends on every operand" edges of each aten::grad by what the
+  /// backward formulas of the ops on the paths from its inputs to its outputs read, edge by
+  /// edge: only the operands a gradient flows through select what is read.
   void refineGradOps() {
     for (const Op *grad : gradOps_) {
       std::set<const Value *> upstreamOfOutputs = closure(grad->operands[0]);
@@ -216,10 +240,14 @@ public:
         if (def == definingOp_.end())
           continue;
         const Op *op = def->second;
-        const std::vector<size_t> *indices = savedOperands(op->name);
-        for (size_t i = 0; i < op->operands.size(); ++i)
-          if (!indices || std::find(indices->begin(), indices->end(), i) != indices->end())
-            saved.insert(op->operands[i]);
+        for (size_t through = 0; through < op->operands.size(); ++through) {
+          if (!dependsOnInputs.count(op->operands[through]))
+            continue; // no gradient flows back through this operand
+          const std::vector<size_t> *reads = backwardReads(op->name, through);
+          for (size_t i = 0; i < op->operands.size(); ++i)
+            if (!reads || std::find(reads->begin(), reads->end(), i) != reads->end())
+              saved.insert(op->operands[i]);
+        }
       }
       for (size_t i = 2; i < grad->operands.size(); ++i)
         saved.insert(grad->operands[i]); // grad_outputs

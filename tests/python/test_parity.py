@@ -39,6 +39,10 @@ MODELS = [
     # Progressive growing, 8x8 -> 16x16 -> 32x32 in 3-step stages with 2-step fade-ins: ganc
     # runs one specialised plan per stage, DDP one model with find_unused_parameters=True.
     ("pggan_quick", "digits", [2]),
+    # StyleGAN2: Gmain, Greg (path length, every 4), Dmain, Dreg (R1, every 16), G_ema. Both
+    # regularisers leave a bias without a gradient (DDP fails as on lazy R1): those two phases'
+    # reference all-reduces by hand; Gmain and Dmain go through DDP.
+    ("stylegan2", "digits", [2], {"Greg": "manual", "Dreg": "manual"}),
 ]
 CASES = [(m[0], m[1], w, m[3] if len(m) > 3 else "ddp") for m in MODELS for w in m[2]]
 STEPS = 10
