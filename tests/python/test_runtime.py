@@ -22,22 +22,26 @@ def train_args(plan, model, data, out, steps, *extra):
             "--sample-every", "0", "--log-every", "1000", *extra]
 
 
-def test_resume_continues_exactly(ganc_bin, datasets, tmp_path):
-    plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
+# pggan_quick: resumed at step 4, in the middle of the 16x16 fade-in, and trained on across
+# the switch to 32x32 at step 6.
+@pytest.mark.parametrize("model,steps,split", [("dcgan32", 8, 4), ("pggan_quick", 8, 4)])
+def test_resume_continues_exactly(ganc_bin, datasets, tmp_path, model, steps, split):
+    plan = compile_plan(ganc_bin, model, str(tmp_path))
     data = datasets["digits"]
     straight = str(tmp_path / "straight")
-    subprocess.run([ganc_bin, "run", "--nproc", "2", *train_args(plan, "dcgan32", data, straight, 8,
-                    "--checkpoint-every", "4")], check=True)
+    subprocess.run([ganc_bin, "run", "--nproc", "2", *train_args(plan, model, data, straight, steps,
+                    "--checkpoint-every", str(steps))], check=True)
     first = str(tmp_path / "first")
-    subprocess.run([ganc_bin, "run", "--nproc", "2", *train_args(plan, "dcgan32", data, first, 4,
-                    "--checkpoint-every", "4")], check=True)
+    subprocess.run([ganc_bin, "run", "--nproc", "2", *train_args(plan, model, data, first, split,
+                    "--checkpoint-every", str(split))], check=True)
     resumed = str(tmp_path / "resumed")
-    subprocess.run([ganc_bin, "run", "--nproc", "2", *train_args(plan, "dcgan32", data, resumed, 8,
-                    "--checkpoint-every", "8", "--resume", os.path.join(first, "checkpoint.pt"))],
+    subprocess.run([ganc_bin, "run", "--nproc", "2", *train_args(plan, model, data, resumed, steps,
+                    "--checkpoint-every", str(steps), "--resume",
+                    os.path.join(first, "checkpoint.pt"))],
                    check=True)
     a = ganc.load_checkpoint(os.path.join(straight, "checkpoint.pt"))
     b = ganc.load_checkpoint(os.path.join(resumed, "checkpoint.pt"))
-    assert a["step"] == b["step"] == 8
+    assert a["step"] == b["step"] == steps
     for sub in ("generator", "discriminator"):
         for name, t in a[sub].items():
             assert torch.equal(t, b[sub][name]), f"{sub}.{name} differs after resume"
