@@ -752,18 +752,14 @@ Status checkStageGrowth(const Spec &spec, const ir::Module &plan) {
   if (!spec.stages)
     return Status::ok();
   const auto &stages = spec.stages->list;
-  auto usedIn = [&](const std::string &stage) {
-    std::set<std::string> used;
-    for (const auto &phase : plan.phases)
-      if (phase->stage == stage)
-        used.insert(phase->used.begin(), phase->used.end());
-    return used;
-  };
+  std::vector<std::set<std::string>> usedIn;
+  for (const StageSpec &stage : stages)
+    usedIn.push_back(plan.usedInStage(stage.name));
   auto inBlock = [](const std::string &parameter, const std::string &block) {
     return parameter.compare(0, block.size() + 1, block + ".") == 0;
   };
   for (size_t i = 0; i < stages.size(); ++i) {
-    std::set<std::string> used = usedIn(stages[i].name);
+    const std::set<std::string> &used = usedIn[i];
     for (const std::string &block : stages[i].grows) {
       std::string where = "stage '" + stages[i].name + "' grows '" + block + "'";
       bool hasParameters = false;
@@ -777,7 +773,7 @@ Status checkStageGrowth(const Spec &spec, const ir::Module &plan) {
       if (!usedNow)
         return Status::error(where + ", but none of the stage's phases uses its parameters");
       for (size_t j = 0; j < i; ++j)
-        for (const std::string &p : usedIn(stages[j].name))
+        for (const std::string &p : usedIn[j])
           if (inBlock(p, block))
             return Status::error(where + ", but the earlier stage '" + stages[j].name +
                                  "' already uses '" + p + "'");

@@ -226,6 +226,14 @@ Phase *Module::findPhase(const std::string &key) const {
   return nullptr;
 }
 
+std::set<std::string> Module::usedInStage(const std::string &stage) const {
+  std::set<std::string> used;
+  for (const auto &phase : phases)
+    if (phase->stage == stage)
+      used.insert(phase->used.begin(), phase->used.end());
+  return used;
+}
+
 std::vector<std::string> Module::stages() const {
   std::vector<std::string> list;
   for (const auto &phase : phases)

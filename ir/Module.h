@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -123,6 +124,12 @@ struct ScheduledAllReduce {
   std::string afterParameter;
 };
 
+/// How a phase is named in a plan and at run time: "name", or "name@stage" for its
+/// specialisation for a stage of a progressively grown GAN.
+inline std::string phaseKey(const std::string &name, const std::string &stage) {
+  return stage.empty() ? name : name + "@" + stage;
+}
+
 /// One training phase: a method returning a scalar loss, the submodules it updates, and the
 /// facts passes derive about it.
 struct Phase {
@@ -149,7 +156,7 @@ struct Phase {
   bool hasCaptureFacts = false;
 
   /// What names the phase in a plan and at run time: "name", or "name@stage".
-  std::string key() const { return stage.empty() ? name : name + "@" + stage; }
+  std::string key() const { return phaseKey(name, stage); }
   /// Creates a value owned by this phase.
   Value *newValue(std::string name, Type type);
   /// Visits every op, nested regions included, in program (pre-)order.
@@ -183,6 +190,8 @@ struct Module {
   Phase *findPhase(const std::string &key) const;
   /// The stages phases were specialised for, in plan order (empty: no stages).
   std::vector<std::string> stages() const;
+  /// The parameters some phase of `stage` uses ("" : the phases of a GAN without stages).
+  std::set<std::string> usedInStage(const std::string &stage) const;
 };
 
 /// Prints the module in its stable text form.

@@ -110,7 +110,7 @@ private:
           auto graph = frontend::stageGraph(*archive_, phase, s);
           if (!graph)
             return graph.status();
-          options.stageGraphs[phase.name + "@" + spec.stages->list[s].name] = graph.take();
+          options.stageGraphs[ir::phaseKey(phase.name, spec.stages->list[s].name)] = graph.take();
         }
       fade_ = torch::ones({}, at::TensorOptions(device_).dtype(frontend::inputScalarType(spec)));
     }
@@ -308,7 +308,7 @@ private:
   }
 
   /// For a progressive GAN: switches to the stage `step` falls in (its plans were all built
-  /// at start-up) and sets the fade-in weight. Returns the phase-key suffix ("@8x8" or "").
+  /// at start-up) and sets the fade-in weight. Returns the stage's name ("" without stages).
   std::string enterStage(int64_t step) {
     const auto &stages = archive_->spec.stages;
     if (!stages)
@@ -327,7 +327,7 @@ private:
     }
     torch::NoGradGuard noGrad;
     fade_.fill_(stages->fade(step));
-    return "@" + stage.name;
+    return stage.name;
   }
 
   void optimizerStep(const backend::PhaseReducer &reducer) {
@@ -366,11 +366,11 @@ private:
       auto stepStart = std::chrono::steady_clock::now();
       double work = 0;
       bool staged = false;
-      std::string stageKey = enterStage(step);
+      std::string stage = enterStage(step);
       for (const frontend::PhaseSpec &phase : spec.phases) {
         if (step % phase.interval != 0)
           continue;
-        const std::string key = phase.name + stageKey;
+        const std::string key = ir::phaseKey(phase.name, stage);
         bool wantsData = false;
         for (const auto &in : phase.inputs)
           wantsData |= in.source == "data" || in.source == "labels";

@@ -35,14 +35,6 @@ int64_t bucketBytes(const ir::Phase &phase) {
   return total;
 }
 
-std::set<std::string> usedInStage(const ir::Module &plan, const std::string &stage) {
-  std::set<std::string> used;
-  for (const auto &phase : plan.phases)
-    if (phase->stage == stage)
-      used.insert(phase->used.begin(), phase->used.end());
-  return used;
-}
-
 double bytesPerStep(const ir::Module &plan, const std::string &stage) {
   double perStep = 0;
   for (const auto &phase : plan.phases)
@@ -54,13 +46,13 @@ double bytesPerStep(const ir::Module &plan, const std::string &stage) {
 /// A stage's summary: how much of the model it trains, and what it adds to the previous one.
 void stageHeader(std::ostream &out, const ir::Module &plan, const std::string &stage,
                  const std::string &previous) {
-  std::set<std::string> used = usedInStage(plan, stage);
+  std::set<std::string> used = plan.usedInStage(stage);
   out << "\n== stage " << stage << ": trains " << used.size() << " of " << plan.parameters.size()
       << " parameters, all-reduces " << humanBytes(static_cast<int64_t>(bytesPerStep(plan, stage)))
       << " per step (amortised over intervals)\n";
   if (previous.empty())
     return;
-  std::set<std::string> before = usedInStage(plan, previous);
+  std::set<std::string> before = plan.usedInStage(previous);
   std::vector<std::string> added, dropped;
   for (const std::string &p : used)
     if (!before.count(p))
