@@ -7,6 +7,8 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #endif
 
+#include <deque>
+
 namespace ganc::backend {
 
 struct StagedBatch::Ring {
@@ -18,11 +20,14 @@ struct StagedBatch::Ring {
 #endif
 };
 
-StagedBatch::StagedBatch(std::vector<int64_t> shape, c10::ScalarType dtype, c10::Device device) {
+StagedBatch::StagedBatch(std::vector<int64_t> shape, c10::ScalarType dtype, c10::Device device,
+                         bool channelsLast) {
   if (!device.is_cuda())
     return;
 #ifdef GANC_WITH_CUDA
-  device_ = torch::empty(shape, at::TensorOptions(device).dtype(dtype));
+  auto format = channelsLast && shape.size() == 4 ? at::MemoryFormat::ChannelsLast
+                                                  : at::MemoryFormat::Contiguous;
+  device_ = torch::empty(shape, at::TensorOptions(device).dtype(dtype).memory_format(format));
   ring_ = std::make_unique<Ring>();
   for (int i = 0; i < Ring::kSlots; ++i) {
     ring_->pinned.push_back(torch::empty(shape, at::TensorOptions(dtype).pinned_memory(true)));
@@ -47,6 +52,85 @@ void StagedBatch::stage(const at::Tensor &hostBatch) {
   device_.copy_(ring_->pinned[slot], /*non_blocking=*/true);
   ring_->copied[slot].record(at::cuda::getCurrentCUDAStream());
 #endif
+}
+
+struct PhaseTimer::Events {
+#ifdef GANC_WITH_CUDA
+  struct Pair {
+    at::cuda::CUDAEvent start{cudaEventDefault};
+    at::cuda::CUDAEvent end{cudaEventDefault};
+    size_t index = 0;
+  };
+  std::deque<std::unique_ptr<Pair>> pending;
+  std::vector<std::unique_ptr<Pair>> free; // recorded pairs are reused, never re-created
+  std::unique_ptr<Pair> open;
+#endif
+};
+
+PhaseTimer::PhaseTimer(c10::Device device) : events_(std::make_unique<Events>()) {
+#ifdef GANC_WITH_CUDA
+  onDevice_ = device.is_cuda();
+#endif
+}
+
+PhaseTimer::~PhaseTimer() = default;
+
+void PhaseTimer::begin() {
+#ifdef GANC_WITH_CUDA
+  if (!onDevice_)
+    return;
+  if (events_->free.empty()) {
+    events_->open = std::make_unique<Events::Pair>();
+  } else {
+    events_->open = std::move(events_->free.back());
+    events_->free.pop_back();
+  }
+  events_->open->start.record(at::cuda::getCurrentCUDAStream());
+#endif
+}
+
+void PhaseTimer::end(size_t index) {
+#ifdef GANC_WITH_CUDA
+  if (!onDevice_ || !events_->open)
+    return;
+  events_->open->end.record(at::cuda::getCurrentCUDAStream());
+  events_->open->index = index;
+  events_->pending.push_back(std::move(events_->open));
+  collect(false);
+#endif
+}
+
+void PhaseTimer::collect(bool wait) {
+#ifdef GANC_WITH_CUDA
+  while (!events_->pending.empty()) {
+    Events::Pair &pair = *events_->pending.front();
+    if (wait)
+      pair.end.synchronize();
+    else if (!pair.end.query())
+      return;
+    if (seconds_.size() <= pair.index)
+      seconds_.resize(pair.index + 1, 0.0);
+    seconds_[pair.index] += pair.start.elapsed_time(pair.end) / 1000.0;
+    events_->free.push_back(std::move(events_->pending.front()));
+    events_->pending.pop_front();
+  }
+#endif
+}
+
+bool toChannelsLast(torch::jit::Module &module) {
+  torch::NoGradGuard noGrad;
+  bool any = false;
+  auto convert = [&](at::Tensor t) {
+    if (t.dim() != 4)
+      return;
+    t.set_data(t.contiguous(at::MemoryFormat::ChannelsLast));
+    any = true;
+  };
+  for (const auto &p : module.named_parameters(/*recurse=*/true))
+    convert(p.value);
+  for (const auto &b : module.named_buffers(/*recurse=*/true))
+    convert(b.value);
+  return any;
 }
 
 at::Generator noiseGenerator(c10::Device device, uint64_t seed) {

@@ -2,6 +2,7 @@
 // that phase noise is drawn from.
 #pragma once
 
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include <memory>
@@ -14,7 +15,9 @@ namespace ganc::backend {
 /// never waits for the GPU to finish the previous step; on CPU it just holds the batch.
 class StagedBatch {
 public:
-  StagedBatch(std::vector<int64_t> shape, c10::ScalarType dtype, c10::Device device);
+  /// `channelsLast`: the device buffer of a 4-D batch is NHWC (the model's layout).
+  StagedBatch(std::vector<int64_t> shape, c10::ScalarType dtype, c10::Device device,
+              bool channelsLast = false);
   ~StagedBatch();
   void stage(const at::Tensor &hostBatch);
   const at::Tensor &tensor() const { return device_; }
@@ -24,6 +27,36 @@ private:
   at::Tensor device_;
   std::unique_ptr<Ring> ring_;
 };
+
+/// The device time of the phases each step runs, measured without making the host wait: on
+/// CUDA an event pair is recorded around every phase launch and read once the GPU has passed
+/// it. On CPU there is nothing to time here (`onDevice()` is false): the executor's own
+/// clock measures the work there.
+class PhaseTimer {
+public:
+  explicit PhaseTimer(c10::Device device);
+  ~PhaseTimer();
+  bool onDevice() const { return onDevice_; }
+  /// Before a phase is launched, on the stream it runs on.
+  void begin();
+  /// After it was launched: its device time counts towards step `index` (0-based).
+  void end(size_t index);
+  /// Adds up the pairs the device has passed; with `wait`, waits for all of them first.
+  void collect(bool wait);
+  /// Device seconds per step index, of the pairs collected so far.
+  const std::vector<double> &secondsPerStep() const { return seconds_; }
+
+private:
+  struct Events;
+  bool onDevice_ = false;
+  std::unique_ptr<Events> events_;
+  std::vector<double> seconds_;
+};
+
+/// Converts every 4-D parameter and buffer of `module` to the channels-last (NHWC) layout in
+/// place (tensor identities are kept), as `nn.Module.to(memory_format=torch.channels_last)`
+/// does. Returns whether the module has any such tensor.
+bool toChannelsLast(torch::jit::Module &module);
 
 /// The generator phase noise comes from, seeded with `seed`: a private CPU generator on CPU,
 /// the default CUDA generator on GPUs (the one CUDA Graph capture keeps graph-safe).

@@ -33,6 +33,15 @@ using StepFn = std::function<void(const std::string &phase, const PhaseReducer &
 /// captured region, so noise drawn there is drawn anew by every replay.
 using InputFn = std::function<std::vector<at::Tensor>()>;
 
+/// How the last phase run went, for timing.json.
+struct RunStats {
+  /// Only a replay of a captured graph (not a warm-up, capture or eager run).
+  bool replayed = false;
+  /// Host seconds inside the replay call itself (PyTorch's CUDAGraph::replay: the RNG
+  /// offsets, then cudaGraphLaunch); the rest of a replayed run is ganc's own.
+  double launchSeconds = 0;
+};
+
 /// One rank's executor of every phase in a plan.
 class PhaseExecutor {
 public:
@@ -43,15 +52,15 @@ public:
   /// How the phase runs ("eager", "cuda-graph", or "eager (reason)").
   virtual std::string mode(const std::string &phase) const = 0;
   virtual const PhaseReducer &reducer(const std::string &phase) const = 0;
-  /// Seconds the last run spent in the model's forward and backward and in all-reduce
-  /// waits (the rest of a step is ganc's own host overhead).
+  /// Statistics of the last run.
+  const RunStats &lastRun() const { return lastRun_; }
+  /// Host seconds the last run spent in the model's forward and backward and in all-reduce
+  /// waits (on CPU that is the work; on CUDA the work is timed on the device instead).
   double lastWorkSeconds() const { return lastWorkSeconds_; }
-  /// GPU seconds spent in graph replays so far, when profiling was asked for (waits for the
-  /// GPU); 0 where it does not apply.
-  virtual double replayGpuSeconds() { return 0; }
 
 protected:
   double lastWorkSeconds_ = 0;
+  RunStats lastRun_;
 };
 
 /// Runs each phase eagerly with autograd; bucket all-reduces overlap backward through the

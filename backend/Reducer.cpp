@@ -45,7 +45,11 @@ PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Ten
                              std::string(c10::toString(p.scalar_type())) + " in the model but " +
                              std::to_string(slot.bytes) + " bytes of " + bucket.dtype +
                              " in the plan");
-      at::Tensor view = flat.narrow(0, slot.offset / elementSize, p.numel()).view(p.sizes());
+      // The slot has the parameter's strides (as DDP's bucket views do), so a channels-last
+      // weight gets a channels-last gradient and the fused optimizers see one layout.
+      at::Tensor view = p.is_non_overlapping_and_dense()
+                            ? flat.as_strided(p.sizes(), p.strides(), slot.offset / elementSize)
+                            : flat.narrow(0, slot.offset / elementSize, p.numel()).view(p.sizes());
       r->slots_[slot.parameter] = Slot{static_cast<int>(b), view};
     }
     r->buffers_.push_back(flat);

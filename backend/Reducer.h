@@ -40,6 +40,9 @@ public:
 
   const std::vector<std::string> &usedNames() const { return usedNames_; }
   const std::vector<at::Tensor> &usedParameters() const { return usedParameters_; }
+  /// The all-reduced gradient of usedNames()[i]: its slot in the bucket, which the phase's
+  /// last run wrote (a parameter's `.grad` may point at another phase's slot by now).
+  const at::Tensor &gradient(size_t i) const { return slots_.at(usedNames_[i]).view; }
   /// The flat bucket buffers, in bucket order (read by tests and the CUDA backend).
   const std::vector<at::Tensor> &buffers() const { return buffers_; }
 

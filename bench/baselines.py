@@ -3,7 +3,10 @@
 - ``ddp``: the Python model with each trainable submodule already wrapped in
   DistributedDataParallel(find_unused_parameters=True) (mmengine's
   MMSeparateDistributedDataParallel); submodules a phase does not update run under
-  no_sync() with requires_grad=False.
+  no_sync() with requires_grad=False. Phases DDP cannot run (a lazy regulariser's double
+  backward leaves a bias without a gradient, and DDP then fails with "gradient which is
+  undefined, but still allreduced") run on the unwrapped submodules with the flat
+  all-reduce below, as practitioners end up doing.
 - ``flat``: no DDP; after backward every non-None gradient is flattened into one buffer,
   all-reduced once and divided by the world size (StyleGAN2-ADA / StyleGAN3).
 """
@@ -12,11 +15,42 @@ import contextlib
 import torch
 import torch.distributed as dist
 
+from torch.nn.parallel import DistributedDataParallel as DDP
 
-def iteration(gan, spec, subs, inputs, optimizers, style, world, methods=None):
-    """One training step: every phase that runs at interval 1, in spec order."""
+
+def flat_all_reduce(gan, updates, world):
+    grads = [p for s in updates for p in gan._modules[s].parameters() if p.grad is not None]
+    if world == 1 or not grads:
+        return
+    flat = torch.cat([p.grad.flatten() for p in grads])
+    dist.all_reduce(flat)
+    flat /= world
+    offset = 0
+    for p in grads:
+        p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+        offset += p.numel()
+
+
+@contextlib.contextmanager
+def unwrapped(gan, subs):
+    """The plain submodules in place of their DDP wrappers, for the duration."""
+    wrapped = {s: gan._modules[s] for s in subs if isinstance(gan._modules[s], DDP)}
+    for s, w in wrapped.items():
+        gan._modules[s] = w.module
+    try:
+        yield
+    finally:
+        for s, w in wrapped.items():
+            gan._modules[s] = w
+
+
+def iteration(gan, spec, subs, inputs, optimizers, style, world, methods=None, step=0, manual=()):
+    """One training step: every phase with step % interval == 0, in spec order. `manual`
+    names the phases the ``ddp`` style runs without DDP."""
     batch = None
     for phase in spec["phases"]:
+        if step % phase.get("interval", 1):
+            continue
         if batch is None and any(i["source"] in ("data", "labels") for i in phase["inputs"]):
             batch = inputs.batch()
         updates = set(phase["updates"])
@@ -26,21 +60,17 @@ def iteration(gan, spec, subs, inputs, optimizers, style, world, methods=None):
                 p.grad = None
         args = inputs.for_phase(phase, batch)
         method = methods[phase["name"]] if methods else getattr(gan, phase["method"])
+        by_hand = style == "flat" or phase["name"] in manual
         with contextlib.ExitStack() as stack:
-            if style == "ddp":
+            if style == "ddp" and phase["name"] in manual:
+                stack.enter_context(unwrapped(gan, subs))
+            elif style == "ddp":
                 for s in subs:
                     if s not in updates:
                         stack.enter_context(gan._modules[s].no_sync())
             loss = method(*args)
             loss.backward()
-        if style == "flat" and world > 1:
-            grads = [p for s in updates for p in gan._modules[s].parameters() if p.grad is not None]
-            flat = torch.cat([p.grad.flatten() for p in grads])
-            dist.all_reduce(flat)
-            flat /= world
-            offset = 0
-            for p in grads:
-                p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
-                offset += p.numel()
+        if by_hand:
+            flat_all_reduce(gan, updates, world)
         for s in phase["updates"]:
             optimizers[s].step()

@@ -1,26 +1,38 @@
-"""GPU benchmark: DCGAN-64, batch 64, one full D+G iteration, on one GPU (NCCL, world size 1).
+"""GPU benchmark: ganc's CUDA Graph replay against the ways people train GANs on GPUs.
 
-In one run, each in its own process:
+For DCGAN-64 (batch 64, phases d and g) and the zoo's StyleGAN2 (batch 16, Gmain, Greg:
+path length every 4 steps, Dmain, Dreg: R1 every 16 steps), on one GPU (NCCL, world size 1),
+in one run, each side in its own process, on the same data, batch and optimizer (torch.optim's
+fused Adam with the spec's hyper-parameters everywhere), cuDNN benchmark mode on everywhere:
+
 - eager DDP, mmengine style: one DistributedDataParallel per submodule
-  (find_unused_parameters=True), frozen submodules under no_sync(), torch.optim Adam defaults;
-- StyleGAN3 style: no DDP, one flat NCCL all-reduce of every non-None gradient after backward;
-- torch.compile(mode="reduce-overhead") of each phase method (no DDP: world size 1);
-- ganc: `ganc run --device cuda`, every phase captured once and replayed.
+  (find_unused_parameters=True), frozen submodules under no_sync(); the lazy regularisers,
+  which DDP cannot run, on the unwrapped submodules with a flat all-reduce; once as people
+  write it (NCHW) and once with the model and data in channels-last;
+- StyleGAN3 style: no DDP, one flat NCCL all-reduce of every gradient after backward;
+- torch.compile(mode="reduce-overhead") of each phase method (flat all-reduce); where it
+  fails (double backward), the row says so with the error;
+- ganc eager: `ganc run --device cuda --cuda-graphs off` (the same plan, no graphs);
+- ganc replay in the NCHW layout (`--memory-format contiguous`), the layout the baselines use;
+- ganc: `ganc run --device cuda`, every phase captured once and replayed, in its default
+  layout on CUDA (channels-last for convolutional models).
 
-Prints ms per iteration, ganc's speed-up over each, the GPU busy fraction (kernel time /
-wall time; for ganc the GPU time of the replays / wall time) and ganc's host time per
-replayed phase.
+Prints ms per step (a step runs every phase due at it), steps/s, ganc's speed-up over each
+side, the GPU busy fraction (baselines: CUDA kernel time / wall time under torch.profiler;
+ganc: the phases' GPU time from CUDA events / wall time) and ganc's host time per replayed
+phase. `--json PATH` also writes every number.
 
-    python3 bench/bench_gpu.py [--iters 200] [--warmup 20]
+    python3 bench/bench_gpu.py [--iters 320] [--warmup 64] [--models dcgan64,stylegan2]
 """
 import argparse
+import datetime
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -32,13 +44,18 @@ import torch.multiprocessing as mp  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import ganc  # noqa: E402
-from ganc.oracle import Inputs, free_port  # noqa: E402
+from ganc.oracle import Inputs, _optimizer, free_port, to_channels_last  # noqa: E402
 import zoo  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import baselines  # noqa: E402
 
 GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
+# model -> (data set, image size, phases eager DDP cannot run)
+MODELS = {
+    "dcgan64": ("digits", 64, ()),
+    "stylegan2": ("digits", 32, ("Greg", "Dreg")),
+}
 
 
 def _kernel_seconds(prof) -> float:
@@ -49,106 +66,163 @@ def _kernel_seconds(prof) -> float:
     return total
 
 
-def _baseline(rank, port, style, data_path, iters, warmup, result_path):
+def _baseline(rank, port, model, style, data_path, iters, warmup, result_path):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    torch.cuda.set_device(0)
-    dist.init_process_group("nccl", rank=0, world_size=1)
-    torch.backends.cudnn.benchmark = True
-    gan, spec = zoo.build("dcgan64")
-    spec = ganc.validate(spec)
-    gan = gan.cuda().train()
-    data = torch.load(data_path)
-    data = (data["images"] if isinstance(data, dict) else data).float()
-    inputs = Inputs(spec, data, 0, 1, seed=0, device="cuda")
-    subs = ["discriminator", "generator"]
-    opts = {s: torch.optim.Adam(getattr(gan, s).parameters(), lr=2e-4, betas=(0.5, 0.999)) for s in subs}
-    if style == "ddp":
-        for s in subs:
-            setattr(gan, s, DDP(getattr(gan, s), device_ids=[0], find_unused_parameters=True,
-                                broadcast_buffers=False))
-    methods = {p["name"]: getattr(gan, p["method"]) for p in spec["phases"]}
-    if style == "compile":
-        methods = {k: torch.compile(m, mode="reduce-overhead") for k, m in methods.items()}
+    try:
+        torch.cuda.set_device(0)
+        dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 0))
+        torch.backends.cudnn.benchmark = True
+        torch._C._set_graph_executor_optimize(False)
+        gan, spec = zoo.build(model)
+        spec = ganc.validate(spec)
+        gan = gan.cuda().train()
+        channels_last = style.endswith("_cl")
+        style = style.removesuffix("_cl")
+        if channels_last:
+            to_channels_last(gan)
+        data = torch.load(data_path)
+        data = (data["images"] if isinstance(data, dict) else data).float()
+        inputs = Inputs(spec, data, 0, 1, seed=0, device="cuda")
+        inputs.channels_last = channels_last
+        subs = sorted({u for p in spec["phases"] for u in p["updates"]})
+        opts = {s: _optimizer(list(getattr(gan, s).parameters()), spec["optimizers"][s], cuda=True)
+                for s in subs}
+        if style == "ddp":
+            for s in subs:
+                setattr(gan, s, DDP(getattr(gan, s), device_ids=[0], find_unused_parameters=True,
+                                    broadcast_buffers=False))
+        methods = {p["name"]: getattr(gan, p["method"]) for p in spec["phases"]}
+        if style == "compile":
+            methods = {k: torch.compile(m, mode="reduce-overhead") for k, m in methods.items()}
+        manual = MODELS[model][2] if style == "ddp" else ()
+        step = 0
 
-    def iteration():
-        baselines.iteration(gan, spec, subs, inputs, opts, "flat" if style == "compile" else style, 1, methods)
+        def iteration():
+            nonlocal step
+            baselines.iteration(gan, spec, subs, inputs, opts, "flat" if style == "compile" else style, 1,
+                                methods, step=step, manual=manual)
+            step += 1
 
-    for _ in range(warmup):
-        iteration()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(iters):
-        iteration()
-    torch.cuda.synchronize()
-    seconds = (time.perf_counter() - start) / iters
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA,
-                                            torch.profiler.ProfilerActivity.CPU]) as prof:
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(20):
+        for _ in range(warmup):
             iteration()
         torch.cuda.synchronize()
-        wall = time.perf_counter() - t0
-    busy = _kernel_seconds(prof) / wall
+        start = time.perf_counter()
+        for _ in range(iters):
+            iteration()
+        torch.cuda.synchronize()
+        seconds = (time.perf_counter() - start) / iters
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA,
+                                                torch.profiler.ProfilerActivity.CPU]) as prof:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(16):
+                iteration()
+            torch.cuda.synchronize()
+            wall = time.perf_counter() - t0
+        result = {"seconds": seconds, "busy": _kernel_seconds(prof) / wall}
+    except Exception as e:  # torch.compile cannot do double backward: report, do not hide
+        lines = [line for line in str(e).splitlines() if line.strip()]
+        result = {"error": f"{type(e).__name__}: {lines[0] if lines else ''}"[:300],
+                  "trace": traceback.format_exc()[-2000:]}
     with open(result_path, "w") as f:
-        json.dump({"seconds": seconds, "busy": busy}, f)
-    dist.destroy_process_group()
+        json.dump(result, f)
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
-def baseline(style, data, iters, warmup, tmp):
-    path = os.path.join(tmp, style + ".json")
+def baseline(model, style, data, iters, warmup, tmp):
+    path = os.path.join(tmp, f"{model}_{style}.json")
     try:
-        mp.spawn(_baseline, args=(free_port(), style, data, iters, warmup, path), nprocs=1, join=True)
-    except Exception as e:  # torch.compile may not run everywhere: report, do not hide
-        print(f"{style}: failed ({str(e).splitlines()[-1] if str(e) else type(e).__name__})")
-        return None
+        mp.spawn(_baseline, args=(free_port(), model, style, data, iters, warmup, path), nprocs=1, join=True)
+    except Exception as e:
+        return {"error": str(e).splitlines()[-1] if str(e) else type(e).__name__}
     return json.load(open(path))
 
 
-def run_ganc(data, iters, warmup, tmp):
-    gan, spec = zoo.build("dcgan64")
-    archive, plan = os.path.join(tmp, "dcgan64.pt"), os.path.join(tmp, "dcgan64.plan")
-    ganc.export(gan, archive, spec)
-    subprocess.run([GANC, "compile", archive, "-o", plan], check=True)
-    out = os.path.join(tmp, "ganc")
+def run_ganc(model, data, iters, warmup, tmp, graphs=True, layout="auto"):
+    gan, spec = zoo.build(model)
+    archive, plan = os.path.join(tmp, model + ".pt"), os.path.join(tmp, model + ".plan")
+    if not os.path.exists(plan):
+        ganc.export(gan, archive, spec)
+        subprocess.run([GANC, "compile", archive, "-o", plan], check=True)
+    out = os.path.join(tmp, f"{model}_ganc_{'graph' if graphs else 'eager'}_{layout}")
     steps = warmup + iters
-    subprocess.run([GANC, "run", "--nproc", "1", plan, "--model", archive, "--data", data, "--device", "cuda",
-                    "--steps", str(steps), "--out", out, "--sample-every", "0", "--checkpoint-every", "0",
-                    "--log-every", str(steps), "--warmup", "3", "--profile"], check=True, stdout=subprocess.DEVNULL)
+    r = subprocess.run([GANC, "run", "--nproc", "1", plan, "--model", archive, "--data", data,
+                        "--device", "cuda", "--steps", str(steps), "--out", out, "--sample-every", "0",
+                        "--checkpoint-every", "0", "--log-every", str(steps), "--warmup", "3",
+                        "--cuda-graphs", "on" if graphs else "off", "--memory-format", layout],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"}
     t = json.load(open(os.path.join(out, "timing.json")))
-    steady = t["step_seconds"][warmup:]
-    phases = 2
-    replay_host = t["run_host_seconds"][warmup * phases:]
-    return {"seconds": sum(steady) / len(steady), "median": statistics.median(steady),
-            "busy": t["replay_gpu_seconds"] / sum(t["step_seconds"][3:]),
-            "host_per_phase": statistics.median(replay_host)}
+    steady = t["step_seconds"][warmup:]  # the last step waits for the GPU (it reads the losses)
+    replay = sorted(t["replay_host_seconds"])
+    launch = sorted(t["replay_launch_seconds"])
+    return {"seconds": sum(steady) / len(steady),
+            "busy": sum(t["work_seconds"][warmup:]) / sum(steady),
+            "host_per_replay": replay[len(replay) // 2] if replay else None,
+            "host_per_replay_p90": replay[int(len(replay) * 0.9)] if replay else None,
+            "launch_per_replay": launch[len(launch) // 2] if launch else None}
+
+
+def fmt_row(name, r, ref):
+    if "error" in r:
+        return f"{name:34} {'fails: ' + r['error']}"
+    speedup = f"{r['seconds'] / ref['seconds']:.2f}x" if ref and "seconds" in ref else "n/a"
+    return (f"{name:34} {r['seconds'] * 1e3:9.3f} {1 / r['seconds']:9.1f} {speedup:>13} "
+            f"{r['busy'] * 100:8.1f}%")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iters", type=int, default=200)
-    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--iters", type=int, default=320, help="measured steps (a multiple of 16)")
+    parser.add_argument("--warmup", type=int, default=64, help="steps before measuring (every phase "
+                        "of StyleGAN2 is captured by step 48)")
+    parser.add_argument("--models", default="dcgan64,stylegan2")
+    parser.add_argument("--json", help="also write every number here")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_gpu.py needs a CUDA GPU")
+    device = torch.cuda.get_device_name(0)
+    results = {"device": device, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+               "iters": args.iters, "warmup": args.warmup, "models": {}}
+    lines = [f"\n{device}, torch {torch.__version__}, NCCL world size 1, {results['date']}; "
+             f"{args.iters} steps after {args.warmup} warm-up steps"]
     with tempfile.TemporaryDirectory() as tmp:
-        data = os.path.join(tmp, "digits64.pt")
-        subprocess.run([sys.executable, os.path.join(ROOT, "models", "make_data.py"), "digits", "-o", data,
-                        "--size", "64"], check=True, stdout=subprocess.DEVNULL)
-        g = run_ganc(data, args.iters, args.warmup, tmp)
-        rows = [("eager DDP (per submodule)", baseline("ddp", data, args.iters, args.warmup, tmp)),
-                ("StyleGAN3-style flat", baseline("flat", data, args.iters, args.warmup, tmp)),
-                ("torch.compile reduce-overhead", baseline("compile", data, args.iters, args.warmup, tmp))]
-    print(f"\nDCGAN-64, batch 64, one D+G iteration, {torch.cuda.get_device_name(0)}, NCCL world size 1")
-    print(f"{'method':32} {'ms/iter':>8} {'ganc speed-up':>14} {'GPU busy':>9}")
-    for name, r in rows:
-        if r is None:
-            print(f"{name:32} {'n/a':>8}")
-            continue
-        print(f"{name:32} {r['seconds'] * 1e3:8.3f} {r['seconds'] / g['seconds']:13.2f}x {r['busy'] * 100:8.1f}%")
-    print(f"{'ganc (CUDA Graph replay)':32} {g['seconds'] * 1e3:8.3f} {'':>14} {g['busy'] * 100:8.1f}%")
-    print(f"ganc host time per replayed phase: {g['host_per_phase'] * 1e6:.1f} us (median)")
+        for model in args.models.split(","):
+            dataset, size, _ = MODELS[model]
+            data = os.path.join(tmp, f"{dataset}{size}.pt")
+            if not os.path.exists(data):
+                subprocess.run([sys.executable, os.path.join(ROOT, "models", "make_data.py"), dataset, "-o", data,
+                                "--size", str(size)], check=True, stdout=subprocess.DEVNULL)
+            g = run_ganc(model, data, args.iters, args.warmup, tmp)
+            sides = [("eager DDP (per submodule)", lambda: baseline(model, "ddp", data, args.iters, args.warmup, tmp)),
+                     ("eager DDP, channels-last", lambda: baseline(model, "ddp_cl", data, args.iters, args.warmup, tmp)),
+                     ("StyleGAN3-style flat all-reduce",
+                      lambda: baseline(model, "flat", data, args.iters, args.warmup, tmp)),
+                     ("torch.compile reduce-overhead",
+                      lambda: baseline(model, "compile", data, args.iters, args.warmup, tmp)),
+                     ("ganc eager (--cuda-graphs off)", lambda: run_ganc(model, data, args.iters, args.warmup, tmp,
+                                                                         False)),
+                     ("ganc replay, NCHW layout", lambda: run_ganc(model, data, args.iters, args.warmup, tmp,
+                                                                   layout="contiguous")),
+                     ("ganc (CUDA Graph replay)", lambda: g)]
+            rows = results["models"][model] = {}
+            lines.append(f"\n{model}, batch {zoo.build(model)[1]['batch_size']}")
+            lines.append(f"{'method':34} {'ms/step':>9} {'steps/s':>9} {'ganc speed-up':>13} {'GPU busy':>9}")
+            for name, measure in sides:
+                rows[name] = measure()
+                lines.append(fmt_row(name, rows[name], g))
+                print(f"[bench] {model}: {lines[-1]}", flush=True)  # progress survives a time limit
+            if "host_per_replay" in g and g["host_per_replay"] is not None:
+                lines.append(f"ganc host time per replayed phase: {g['host_per_replay'] * 1e6:.1f} us median, "
+                             f"{g['host_per_replay_p90'] * 1e6:.1f} us p90 (of which PyTorch's graph "
+                             f"replay call: {g['launch_per_replay'] * 1e6:.1f} us median)")
+    print("\n".join(lines))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

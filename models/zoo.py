@@ -581,6 +581,22 @@ class MappingNetwork(nn.Module):
         return x
 
 
+def _upsample_last(x: torch.Tensor) -> torch.Tensor:
+    """Doubles the last dimension: even outputs 3/4 x[i] + 1/4 x[i-1], odd ones 3/4 x[i] +
+    1/4 x[i+1], zero beyond the edges."""
+    padded = F.pad(x, [1, 1])
+    even = 0.25 * padded[..., :-2] + 0.75 * x
+    odd = 0.75 * x + 0.25 * padded[..., 2:]
+    return torch.stack([even, odd], dim=-1).flatten(-2)
+
+
+def upsample2d(x: torch.Tensor) -> torch.Tensor:
+    """StyleGAN2's 2x upsampling: upfirdn2d with the [1, 3, 3, 1] filter and zero padding,
+    written with pads and slices. Its backward has no atomics, so training is reproducible
+    on GPUs (the backward of F.interpolate's bilinear mode is not deterministic on CUDA)."""
+    return _upsample_last(_upsample_last(x).transpose(2, 3)).transpose(2, 3)
+
+
 class ModulatedConv2d(nn.Module):
     """Per-sample weights: the kernel scaled by a style from w, then demodulated to unit
     norm per output channel; run as one grouped convolution over the batch."""
@@ -603,7 +619,7 @@ class ModulatedConv2d(nn.Module):
         if self.demodulate:
             weight = weight * (weight.square().sum(dim=[2, 3, 4]) + 1e-8).rsqrt().view(batch, -1, 1, 1, 1)
         if self.up:
-            x = F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
+            x = upsample2d(x)
         x = x.reshape(1, batch * channels, x.shape[2], x.shape[3])
         out = F.conv2d(x, weight.reshape(-1, channels, self.kernel, self.kernel),
                        padding=self.kernel // 2, groups=batch)
@@ -623,7 +639,7 @@ class SynthesisBlock(nn.Module):
     def forward(self, x: torch.Tensor, img: torch.Tensor, ws: torch.Tensor):
         x = F.leaky_relu(self.conv0(x, ws[:, 0]), 0.2) * math.sqrt(2.0)
         x = F.leaky_relu(self.conv1(x, ws[:, 1]), 0.2) * math.sqrt(2.0)
-        img = F.interpolate(img, scale_factor=2.0, mode="bilinear", align_corners=False)
+        img = upsample2d(img)
         return x, img + self.to_rgb(x, ws[:, 2])
 
 

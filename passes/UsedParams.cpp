@@ -135,6 +135,8 @@ const std::vector<size_t> *backwardReads(const std::string &name, size_t through
                                                     {"aten::narrow", {}},
                                                     {"aten::cat", {}},
                                                     {"aten::stack", {}},
+                                                    {"aten::pad", {}},
+                                                    {"aten::constant_pad_nd", {}},
                                                     {"aten::upsample_nearest1d", {}},
                                                     {"aten::upsample_nearest2d", {}},
                                                     {"aten::upsample_nearest3d", {}},

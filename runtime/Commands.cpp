@@ -36,8 +36,14 @@ const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
   --device cpu|cuda       cpu: Gloo; cuda: NCCL, one GPU per rank (cuda:LOCAL_RANK), each
                           phase captured once as a CUDA Graph and replayed
   --cuda-graphs on|off    off: run every phase eagerly on the GPU (default on)
-  --warmup N              eager iterations of each phase before its capture (default 3)
-  --profile               time every graph replay on the GPU (timing.json)
+  --warmup N              eager iterations of each phase before its capture (default 3,
+                          at least 1: optimizer state is created there, outside the graph)
+  --deterministic         CUDA: deterministic cuDNN and PyTorch kernels, no cuDNN benchmark
+                          (bitwise-reproducible runs; what the GPU parity tests use)
+  --cudnn-benchmark on|off  CUDA: time cuDNN algorithms during warm-up (default on)
+  --memory-format auto|channels_last|contiguous
+                          layout of 4-D weights, buffers and data (default auto:
+                          channels_last on CUDA, contiguous on CPU)
   --timeout-s S           give up on a silent peer after S seconds (default 120)
   --threads N             intra-op threads per rank (default: cores / local ranks)
   --dump-grads DIR        rank 0 writes every all-reduced gradient (parity tests)
@@ -95,9 +101,20 @@ bool parseTrain(const std::vector<std::string> &args, TrainOptions &o, std::stri
         o.cudaGraphs = v == "on";
       } else if (a == "--warmup")
         o.warmup = static_cast<int>(number());
-      else if (a == "--profile")
-        o.profile = true;
-      else if (a == "--timeout-s")
+      else if (a == "--memory-format") {
+        std::string v = value();
+        if (v != "auto" && v != "channels_last" && v != "contiguous")
+          throw std::invalid_argument(
+              "--memory-format takes auto, channels_last or contiguous, not '" + v + "'");
+        o.memoryFormat = v;
+      } else if (a == "--deterministic")
+        o.deterministic = true;
+      else if (a == "--cudnn-benchmark") {
+        std::string v = value();
+        if (v != "on" && v != "off")
+          throw std::invalid_argument("--cudnn-benchmark takes on or off, not '" + v + "'");
+        o.cudnnBenchmark = v == "on";
+      } else if (a == "--timeout-s")
         o.timeoutSeconds = static_cast<int>(std::max<int64_t>(1, number()));
       else if (a == "--threads")
         o.threads = static_cast<int>(number());
@@ -123,6 +140,11 @@ bool parseTrain(const std::vector<std::string> &args, TrainOptions &o, std::stri
   }
   if (o.model.empty()) {
     error = "no --model given: the archive the plan was compiled from";
+    return false;
+  }
+  if (o.device == "cuda" && o.cudaGraphs && o.warmup < 1) {
+    error = "--warmup must be at least 1 with CUDA Graphs: optimizer state is created in the "
+            "eager warm-up, outside the captured graph";
     return false;
   }
   return true;

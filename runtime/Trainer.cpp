@@ -119,7 +119,6 @@ private:
       backend::CudaOptions cuda;
       cuda.useGraphs = o_.cudaGraphs;
       cuda.warmupIterations = o_.warmup;
-      cuda.profile = o_.profile;
       auto executor = backend::CudaGraphExecutor::create(*plan_, archive_->module, group_.backend,
                                                          options, cuda);
       if (!executor)
@@ -181,7 +180,8 @@ private:
                              " ranks of batch " + std::to_string(spec.batchSize));
       std::vector<int64_t> shape = {spec.batchSize};
       shape.insert(shape.end(), spec.dataShape.begin(), spec.dataShape.end());
-      batch_ = std::make_unique<backend::StagedBatch>(shape, data_.scalar_type(), device_);
+      batch_ = std::make_unique<backend::StagedBatch>(shape, data_.scalar_type(), device_,
+                                                      channelsLast_);
     }
     inputType_ = frontend::inputScalarType(spec);
     noise_ = backend::noiseGenerator(device_, o_.seed + static_cast<uint64_t>(rank_.rank));
@@ -202,11 +202,15 @@ private:
       auto trained = archive_->module.attr(ema.submodule).toModule();
       auto average = archive_->module.attr(ema.copy).toModule();
       auto tp = trained.named_parameters(), ap = average.named_parameters();
-      for (auto a = ap.begin(), t = tp.begin(); a != ap.end(); ++a, ++t)
-        emaPairs_.emplace_back((*a).value, (*t).value);
+      for (auto a = ap.begin(), t = tp.begin(); a != ap.end(); ++a, ++t) {
+        emaAverages_.push_back((*a).value);
+        emaTrained_.push_back((*t).value);
+      }
       auto tb = trained.named_buffers(), ab = average.named_buffers();
-      for (auto a = ab.begin(), t = tb.begin(); a != ab.end() && t != tb.end(); ++a, ++t)
-        emaBuffers_.emplace_back((*a).value, (*t).value);
+      for (auto a = ab.begin(), t = tb.begin(); a != ab.end() && t != tb.end(); ++a, ++t) {
+        emaBufferAverages_.push_back((*a).value);
+        emaBufferTrained_.push_back((*t).value);
+      }
     }
     if (!o_.resume.empty())
       GANC_TRY(resume());
@@ -219,6 +223,8 @@ private:
     std::chrono::seconds timeout(o_.timeoutSeconds);
     if (o_.device == "cpu") {
       device_ = c10::kCPU;
+      if (o_.memoryFormat == "channels_last")
+        channelsLast_ = backend::toChannelsLast(archive_->module);
       auto group = createGlooGroup(rank_, timeout);
       if (!group)
         return group.status();
@@ -235,7 +241,17 @@ private:
                            " has no GPU (" + std::to_string(torch::cuda::device_count()) +
                            " visible)");
     device_ = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(rank_.localRank));
+    // cuBLAS is deterministic on one stream only with a fixed workspace; it reads this
+    // before its first handle is made, so it is set before anything runs on the GPU.
+    if (o_.deterministic)
+      setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setDeterministicCuDNN(o_.deterministic);
+    at::globalContext().setBenchmarkCuDNN(o_.cudnnBenchmark && !o_.deterministic);
+    if (o_.deterministic)
+      at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
     archive_->module.to(device_);
+    if (o_.memoryFormat != "contiguous")
+      channelsLast_ = backend::toChannelsLast(archive_->module);
     auto group = createNcclGroup(rank_, timeout);
     if (!group)
       return group.status();
@@ -278,7 +294,7 @@ private:
     const backend::PhaseReducer &reducer = executor_->reducer(key);
     c10::Dict<std::string, at::Tensor> grads;
     for (size_t i = 0; i < reducer.usedNames().size(); ++i)
-      grads.insert(reducer.usedNames()[i], reducer.usedParameters()[i].grad().cpu().clone());
+      grads.insert(reducer.usedNames()[i], reducer.gradient(i).cpu().clone());
     return writeFileAtomically(o_.dumpDir + "/grads_step" + std::to_string(step) + "_" + phase +
                                    ".pt",
                                torch::pickle_save(grads));
@@ -287,13 +303,13 @@ private:
   /// After every step: the average copy moves toward the trained submodule (StyleGAN2's
   /// p_ema = p.lerp(p_ema, beta)); its buffers are copied. Every rank does it identically.
   void updateEma() {
-    if (emaPairs_.empty())
+    if (emaAverages_.empty())
       return;
     torch::NoGradGuard noGrad;
-    for (auto &[average, trained] : emaPairs_)
-      average.copy_(trained.lerp(average, emaBeta_));
-    for (auto &[average, trained] : emaBuffers_)
-      average.copy_(trained);
+    // Multi-tensor kernels: a handful of launches for the whole copy, not two per tensor.
+    at::_foreach_copy_(emaAverages_, at::_foreach_lerp(emaTrained_, emaAverages_, emaBeta_));
+    if (!emaBufferAverages_.empty())
+      at::_foreach_copy_(emaBufferAverages_, emaBufferTrained_);
   }
 
   /// Rank 0's inputs of a phase (CPU only: on CUDA the inputs are made inside the capture).
@@ -355,7 +371,9 @@ private:
       if (fresh)
         history << "step,phase,loss\n";
     }
-    std::vector<double> stepSeconds, workSeconds, runHostSeconds;
+    std::vector<double> stepSeconds, workSeconds, runHostSeconds, replayHostSeconds,
+        replayLaunchSeconds;
+    backend::PhaseTimer timer(device_);
     struct PendingLoss {
       int64_t step;
       std::string phase;
@@ -384,6 +402,7 @@ private:
         }
         at::Tensor loss;
         auto runStart = std::chrono::steady_clock::now();
+        timer.begin();
         try {
           loss = executor_->run(
               key,
@@ -398,9 +417,15 @@ private:
                 optimizerStep(r);
                 work += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
               });
+          double host =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - runStart).count();
+          timer.end(static_cast<size_t>(step - step_));
           work += executor_->lastWorkSeconds();
-          runHostSeconds.push_back(
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - runStart).count());
+          runHostSeconds.push_back(host);
+          if (executor_->lastRun().replayed) {
+            replayHostSeconds.push_back(host);
+            replayLaunchSeconds.push_back(executor_->lastRun().launchSeconds);
+          }
         } catch (const std::exception &e) {
           return Status::error(where() + ": phase '" + phase.name + "', step " +
                                std::to_string(step) + ": " + firstLine(e));
@@ -449,8 +474,15 @@ private:
         GANC_TRY(writeCheckpoint(done));
     }
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (timer.onDevice()) {
+      // On the GPU the work is the phases' device time; the host only launched it.
+      timer.collect(/*wait=*/true);
+      workSeconds = timer.secondsPerStep();
+      workSeconds.resize(stepSeconds.size(), 0.0);
+    }
     if (rank_.rank == 0)
-      GANC_TRY(writeTiming(stepSeconds, workSeconds, runHostSeconds, wall));
+      GANC_TRY(writeTiming(stepSeconds, workSeconds, runHostSeconds, replayHostSeconds,
+                           replayLaunchSeconds, wall));
     if (!o_.dumpDir.empty() && rank_.rank == 0) {
       c10::Dict<std::string, at::Tensor> params;
       for (const auto &[name, p] : eager_->parameters())
@@ -462,12 +494,14 @@ private:
     return Status::ok();
   }
 
-  /// Per-step wall time, and the part of it ganc spends outside the model's forward and
-  /// backward, the all-reduce waits and the optimizer (its own host overhead).
-  /// Also: the host time of every phase run (on CUDA after capture, what a replay costs the
-  /// CPU), and with --profile the GPU time of all replays against the loop's wall time.
+  /// Per step: wall time, the work (CPU: host time in the model's forward and backward,
+  /// all-reduce waits and the optimizer; CUDA: the GPU time of the step's phases, read from
+  /// events) and the rest, which is ganc's own overhead (on CUDA, the time the GPU waited
+  /// for the host). Per phase run: host time; per replay: what it cost the CPU, and the part
+  /// of that inside PyTorch's graph launch.
   Status writeTiming(const std::vector<double> &steps, const std::vector<double> &work,
-                     const std::vector<double> &runHost, double wall) {
+                     const std::vector<double> &runHost, const std::vector<double> &replayHost,
+                     const std::vector<double> &replayLaunch, double wall) {
     auto list = [](std::ostream &out, const std::vector<double> &v) {
       out << "[";
       for (size_t i = 0; i < v.size(); ++i)
@@ -478,14 +512,19 @@ private:
     for (size_t i = 0; i < steps.size(); ++i)
       overhead.push_back(std::max(0.0, steps[i] - work[i]));
     std::ofstream out(o_.outDir + "/timing.json");
-    out << "{\"step_seconds\": ";
+    out << "{\"device\": \"" << (device_.is_cuda() ? "cuda" : "cpu") << "\", \"step_seconds\": ";
     list(out, steps);
+    out << ", \"work_seconds\": ";
+    list(out, work);
     out << ", \"overhead_seconds\": ";
     list(out, overhead);
     out << ", \"run_host_seconds\": ";
     list(out, runHost);
-    out << ", \"wall_seconds\": " << wall
-        << ", \"replay_gpu_seconds\": " << executor_->replayGpuSeconds() << "}\n";
+    out << ", \"replay_host_seconds\": ";
+    list(out, replayHost);
+    out << ", \"replay_launch_seconds\": ";
+    list(out, replayLaunch);
+    out << ", \"wall_seconds\": " << wall << "}\n";
     return out ? Status::ok() : Status::error("cannot write " + o_.outDir + "/timing.json");
   }
 
@@ -616,6 +655,8 @@ private:
   std::unique_ptr<frontend::Archive> archive_;
   ProcessGroup group_;
   c10::Device device_ = c10::kCPU;
+  /// 4-D parameters, buffers and the data batch are NHWC (--memory-format).
+  bool channelsLast_ = false;
   std::unique_ptr<backend::PhaseExecutor> executor_;
   backend::EagerExecutor *eager_ = nullptr;
   std::unique_ptr<backend::StagedBatch> batch_, labelBatch_;
@@ -631,7 +672,8 @@ private:
   size_t stage_ = static_cast<size_t>(-1);
   at::Tensor fade_;
   double emaBeta_ = 0;
-  std::vector<std::pair<at::Tensor, at::Tensor>> emaPairs_, emaBuffers_;
+  /// The EMA copy's parameters and buffers, and the trained submodule's, in the same order.
+  std::vector<at::Tensor> emaAverages_, emaTrained_, emaBufferAverages_, emaBufferTrained_;
 };
 
 } // namespace

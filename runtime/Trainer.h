@@ -22,8 +22,16 @@ struct TrainOptions {
   bool cudaGraphs = true;
   /// On CUDA: eager iterations of each phase before its capture.
   int warmup = 3;
-  /// On CUDA: time every graph replay on the GPU (written to timing.json).
-  bool profile = false;
+  /// On CUDA: deterministic cuDNN algorithms (and PyTorch's deterministic kernels), so
+  /// that two runs, and ganc and eager PyTorch run the same way, agree bit for bit.
+  bool deterministic = false;
+  /// Layout of 4-D parameters, buffers and data: "contiguous" (NCHW), "channels_last"
+  /// (NHWC, what cuDNN's tensor-core convolutions run on natively) or "auto" (channels-last
+  /// on CUDA for models with convolutions, contiguous on CPU).
+  std::string memoryFormat = "auto";
+  /// On CUDA: cuDNN benchmark mode (algorithms timed during warm-up, before capture).
+  /// Ignored with `deterministic`.
+  bool cudnnBenchmark = true;
   int64_t steps = 1000;
   int64_t logEvery = 50;
   int64_t sampleEvery = 500;

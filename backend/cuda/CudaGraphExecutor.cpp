@@ -15,14 +15,10 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <chrono>
 #include <iostream>
 
 namespace ganc::backend {
-
-struct CudaGraphExecutor::EventPair {
-  at::cuda::CUDAEvent start{cudaEventDefault};
-  at::cuda::CUDAEvent end{cudaEventDefault};
-};
 
 struct CudaGraphExecutor::Captured {
   const ir::Phase *plan = nullptr;
@@ -45,6 +41,9 @@ CudaGraphExecutor::create(const ir::Module &plan, torch::jit::Module module,
   auto e = std::unique_ptr<CudaGraphExecutor>(new CudaGraphExecutor());
   e->eager_ = eager.take();
   e->cuda_ = cuda;
+  e->side_ = std::make_unique<c10::cuda::CUDAStream>(
+      at::cuda::getStreamFromPool(/*isHighPriority=*/false, options.device.index()));
+  e->pool_ = at::cuda::graph_pool_handle();
   for (const auto &phase : plan.phases) {
     auto captured = std::make_unique<Captured>();
     captured->plan = phase.get();
@@ -81,6 +80,7 @@ void join(const at::cuda::CUDAStream &waiter, const at::cuda::CUDAStream &done) 
 at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &inputs,
                                   const StepFn &step) {
   Captured &c = *phases_.at(phase);
+  lastRun_ = RunStats();
   if (!c.plan->eagerReason.empty() || !cuda_.useGraphs) {
     if (!c.plan->eagerReason.empty() && loggedEager_.insert(phase).second)
       std::cerr << "ganc: phase '" << phase << "' runs eagerly: " << c.plan->eagerReason
@@ -91,7 +91,7 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
     // Warm-up and capture happen on a side stream, as torch.cuda.graphs does: capture cannot
     // start on the legacy default stream, and warm-up there keeps its allocations apart.
     const at::cuda::CUDAStream current = at::cuda::getCurrentCUDAStream();
-    static const at::cuda::CUDAStream side = at::cuda::getStreamFromPool();
+    const at::cuda::CUDAStream side = *side_;
     join(side, current);
     at::Tensor loss;
     {
@@ -100,37 +100,32 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
         --c.warmupsLeft;
         loss = eager_->run(phase, inputs, step);
       } else {
-        static const at::cuda::MempoolId_t pool = at::cuda::graph_pool_handle();
         c.graph = std::make_unique<at::cuda::CUDAGraph>();
-        c.graph->capture_begin(pool);
-        c.loss = eager_->run(phase, inputs, step);
-        c.graph->capture_end();
+        try {
+          c.graph->capture_begin(pool_);
+          c.loss = eager_->run(phase, inputs, step);
+          c.graph->capture_end();
+        } catch (const std::exception &e) {
+          std::string what = e.what();
+          throw std::runtime_error("capturing phase '" + phase + "' as a CUDA Graph failed (" +
+                                   what.substr(0, what.find('\n')) +
+                                   "); --cuda-graphs off runs every phase eagerly");
+        }
       }
     }
     join(current, side);
     if (!c.graph)
       return loss;
     // Capture records the phase without running it: this iteration is the first replay.
-  }
-  if (cuda_.profile) {
-    auto events = std::make_unique<EventPair>();
-    events->start.record();
     c.graph->replay();
-    events->end.record();
-    replayEvents_.push_back(std::move(events));
-  } else {
-    c.graph->replay();
+    return c.loss;
   }
+  auto start = std::chrono::steady_clock::now();
+  c.graph->replay();
+  lastRun_.launchSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  lastRun_.replayed = true;
   return c.loss;
-}
-
-double CudaGraphExecutor::replayGpuSeconds() {
-  double seconds = 0;
-  for (auto &events : replayEvents_) {
-    events->end.synchronize();
-    seconds += events->start.elapsed_time(events->end) / 1000.0;
-  }
-  return seconds;
 }
 
 } // namespace ganc::backend

@@ -4,6 +4,9 @@
 
 #include "backend/Executor.h"
 
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAStream.h>
+
 #include <memory>
 #include <set>
 
@@ -15,8 +18,6 @@ struct CudaOptions {
   int warmupIterations = 3;
   /// false: run every phase eagerly on the GPU (the reference the replay is tested against).
   bool useGraphs = true;
-  /// Time every replay on the GPU with CUDA events (for benchmarks; costs a few us per phase).
-  bool profile = false;
 };
 
 /// Runs a plan's phases on one GPU per rank. The bucket all-reduces are the PhaseReducer's,
@@ -34,7 +35,6 @@ public:
   at::Tensor run(const std::string &phase, const InputFn &inputs, const StepFn &step) override;
   std::string mode(const std::string &phase) const override;
   const PhaseReducer &reducer(const std::string &phase) const override;
-  double replayGpuSeconds() override;
   EagerExecutor &eager() { return *eager_; }
 
 private:
@@ -44,8 +44,11 @@ private:
   CudaOptions cuda_;
   std::map<std::string, std::unique_ptr<Captured>> phases_;
   std::set<std::string> loggedEager_;
-  struct EventPair;
-  std::vector<std::unique_ptr<EventPair>> replayEvents_;
+  /// Warm-up and capture run here (capture cannot start on the legacy default stream).
+  std::unique_ptr<c10::cuda::CUDAStream> side_;
+  /// One memory pool for every captured phase: phases never run concurrently, and replay
+  /// order on the one stream keeps their temporaries apart in time.
+  at::cuda::MempoolId_t pool_{0, 0};
 };
 
 /// True when this build has the CUDA backend and a GPU is visible.

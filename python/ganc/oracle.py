@@ -65,6 +65,7 @@ class Inputs:
         self.spec, self.data, self.rank, self.world, self.seed = spec, data, rank, world, seed
         self.device = torch.device(device)
         self.labels = None
+        self.channels_last = False  # NHWC data batches (ganc's --memory-format channels_last)
         if self.device.type == "cuda":
             # ganc draws GPU noise from the default CUDA generator (graph-safe under capture).
             torch.cuda.manual_seed(seed + rank)
@@ -95,7 +96,10 @@ class Inputs:
             self._start_epoch()
             idx = next(self._batches)
         labels = self.labels[idx].to(self.device) if self.labels is not None else None
-        return self.data[idx].to(self.device), labels
+        samples = self.data[idx].to(self.device)
+        if self.channels_last and samples.dim() == 4:
+            samples = samples.contiguous(memory_format=torch.channels_last)
+        return samples, labels
 
     def for_phase(self, phase, batch, fade=1.0):
         out = []
@@ -117,7 +121,29 @@ class Inputs:
         return out
 
 
-def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device, reducer):
+def cuda_determinism(deterministic: bool, benchmark: bool = True):
+    """The cuDNN/cuBLAS settings ganc's --deterministic and --cudnn-benchmark choose."""
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic = deterministic
+    torch.backends.cudnn.benchmark = benchmark and not deterministic
+
+
+def to_channels_last(module) -> bool:
+    """4-D parameters and buffers to NHWC in place, as ganc's --memory-format channels_last
+    (and ganc's default on CUDA) does. Returns whether there was any."""
+    any_ = False
+    with torch.no_grad():
+        for t in list(module.parameters()) + list(module.buffers()):
+            if t.dim() == 4:
+                t.data = t.data.contiguous(memory_format=torch.channels_last)
+                any_ = True
+    return any_
+
+
+def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device, reducer,
+            deterministic=False, benchmark=True, channels_last=False):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
@@ -126,12 +152,15 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
     torch._C._set_graph_executor_optimize(False)
     cuda = device == "cuda"
     if cuda:
+        cuda_determinism(deterministic, benchmark)
         torch.cuda.set_device(rank)
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     files = {"ganc.json": ""}
     gan = torch.jit.load(archive, _extra_files=files)
     if cuda:
         gan = gan.to(f"cuda:{rank}")
+    if channels_last:
+        channels_last = to_channels_last(gan)
     spec = json.loads(files["ganc.json"])
     gan.train()
     data = labels = None
@@ -142,6 +171,7 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
             data = data["images"]
         data = data.float().to(getattr(torch, spec.get("dtype", "float32")))
     inputs = Inputs(spec, data, rank, world, seed, f"cuda:{rank}" if cuda else "cpu")
+    inputs.channels_last = channels_last
     inputs.labels = labels.long() if labels is not None else None
     broadcast = spec.get("buffers", "local") == "broadcast"
     params = dict(gan.named_parameters())
@@ -227,7 +257,8 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
     dist.destroy_process_group()
 
 
-def run(archive, data_path, world, steps, seed, out_dir, device="cpu", reducer="ddp"):
+def run(archive, data_path, world, steps, seed, out_dir, device="cpu", reducer="ddp",
+        deterministic=False, benchmark=True, channels_last=False):
     """Trains `steps` steps on `world` ranks (Gloo on CPU, NCCL with one GPU per rank on
     CUDA); rank 0 writes the all-reduced gradients of every step and phase, and the final
     parameters and buffers, to `out_dir`.
@@ -237,7 +268,10 @@ def run(archive, data_path, world, steps, seed, out_dir, device="cpu", reducer="
     (x 1/world, then SUM), for models eager DDP cannot train: a lazy R1 phase makes DDP fail
     with "Encountered gradient which is undefined, but still allreduced by DDP reducer".
     A dict {phase name: "ddp" | "manual"} chooses per phase (default "ddp").
+    On CUDA, `deterministic` and `benchmark` are ganc's --deterministic and --cudnn-benchmark;
+    `channels_last` is its --memory-format channels_last (its default on CUDA).
     """
     os.makedirs(out_dir, exist_ok=True)
-    mp.spawn(_worker, args=(world, free_port(), archive, data_path, steps, seed, out_dir, device, reducer),
+    mp.spawn(_worker, args=(world, free_port(), archive, data_path, steps, seed, out_dir, device, reducer,
+                            deterministic, benchmark, channels_last),
              nprocs=world, join=True)

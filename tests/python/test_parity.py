@@ -54,14 +54,14 @@ def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a - b).abs().max().item() / (scale if scale > 0 else 1.0)
 
 
-def run_ganc(ganc_bin, model, data, world, out):
+def run_ganc(ganc_bin, model, data, world, out, *extra):
     plan = os.path.join(out, "plan.ganc")
     subprocess.run([ganc_bin, "compile", archive(model), "-o", plan], check=True)
     subprocess.run([ganc_bin, "run", "--nproc", str(world), plan, "--model", archive(model),
                     "--data", data, "--steps", str(STEPS), "--seed", str(SEED),
                     "--out", os.path.join(out, "train"), "--sample-every", "0",
                     "--checkpoint-every", "0", "--log-every", str(STEPS),
-                    "--dump-grads", os.path.join(out, "ganc")],
+                    "--dump-grads", os.path.join(out, "ganc"), *extra],
                    check=True, timeout=600)
     return os.path.join(out, "ganc")
 
@@ -72,7 +72,24 @@ def test_gradients_and_parameters_match_eager_ddp(ganc_bin, datasets, tmp_path, 
     got_dir = run_ganc(ganc_bin, model, datasets[dataset], world, str(tmp_path))
     ref_dir = str(tmp_path / "ddp")
     oracle.run(archive(model), datasets[dataset], world, STEPS, SEED, out_dir=ref_dir, reducer=reducer)
+    compare(model, got_dir, ref_dir)
 
+
+def test_channels_last_matches_eager_ddp_channels_last(ganc_bin, datasets, tmp_path):
+    """--memory-format channels_last (ganc's default on CUDA): NHWC weights, buffers and data,
+    bucket slots with the weights' strides; against DDP on the same NHWC model."""
+    got_dir = run_ganc(ganc_bin, "dcgan32", datasets["digits"], 2, str(tmp_path), "--memory-format",
+                       "channels_last")
+    ref_dir = str(tmp_path / "ddp")
+    oracle.run(archive("dcgan32"), datasets["digits"], 2, STEPS, SEED, out_dir=ref_dir, channels_last=True)
+    compare("dcgan32", got_dir, ref_dir)
+    final = ganc.load_checkpoint(os.path.join(got_dir, "params_final.pt"))
+    convs = [t for t in final.values() if t.dim() == 4]
+    assert all(t.is_contiguous(memory_format=torch.channels_last) for t in convs)
+    assert any(not t.is_contiguous() for t in convs), "ganc did not train in the channels-last layout"
+
+
+def compare(model, got_dir, ref_dir):
     spec = ganc.load_spec(archive(model))
     compared = 0
     for step in range(STEPS):
