@@ -23,6 +23,11 @@ struct ExecutorOptions {
   /// The graphs of a progressive GAN's stage-specialised phases, by phase key ("d@8x8"),
   /// called with the module and the inputs; phases not listed run their method.
   std::map<std::string, std::shared_ptr<torch::jit::Graph>> stageGraphs;
+  /// CUDA: capture each phase and replay it (false: run every phase eagerly on the GPU).
+  bool useGraphs = true;
+  /// CUDA: eager iterations of each phase before it is captured (allocator, cuDNN and NCCL
+  /// communicator set-up happen there, outside the graph; at least 1).
+  int warmupIterations = 3;
 };
 
 /// Called after a phase's gradients are all-reduced, with that phase's used parameters; the
@@ -54,6 +59,10 @@ public:
   virtual const PhaseReducer &reducer(const std::string &phase) const = 0;
   /// Statistics of the last run.
   const RunStats &lastRun() const { return lastRun_; }
+  /// Copies rank 0's parameters and buffers to every rank (once, at start-up).
+  virtual void broadcastState() = 0;
+  /// Every parameter of the model by qualified name (the tensors the phases train).
+  virtual const std::map<std::string, at::Tensor> &parameters() const = 0;
   /// Host seconds the last run spent in the model's forward and backward and in all-reduce
   /// waits (on CPU that is the work; on CUDA the work is timed on the device instead).
   double lastWorkSeconds() const { return lastWorkSeconds_; }
@@ -63,50 +72,14 @@ protected:
   RunStats lastRun_;
 };
 
-/// Runs each phase eagerly with autograd; bucket all-reduces overlap backward through the
-/// process group's own threads (Gloo) or streams (NCCL). Used on CPU, and on CUDA for phases
-/// the capture-safety pass marked eager.
-class EagerExecutor : public PhaseExecutor {
-public:
-  static Expected<std::unique_ptr<EagerExecutor>> create(const ir::Module &plan,
-                                                         torch::jit::Module module,
-                                                         c10::intrusive_ptr<c10d::Backend> group,
-                                                         const ExecutorOptions &options);
-  ~EagerExecutor() override;
+/// Makes the executor for `options.device`: the eager executor on CPU (Gloo), the CUDA
+/// Graph executor on a GPU (NCCL). The runtime names no backend beyond this.
+Expected<std::unique_ptr<PhaseExecutor>> createExecutor(const ir::Module &plan,
+                                                        torch::jit::Module module,
+                                                        c10::intrusive_ptr<c10d::Backend> group,
+                                                        const ExecutorOptions &options);
 
-  at::Tensor run(const std::string &phase, const InputFn &inputs, const StepFn &step) override;
-  std::string mode(const std::string &phase) const override { return "eager"; }
-  const PhaseReducer &reducer(const std::string &phase) const override;
-
-  /// Forward, backward and all-reduces of one phase, without the step (the CUDA backend
-  /// captures this).
-  at::Tensor forwardBackward(const std::string &phase, const std::vector<at::Tensor> &inputs);
-  /// Copies rank 0's buffers to every rank (all of them, grouped by dtype).
-  void broadcastBuffers();
-  /// Copies rank 0's parameters and buffers to every rank (once, at start-up).
-  void broadcastState();
-
-  const std::map<std::string, at::Tensor> &parameters() const { return parameters_; }
-  torch::jit::Module &module() { return module_; }
-
-private:
-  struct PhaseState {
-    const ir::Phase *plan = nullptr;
-    /// The stage-specialised graph, or null to run the plan's method.
-    std::unique_ptr<torch::jit::GraphFunction> function;
-    std::unique_ptr<PhaseReducer> reducer;
-    std::vector<std::pair<at::Tensor, bool>> requiresGrad;
-  };
-  EagerExecutor() = default;
-  void broadcastCoalesced(std::vector<at::Tensor> tensors);
-
-  torch::jit::Module module_;
-  c10::intrusive_ptr<c10d::Backend> group_;
-  ExecutorOptions options_;
-  std::map<std::string, at::Tensor> parameters_;
-  std::vector<at::Tensor> buffers_;
-  std::map<std::string, PhaseState> phases_;
-  std::unique_ptr<GradReadyHooks> hooks_;
-};
+/// True when this build has the CUDA backend and a GPU is visible.
+bool cudaAvailable();
 
 } // namespace ganc::backend

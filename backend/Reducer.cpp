@@ -1,25 +1,13 @@
 // Bucketed all-reduce of one phase's gradients, launched from post-accumulate hooks.
 #include "backend/Reducer.h"
 
+#include "frontend/Dtypes.h"
+
 #include <ATen/ScalarOps.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 namespace ganc::backend {
-
-namespace {
-
-c10::ScalarType dtypeOf(const std::string &name) {
-  if (name == "f16")
-    return c10::kHalf;
-  if (name == "bf16")
-    return c10::kBFloat16;
-  if (name == "f64")
-    return c10::kDouble;
-  return c10::kFloat;
-}
-
-} // namespace
 
 Expected<std::unique_ptr<PhaseReducer>>
 PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Tensor> &parameters,
@@ -29,7 +17,11 @@ PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Ten
   r->scale_ = 1.0 / static_cast<double>(group->getSize());
   for (size_t b = 0; b < phase.buckets.size(); ++b) {
     const ir::Bucket &bucket = phase.buckets[b];
-    c10::ScalarType dtype = dtypeOf(bucket.dtype);
+    auto bucketType = frontend::scalarTypeOf(bucket.dtype);
+    if (!bucketType)
+      return bucketType.status().withContext("phase '" + phase.name + "', bucket " +
+                                             std::to_string(b));
+    const c10::ScalarType dtype = *bucketType;
     int64_t elementSize = static_cast<int64_t>(c10::elementSize(dtype));
     at::Tensor flat =
         torch::zeros({bucket.bytes / elementSize}, at::TensorOptions(dtype).device(device));

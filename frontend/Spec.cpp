@@ -8,6 +8,33 @@
 
 namespace ganc::frontend {
 
+namespace {
+
+constexpr std::pair<InputSource, const char *> kSources[] = {
+    {InputSource::Data, "data"},
+    {InputSource::Labels, "labels"},
+    {InputSource::Normal, "normal"},
+    {InputSource::Uniform, "uniform"},
+    {InputSource::Categorical, "categorical"},
+    {InputSource::Fade, "fade"},
+};
+
+} // namespace
+
+const char *inputSourceName(InputSource source) {
+  for (const auto &[s, name] : kSources)
+    if (s == source)
+      return name;
+  return "?";
+}
+
+std::optional<InputSource> parseInputSource(const std::string &name) {
+  for (const auto &[s, n] : kSources)
+    if (name == n)
+      return s;
+  return std::nullopt;
+}
+
 using nlohmann::json;
 
 namespace {
@@ -122,11 +149,14 @@ Status parseInto(const json &j, Spec &spec) {
   spec.dataShape = dataShape.take();
   spec.dataClasses = j["data"].value("classes", int64_t{0});
   GANC_TRY(need(spec.dataClasses >= 0, "'data.classes' must be >= 0"));
-  spec.inputDtype = j.value("dtype", "float32");
-  GANC_TRY(
-      need(spec.inputDtype == "float32" || spec.inputDtype == "float64" ||
-               spec.inputDtype == "bfloat16" || spec.inputDtype == "float16",
-           "'dtype' must be float32, float64, bfloat16 or float16, got '" + spec.inputDtype + "'"));
+  const std::string dtype = j.value("dtype", "float32");
+  static const std::map<std::string, InputDtype> kDtypes = {{"float32", InputDtype::Float32},
+                                                            {"float64", InputDtype::Float64},
+                                                            {"bfloat16", InputDtype::BFloat16},
+                                                            {"float16", InputDtype::Float16}};
+  GANC_TRY(need(kDtypes.count(dtype) > 0,
+                "'dtype' must be float32, float64, bfloat16 or float16, got '" + dtype + "'"));
+  spec.inputDtype = kDtypes.at(dtype);
   GANC_TRY(need(j.contains("phases") && j["phases"].is_array() && !j["phases"].empty(),
                 "'phases' must be a non-empty list"));
   std::set<std::string> names;
@@ -155,24 +185,24 @@ Status parseInto(const json &j, Spec &spec) {
       GANC_TRY(need(in.is_object() && in.contains("name") && in["name"].is_string(),
                     where + ": every input needs a 'name'"));
       input.name = in["name"].get<std::string>();
-      input.source = in.value("source", "");
-      GANC_TRY(need(input.source == "data" || input.source == "normal" ||
-                        input.source == "uniform" || input.source == "labels" ||
-                        input.source == "categorical" || input.source == "fade",
-                    where + ": input '" + input.name + "' has source '" + input.source +
+      const std::string source = in.value("source", "");
+      const std::optional<InputSource> parsed = parseInputSource(source);
+      GANC_TRY(need(parsed.has_value(),
+                    where + ": input '" + input.name + "' has source '" + source +
                         "', expected data, labels, normal, uniform, categorical or fade"));
-      if (input.source == "fade") {
+      input.source = *parsed;
+      if (input.source == InputSource::Fade) {
         GANC_TRY(need(j.contains("stages"), where + ": input '" + input.name +
                                                 "' reads the fade-in weight: declare 'stages'"));
       } else if (input.isClassIds()) {
         input.classes = in.value("classes", spec.dataClasses);
         GANC_TRY(need(input.classes > 0,
                       where + ": input '" + input.name + "' needs 'classes' (or 'data.classes')"));
-        GANC_TRY(need(input.source != "labels" || spec.dataClasses > 0,
+        GANC_TRY(need(input.source != InputSource::Labels || spec.dataClasses > 0,
                       where + ": input '" + input.name + "' reads labels: set 'data.classes'"));
-      } else if (input.source != "data") {
+      } else if (input.source != InputSource::Data) {
         GANC_TRY(need(in.contains("shape"),
-                      where + ": " + input.source + " input '" + input.name + "' needs a 'shape'"));
+                      where + ": " + source + " input '" + input.name + "' needs a 'shape'"));
         auto shape = shapeOf(in["shape"], where + ": input '" + input.name + "' shape");
         if (!shape)
           return shape.status();

@@ -15,19 +15,36 @@ namespace ganc::frontend {
 constexpr int kSpecVersion = 1;
 
 /// One input of a phase method, in argument order.
+/// Where a phase input comes from.
+enum class InputSource {
+  Data,        ///< "data": the step's batch
+  Labels,      ///< "labels": the batch's class labels
+  Normal,      ///< "normal": standard normal noise of `shape`
+  Uniform,     ///< "uniform": uniform [0, 1) noise of `shape` (gradient-penalty weights)
+  Categorical, ///< "categorical": random class ids
+  Fade,        ///< "fade": the current stage's fade-in weight, a 0-dim tensor in [0, 1]
+};
+
+/// The spec's name of a source, and the source of a name (nullopt for an unknown one).
+const char *inputSourceName(InputSource source);
+std::optional<InputSource> parseInputSource(const std::string &name);
+
+/// The dtype of every phase input (the spec's "dtype").
+enum class InputDtype { Float32, Float64, BFloat16, Float16 };
+
 struct InputSpec {
   std::string name;
-  /// "data" (the step's batch), "labels" (the batch's class labels), "normal" (standard
-  /// normal noise of `shape`), "uniform" (uniform [0, 1) noise of `shape`, e.g.
-  /// gradient-penalty interpolation weights), "categorical" (random class ids) or "fade"
-  /// (the current stage's fade-in weight, a 0-dim tensor in [0, 1]).
-  std::string source;
+  InputSource source = InputSource::Data;
   /// Per-sample shape of the noise (the batch dimension is added at run time).
   std::vector<int64_t> shape;
   /// Number of classes of labels and categorical inputs.
   int64_t classes = 0;
   /// Whether the input is an integer tensor of class ids.
-  bool isClassIds() const { return source == "labels" || source == "categorical"; }
+  bool isClassIds() const {
+    return source == InputSource::Labels || source == InputSource::Categorical;
+  }
+  /// The step's batch or its labels (the inputs that make a phase read data).
+  bool readsData() const { return source == InputSource::Data || source == InputSource::Labels; }
 };
 
 /// One stage of a progressively grown GAN. In stage k every stage attribute holds k.
@@ -97,7 +114,7 @@ struct Spec {
   int64_t dataClasses = 0;
   /// dtype of every phase input, data and noise alike: float32 (default), float64,
   /// bfloat16 or float16; it must match the model's parameters.
-  std::string inputDtype = "float32";
+  InputDtype inputDtype = InputDtype::Float32;
   std::vector<PhaseSpec> phases;
   std::map<std::string, OptimizerSpec> optimizers; // by submodule
   /// "broadcast" (rank 0's buffers before every phase, like DDP) or "local".

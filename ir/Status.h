@@ -1,4 +1,4 @@
-// The one error type of the compiler: a message, optionally located in the IR.
+// The one error type of ganc: a message and its kind (bad input, runtime failure, internal).
 #pragma once
 
 #include <optional>
@@ -7,28 +7,56 @@
 
 namespace ganc {
 
-/// Success, or an error message the driver prints as one line. Compiler code returns these
-/// instead of throwing or aborting, so every failure reaches the user in their own terms.
+/// What went wrong, which decides the exit code a driver returns.
+enum class ErrorKind {
+  /// The user's input is wrong: a file, a spec field, an option (exit 2). Found before
+  /// anything ran.
+  BadInput,
+  /// Something failed while running: a rank died, a collective timed out, a phase threw
+  /// (exit 1).
+  Runtime,
+  /// An invariant of ganc itself does not hold (exit 1, said as an internal error).
+  Internal,
+};
+
+/// Success, or an error message the driver prints as one line, with its kind. Code returns
+/// these instead of throwing or aborting, so every failure reaches the user in their own
+/// terms.
 class Status {
 public:
   static Status ok() { return Status(); }
-  static Status error(std::string message) { return Status(std::move(message)); }
+  /// Bad input (the default kind of an error).
+  static Status error(std::string message) {
+    return Status(std::move(message), ErrorKind::BadInput);
+  }
+  static Status failure(std::string message) {
+    return Status(std::move(message), ErrorKind::Runtime);
+  }
+  static Status internal(std::string message) {
+    return Status(std::move(message), ErrorKind::Internal);
+  }
 
   bool isOk() const { return !message_.has_value(); }
   explicit operator bool() const { return isOk(); }
+  ErrorKind kind() const { return kind_; }
   const std::string &message() const {
     static const std::string empty;
     return message_ ? *message_ : empty;
   }
-  /// Prefixes the message with where it happened ("phase d: ...").
+  /// Prefixes the message with where it happened ("phase d: ..."); the kind is kept.
   Status withContext(const std::string &where) const {
-    return isOk() ? *this : Status(where + ": " + *message_);
+    return isOk() ? *this : Status(where + ": " + *message_, kind_);
   }
+  /// The same error, said to be of `kind` (an error is ok() no more or less).
+  Status as(ErrorKind kind) const { return isOk() ? *this : Status(*message_, kind); }
+  /// The process exit code for this status: 0, 2 for bad input, 1 otherwise.
+  int exitCode() const { return isOk() ? 0 : kind_ == ErrorKind::BadInput ? 2 : 1; }
 
 private:
   Status() = default;
-  explicit Status(std::string message) : message_(std::move(message)) {}
+  Status(std::string message, ErrorKind kind) : message_(std::move(message)), kind_(kind) {}
   std::optional<std::string> message_;
+  ErrorKind kind_ = ErrorKind::BadInput;
 };
 
 /// A value or the Status saying why there is none.

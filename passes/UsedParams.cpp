@@ -21,6 +21,7 @@
 // Invariant left: phase.used lists, in declaration order, the reachable parameters owned by a
 // submodule the phase updates; phase.unused the remaining parameters of those submodules.
 // Neither contains a parameter of a submodule the phase does not update.
+#include "passes/OpTraits.h"
 #include "passes/Pass.h"
 
 #include <algorithm>
@@ -31,132 +32,6 @@
 namespace ganc::passes {
 
 namespace {
-
-bool endsWith(const std::string &s, const std::string &suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-/// Ops whose outputs never require grad, whatever their inputs.
-bool isNonDifferentiable(const std::string &name) {
-  static const std::set<std::string> ops = {
-      "aten::detach",       "aten::detach_",   "aten::zeros_like",  "aten::ones_like",
-      "aten::empty_like",   "aten::full_like", "aten::rand_like",   "aten::randn_like",
-      "aten::randint_like", "aten::new_zeros", "aten::new_ones",    "aten::new_empty",
-      "aten::new_full",     "aten::size",      "aten::numel",       "aten::dim",
-      "aten::argmax",       "aten::argmin",    "prim::NumToTensor", "aten::detach_copy",
-      "prim::shape",        "aten::len"};
-  return ops.count(name) > 0;
-}
-
-/// Ops whose result shares storage with their first operand.
-bool isView(const std::string &name) {
-  static const std::set<std::string> ops = {
-      "aten::view",         "aten::reshape",    "aten::flatten",
-      "aten::unflatten",    "aten::squeeze",    "aten::unsqueeze",
-      "aten::transpose",    "aten::t",          "aten::permute",
-      "aten::expand",       "aten::expand_as",  "aten::select",
-      "aten::slice",        "aten::narrow",     "aten::as_strided",
-      "aten::view_as",      "aten::unbind",     "aten::split",
-      "aten::chunk",        "aten::diagonal",   "aten::movedim",
-      "aten::unfold",       "aten::alias",      "aten::contiguous",
-      "aten::to",           "aten::type_as",    "aten::__getitem__",
-      "prim::ListUnpack",   "aten::reshape_as", "aten::split_with_sizes",
-      "aten::tensor_split", "aten::real",       "aten::imag",
-      "aten::swapaxes",     "aten::mT"};
-  return ops.count(name) > 0;
-}
-
-bool isInPlace(const Op &op) {
-  // "aten::add_" but not dunder methods such as "aten::__and__".
-  return op.name.rfind("aten::", 0) == 0 && endsWith(op.name, "_") && !endsWith(op.name, "__");
-}
-
-/// The operands the backward formula of an op reads when the gradient flows through its
-/// operand `through`: for y = x * w, the gradient reaching x is computed from w, and the one
-/// reaching w from x. Null: unknown op, assume every operand. Operands used only for their
-/// shape are listed where autograd nevertheless records them (avg_pool2d_backward takes its
-/// input, and its own derivative for it is a defined zero tensor).
-const std::vector<size_t> *backwardReads(const std::string &name, size_t through) {
-  using Rule = std::vector<std::vector<size_t>>; // per operand; missing entries read nothing
-  static const std::vector<size_t> none;
-  static const std::map<std::string, Rule> rules = {{"aten::linear", {{1}, {0}}},
-                                                    {"aten::conv1d", {{1}, {0}}},
-                                                    {"aten::conv2d", {{1}, {0}}},
-                                                    {"aten::conv3d", {{1}, {0}}},
-                                                    {"aten::conv_transpose1d", {{1}, {0}}},
-                                                    {"aten::conv_transpose2d", {{1}, {0}}},
-                                                    {"aten::conv_transpose3d", {{1}, {0}}},
-                                                    {"aten::_convolution", {{1}, {0}}},
-                                                    {"aten::matmul", {{1}, {0}}},
-                                                    {"aten::mm", {{1}, {0}}},
-                                                    {"aten::bmm", {{1}, {0}}},
-                                                    {"aten::mv", {{1}, {0}}},
-                                                    {"aten::dot", {{1}, {0}}},
-                                                    {"aten::addmm", {{}, {2}, {1}}},
-                                                    {"aten::mul", {{1}, {0}}},
-                                                    {"aten::div", {{1}, {0, 1}}},
-                                                    {"aten::pow", {{0, 1}, {0, 1}}},
-                                                    {"aten::lerp", {{2}, {2}, {0, 1}}},
-                                                    {"aten::relu", {{0}}},
-                                                    {"aten::leaky_relu", {{0}}},
-                                                    {"aten::gelu", {{0}}},
-                                                    {"aten::silu", {{0}}},
-                                                    {"aten::elu", {{0}}},
-                                                    {"aten::softplus", {{0}}},
-                                                    {"aten::sigmoid", {{0}}},
-                                                    {"aten::tanh", {{0}}},
-                                                    {"aten::exp", {{0}}},
-                                                    {"aten::log", {{0}}},
-                                                    {"aten::sqrt", {{0}}},
-                                                    {"aten::rsqrt", {{0}}},
-                                                    {"aten::square", {{0}}},
-                                                    {"aten::abs", {{0}}},
-                                                    {"aten::norm", {{0}}},
-                                                    {"aten::avg_pool2d", {{0}}},
-                                                    {"aten::add", {}},
-                                                    {"aten::sub", {}},
-                                                    {"aten::rsub", {}},
-                                                    {"aten::neg", {}},
-                                                    {"aten::sum", {}},
-                                                    {"aten::mean", {}},
-                                                    {"aten::view", {}},
-                                                    {"aten::reshape", {}},
-                                                    {"aten::flatten", {}},
-                                                    {"aten::squeeze", {}},
-                                                    {"aten::unsqueeze", {}},
-                                                    {"aten::transpose", {}},
-                                                    {"aten::t", {}},
-                                                    {"aten::permute", {}},
-                                                    {"aten::expand", {}},
-                                                    {"aten::repeat", {}},
-                                                    {"aten::select", {}},
-                                                    {"aten::slice", {}},
-                                                    {"aten::narrow", {}},
-                                                    {"aten::cat", {}},
-                                                    {"aten::stack", {}},
-                                                    {"aten::pad", {}},
-                                                    {"aten::constant_pad_nd", {}},
-                                                    {"aten::upsample_nearest1d", {}},
-                                                    {"aten::upsample_nearest2d", {}},
-                                                    {"aten::upsample_nearest3d", {}},
-                                                    {"aten::upsample_linear1d", {}},
-                                                    {"aten::upsample_bilinear2d", {}},
-                                                    {"aten::upsample_bicubic2d", {}},
-                                                    {"aten::upsample_trilinear3d", {}},
-                                                    {"aten::clone", {}},
-                                                    {"aten::contiguous", {}},
-                                                    {"aten::detach", {}},
-                                                    {"prim::ListConstruct", {}},
-                                                    {"prim::ListUnpack", {}},
-                                                    {"aten::__getitem__", {}},
-                                                    {"prim::TupleConstruct", {}},
-                                                    {"prim::TupleUnpack", {}}};
-  auto it = rules.find(name);
-  if (it == rules.end())
-    return nullptr;
-  return through < it->second.size() ? &it->second[through] : &none;
-}
 
 class Reachability {
 public:
@@ -178,7 +53,7 @@ public:
     for (const auto &op : block.ops) {
       for (const Block &region : op->regions)
         build(region);
-      if (isView(op->name) || isInPlace(*op))
+      if (isView(op->name) || isInPlace(op->name))
         for (const Value *r : op->results)
           if (!op->operands.empty())
             unite(r, op->operands[0]);
@@ -216,7 +91,7 @@ public:
           for (const Value *y : region.yields)
             addEdge(r, y);
       }
-      if (isInPlace(*op))
+      if (isInPlace(op->name))
         inPlace_.push_back(op.get());
       if (op->name == "aten::grad" && op->operands.size() >= 2)
         gradOps_.push_back(op.get());

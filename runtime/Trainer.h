@@ -42,9 +42,9 @@ struct TrainOptions {
   int threads = 0; // 0: cores / local ranks
 };
 
-/// Trains this rank to `options.steps`. Errors name the rank, phase and step.
-/// `started` tells whether the error came after set-up (a failure while training, exit 1)
-/// or before (bad input, exit 2).
-Status train(const TrainOptions &options, bool &started);
+/// Trains this rank to `options.steps`. An error found before the first step is bad input
+/// (ErrorKind::BadInput, exit 2); one while training is a runtime failure (exit 1) and
+/// names the rank, phase and step.
+Status train(const TrainOptions &options);
 
 } // namespace ganc::runtime

@@ -1,8 +1,9 @@
 // ganc: the command-line driver (compile, explain, train, run).
 #include "frontend/Frontend.h"
+#include "ir/Files.h"
 #include "passes/Pass.h"
-#include "runtime/Commands.h"
 #include "tools/Report.h"
+#include "tools/TrainCommands.h"
 
 #include <chrono>
 #include <cstdio>
@@ -36,38 +37,6 @@ exit codes: 0 success, 2 bad input (one line on stderr says which file/phase/par
 int fail(const std::string &message) {
   std::cerr << "ganc: error: " << message << "\n";
   return 2;
-}
-
-/// Writes `text` to `path` through a temporary file and a rename, so a failed write never
-/// leaves a truncated plan where a good one was.
-Status writeAtomically(const std::string &path, const std::string &text) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      return Status::error("cannot write " + tmp);
-    out << text;
-    if (!out.flush())
-      return Status::error("cannot write " + tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return Status::error("cannot rename " + tmp + " to " + path);
-  }
-  return Status::ok();
-}
-
-Expected<std::unique_ptr<ir::Module>> readPlan(const std::string &path) {
-  std::ifstream in(path);
-  if (!in)
-    return Status::error(path + ": cannot open the plan");
-  std::stringstream text;
-  text << in.rdbuf();
-  auto plan = ir::parse(text.str());
-  if (!plan)
-    return plan.status().withContext(path + ": not a ganc plan");
-  GANC_TRY(ir::verify(**plan).withContext(path + ": invalid plan"));
-  return plan;
 }
 
 int compile(const std::vector<std::string> &args) {
@@ -137,7 +106,7 @@ int compile(const std::vector<std::string> &args) {
     return fail(model + ": " + status.message());
   std::string text = ir::print(**module);
   if (!output.empty()) {
-    if (Status s = writeAtomically(output, text); !s)
+    if (Status s = writeFileAtomically(output, text); !s)
       return fail(s.message());
   }
   if (emit == "ir")
@@ -152,7 +121,7 @@ int compile(const std::vector<std::string> &args) {
 int explainCommand(const std::vector<std::string> &args) {
   if (args.size() != 1)
     return fail("explain: usage: ganc explain PLAN");
-  auto plan = readPlan(args[0]);
+  auto plan = ir::readPlan(args[0]);
   if (!plan)
     return fail(plan.status().message());
   std::cout << tools::explain(**plan);
@@ -173,9 +142,9 @@ int main(int argc, char **argv) {
   if (command == "explain")
     return explainCommand(args);
   if (command == "train")
-    return runtime::trainCommand(args);
+    return tools::trainCommand(args);
   if (command == "run")
-    return runtime::runCommand(argv[0], args);
+    return tools::runCommand(argv[0], args);
   if (command == "-h" || command == "--help" || command == "help") {
     std::cout << kUsage;
     return 0;

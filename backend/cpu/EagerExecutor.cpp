@@ -1,5 +1,5 @@
 // The eager executor: the phase method under autograd, all-reduces launched from hooks.
-#include "backend/Executor.h"
+#include "backend/cpu/EagerExecutor.h"
 
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/utils/tensor_flatten.h>

@@ -27,12 +27,9 @@ struct CudaGraphExecutor::Captured {
   at::Tensor loss; // the graph's output, overwritten by every replay
 };
 
-bool cudaAvailable() { return torch::cuda::is_available(); }
-
 Expected<std::unique_ptr<CudaGraphExecutor>>
 CudaGraphExecutor::create(const ir::Module &plan, torch::jit::Module module,
-                          c10::intrusive_ptr<c10d::Backend> group, const ExecutorOptions &options,
-                          const CudaOptions &cuda) {
+                          c10::intrusive_ptr<c10d::Backend> group, const ExecutorOptions &options) {
   if (!options.device.is_cuda())
     return Status::error("the CUDA executor needs a CUDA device");
   auto eager = EagerExecutor::create(plan, module, group, options);
@@ -40,14 +37,14 @@ CudaGraphExecutor::create(const ir::Module &plan, torch::jit::Module module,
     return eager.status();
   auto e = std::unique_ptr<CudaGraphExecutor>(new CudaGraphExecutor());
   e->eager_ = eager.take();
-  e->cuda_ = cuda;
+  e->options_ = options;
   e->side_ = std::make_unique<c10::cuda::CUDAStream>(
       at::cuda::getStreamFromPool(/*isHighPriority=*/false, options.device.index()));
   e->pool_ = at::cuda::graph_pool_handle();
   for (const auto &phase : plan.phases) {
     auto captured = std::make_unique<Captured>();
     captured->plan = phase.get();
-    captured->warmupsLeft = cuda.warmupIterations;
+    captured->warmupsLeft = options.warmupIterations;
     e->phases_[phase->key()] = std::move(captured);
   }
   return e;
@@ -63,7 +60,7 @@ std::string CudaGraphExecutor::mode(const std::string &phase) const {
   const Captured &c = *phases_.at(phase);
   if (!c.plan->eagerReason.empty())
     return "eager (" + c.plan->eagerReason + ")";
-  return cuda_.useGraphs ? "cuda-graph" : "eager";
+  return options_.useGraphs ? "cuda-graph" : "eager";
 }
 
 namespace {
@@ -81,7 +78,7 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
                                   const StepFn &step) {
   Captured &c = *phases_.at(phase);
   lastRun_ = RunStats();
-  if (!c.plan->eagerReason.empty() || !cuda_.useGraphs) {
+  if (!c.plan->eagerReason.empty() || !options_.useGraphs) {
     if (!c.plan->eagerReason.empty() && loggedEager_.insert(phase).second)
       std::cerr << "ganc: phase '" << phase << "' runs eagerly: " << c.plan->eagerReason
                 << std::endl;

@@ -2,7 +2,7 @@
 // warmed up eagerly, captured once into a CUDA Graph, then replayed.
 #pragma once
 
-#include "backend/Executor.h"
+#include "backend/cpu/EagerExecutor.h"
 
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAStream.h>
@@ -11,14 +11,6 @@
 #include <set>
 
 namespace ganc::backend {
-
-struct CudaOptions {
-  /// Eager iterations of each phase before it is captured (allocator, cuDNN and NCCL
-  /// communicator set-up happen there, outside the graph).
-  int warmupIterations = 3;
-  /// false: run every phase eagerly on the GPU (the reference the replay is tested against).
-  bool useGraphs = true;
-};
 
 /// Runs a plan's phases on one GPU per rank. The bucket all-reduces are the PhaseReducer's,
 /// launched from post-accumulate hooks through c10d's ProcessGroupNCCL, which runs NCCL on its
@@ -29,19 +21,22 @@ class CudaGraphExecutor : public PhaseExecutor {
 public:
   static Expected<std::unique_ptr<CudaGraphExecutor>>
   create(const ir::Module &plan, torch::jit::Module module, c10::intrusive_ptr<c10d::Backend> group,
-         const ExecutorOptions &options, const CudaOptions &cuda);
+         const ExecutorOptions &options);
   ~CudaGraphExecutor() override;
 
   at::Tensor run(const std::string &phase, const InputFn &inputs, const StepFn &step) override;
   std::string mode(const std::string &phase) const override;
   const PhaseReducer &reducer(const std::string &phase) const override;
-  EagerExecutor &eager() { return *eager_; }
+  void broadcastState() override { eager_->broadcastState(); }
+  const std::map<std::string, at::Tensor> &parameters() const override {
+    return eager_->parameters();
+  }
 
 private:
   struct Captured;
   CudaGraphExecutor() = default;
   std::unique_ptr<EagerExecutor> eager_;
-  CudaOptions cuda_;
+  ExecutorOptions options_;
   std::map<std::string, std::unique_ptr<Captured>> phases_;
   std::set<std::string> loggedEager_;
   /// Warm-up and capture run here (capture cannot start on the legacy default stream).
@@ -50,8 +45,5 @@ private:
   /// order on the one stream keeps their temporaries apart in time.
   at::cuda::MempoolId_t pool_{0, 0};
 };
-
-/// True when this build has the CUDA backend and a GPU is visible.
-bool cudaAvailable();
 
 } // namespace ganc::backend

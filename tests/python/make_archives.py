@@ -1,5 +1,5 @@
-"""Writes the archives the tests use into OUTDIR: every zoo model (scripted, and the MLP GAN
-traced too) and a set of broken inputs for the bad-input tests."""
+"""Writes the archives the tests use into OUTDIR: every zoo model and test probe (scripted, and
+the MLP GAN traced too) and a set of broken inputs for the bad-input tests."""
 import os
 import sys
 
@@ -11,6 +11,9 @@ import torch  # noqa: E402
 import ganc  # noqa: E402
 from ganc.spec import dumps  # noqa: E402
 import zoo  # noqa: E402
+import probes  # noqa: E402
+
+probes.register()  # test-only probe GANs, exported with the zoo
 
 
 class NotScalar(zoo.MLPGAN):

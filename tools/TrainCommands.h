@@ -1,10 +1,10 @@
-// `ganc train` (one rank) and `ganc run` (N local ranks): the runtime's command-line entry.
+// `ganc train` (one rank) and `ganc run` (N local ranks): their command lines.
 #pragma once
 
 #include <string>
 #include <vector>
 
-namespace ganc::runtime {
+namespace ganc::tools {
 
 /// One rank of training; rank and world come from torchrun's environment variables.
 int trainCommand(const std::vector<std::string> &args);
@@ -12,4 +12,4 @@ int trainCommand(const std::vector<std::string> &args);
 /// Starts N local ranks of `self train ...` on a free port and waits for all of them.
 int runCommand(const std::string &self, const std::vector<std::string> &args);
 
-} // namespace ganc::runtime
+} // namespace ganc::tools

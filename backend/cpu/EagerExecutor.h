@@ -1,0 +1,52 @@
+// The eager executor: each phase's method under autograd, all-reduces launched from hooks.
+#pragma once
+
+#include "backend/Executor.h"
+
+namespace ganc::backend {
+
+/// Runs each phase eagerly with autograd; bucket all-reduces overlap backward through the
+/// process group's own threads (Gloo) or streams (NCCL). Used on CPU, and on CUDA for phases
+/// the capture-safety pass marked eager.
+class EagerExecutor : public PhaseExecutor {
+public:
+  static Expected<std::unique_ptr<EagerExecutor>> create(const ir::Module &plan,
+                                                         torch::jit::Module module,
+                                                         c10::intrusive_ptr<c10d::Backend> group,
+                                                         const ExecutorOptions &options);
+  ~EagerExecutor() override;
+
+  at::Tensor run(const std::string &phase, const InputFn &inputs, const StepFn &step) override;
+  std::string mode(const std::string &phase) const override { return "eager"; }
+  const PhaseReducer &reducer(const std::string &phase) const override;
+
+  /// Forward, backward and all-reduces of one phase, without the step (the CUDA backend
+  /// captures this).
+  at::Tensor forwardBackward(const std::string &phase, const std::vector<at::Tensor> &inputs);
+  /// Copies rank 0's buffers to every rank (all of them, grouped by dtype).
+  void broadcastBuffers();
+  void broadcastState() override;
+  const std::map<std::string, at::Tensor> &parameters() const override { return parameters_; }
+  torch::jit::Module &module() { return module_; }
+
+private:
+  struct PhaseState {
+    const ir::Phase *plan = nullptr;
+    /// The stage-specialised graph, or null to run the plan's method.
+    std::unique_ptr<torch::jit::GraphFunction> function;
+    std::unique_ptr<PhaseReducer> reducer;
+    std::vector<std::pair<at::Tensor, bool>> requiresGrad;
+  };
+  EagerExecutor() = default;
+  void broadcastCoalesced(std::vector<at::Tensor> tensors);
+
+  torch::jit::Module module_;
+  c10::intrusive_ptr<c10d::Backend> group_;
+  ExecutorOptions options_;
+  std::map<std::string, at::Tensor> parameters_;
+  std::vector<at::Tensor> buffers_;
+  std::map<std::string, PhaseState> phases_;
+  std::unique_ptr<GradReadyHooks> hooks_;
+};
+
+} // namespace ganc::backend

@@ -1,0 +1,173 @@
+// Archive loading: the TorchScript module, its spec, the checks between them, its identity.
+#include "frontend/Archive.h"
+
+#include "frontend/Dtypes.h"
+#include "frontend/TorchError.h"
+
+#include <caffe2/serialize/inline_container.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
+namespace ganc::frontend {
+
+namespace jit = torch::jit;
+
+std::pair<c10::intrusive_ptr<c10::ivalue::Object>, std::string>
+resolvePath(const torch::jit::Module &root, const std::string &path) {
+  c10::intrusive_ptr<c10::ivalue::Object> object = root._ivalue();
+  size_t begin = 0;
+  while (true) {
+    size_t dot = path.find('.', begin);
+    std::string name = path.substr(begin, dot == std::string::npos ? dot : dot - begin);
+    if (dot == std::string::npos)
+      return {object, name};
+    auto slot = object->type()->findAttributeSlot(name);
+    if (!slot || !object->getSlot(*slot).isObject())
+      return {nullptr, name};
+    object = object->getSlot(*slot).toObject();
+    begin = dot + 1;
+  }
+}
+
+namespace {
+
+uint64_t fnv1a(uint64_t h, const void *data, size_t size) {
+  const auto *p = static_cast<const unsigned char *>(data);
+  for (size_t i = 0; i < size; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+uint64_t fnv1a(uint64_t h, const std::string &s) { return fnv1a(h, s.data(), s.size() + 1); }
+
+/// Every stage attribute is a plain int attribute, and every block a stage grows a submodule.
+Status checkStages(const Archive &archive) {
+  const StagesSpec &stages = *archive.spec.stages;
+  for (const std::string &path : stages.attributes) {
+    auto [object, name] = resolvePath(archive.module, path);
+    auto slot = object ? object->type()->findAttributeSlot(name) : std::nullopt;
+    if (!slot)
+      return Status::error(archive.path + ": stages: attribute '" + path +
+                           "' does not exist in the model");
+    if (!object->getSlot(*slot).isInt() || object->type()->is_parameter(*slot) ||
+        object->type()->is_buffer(*slot))
+      return Status::error(archive.path + ": stages: attribute '" + path +
+                           "' is not an int module attribute (it holds " +
+                           object->getSlot(*slot).tagKind() + ")");
+  }
+  for (const StageSpec &stage : stages.list)
+    for (const std::string &path : stage.grows) {
+      auto [object, name] = resolvePath(archive.module, path);
+      auto slot = object ? object->type()->findAttributeSlot(name) : std::nullopt;
+      if (!slot || !object->getSlot(*slot).isObject())
+        return Status::error(archive.path + ": stage '" + stage.name + "' grows '" + path +
+                             "', which is not a submodule of the model");
+    }
+  return Status::ok();
+}
+
+} // namespace
+
+std::string modelIdentity(const std::string &path, const torch::jit::Module &module,
+                          const std::string &specText) {
+  uint64_t h = 1469598103934665603ULL;
+  caffe2::serialize::PyTorchStreamReader reader(path);
+  std::vector<std::string> records = reader.getAllRecords();
+  std::sort(records.begin(), records.end());
+  for (const std::string &name : records) {
+    if (name.rfind("code/", 0) != 0 || name.find(".debug_pkl") != std::string::npos)
+      continue;
+    auto [data, size] = reader.getRecord(name);
+    h = fnv1a(h, name);
+    h = fnv1a(h, data.get(), size);
+  }
+  h = fnv1a(h, specText);
+  for (const auto &p : module.named_parameters(/*recurse=*/true)) {
+    h = fnv1a(h, p.name);
+    h = fnv1a(h, dtypeName(p.value.scalar_type()));
+    for (int64_t d : p.value.sizes())
+      h = fnv1a(h, &d, sizeof(d));
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+Expected<Archive> loadArchive(const std::string &path) {
+  {
+    std::ifstream probe(path, std::ios::binary);
+    if (!probe)
+      return Status::error(path + ": cannot open the file");
+  }
+  Archive archive;
+  archive.path = path;
+  jit::ExtraFilesMap extra{{"ganc.json", ""}};
+  try {
+    archive.module = jit::load(path, c10::kCPU, extra);
+  } catch (const std::exception &e) {
+    return Status::error(path + ": not a TorchScript archive (" + firstLine(e) + ")");
+  }
+  const std::string &specText = extra["ganc.json"];
+  if (specText.empty())
+    return Status::error(path + ": the archive has no ganc.json spec; export it with "
+                                "ganc.export(model, path, spec) (see docs/spec.md)");
+  auto spec = parseSpec(specText);
+  if (!spec)
+    return spec.status().withContext(path);
+  archive.spec = spec.take();
+  for (const PhaseSpec &phase : archive.spec.phases) {
+    std::string where = path + ": phase '" + phase.name + "'";
+    if (!archive.module.find_method(phase.method))
+      return Status::error(where + ": method '" + phase.method +
+                           "' does not exist in the archive (was it exported?)");
+    for (const std::string &sub : phase.updates) {
+      auto slot = archive.module._ivalue()->type()->findAttributeSlot(sub);
+      if (!slot || !archive.module._ivalue()->getSlot(*slot).isModule())
+        return Status::error(where + ": updates '" + sub + "', which is not a submodule");
+    }
+    size_t arity = archive.module.get_method(phase.method).function().num_inputs() - 1;
+    if (arity != phase.inputs.size())
+      return Status::error(where + ": method '" + phase.method + "' takes " +
+                           std::to_string(arity) + " inputs but the spec lists " +
+                           std::to_string(phase.inputs.size()));
+  }
+  if (archive.spec.ema) {
+    const EmaSpec &ema = *archive.spec.ema;
+    auto slotOf = [&](const std::string &name) {
+      return archive.module._ivalue()->type()->findAttributeSlot(name);
+    };
+    if (!slotOf(ema.submodule) || !slotOf(ema.copy))
+      return Status::error(path + ": ema: '" + (slotOf(ema.submodule) ? ema.copy : ema.submodule) +
+                           "' is not a submodule");
+    auto source = archive.module.attr(ema.submodule).toModule().named_parameters();
+    auto copy = archive.module.attr(ema.copy).toModule().named_parameters();
+    if (source.size() != copy.size())
+      return Status::error(path + ": ema: '" + ema.copy + "' does not mirror '" + ema.submodule +
+                           "' (different parameters)");
+    for (auto a = source.begin(), b = copy.begin(); a != source.end(); ++a, ++b)
+      if ((*a).name != (*b).name || !(*a).value.sizes().equals((*b).value.sizes()))
+        return Status::error(path + ": ema: '" + ema.copy + "." + (*b).name + "' does not match '" +
+                             ema.submodule + "." + (*a).name + "'");
+  }
+  if (archive.spec.stages)
+    GANC_TRY(checkStages(archive));
+  if (archive.spec.sample) {
+    auto slot = archive.module._ivalue()->type()->findAttributeSlot(archive.spec.sample->submodule);
+    if (!slot)
+      return Status::error(path + ": sample submodule '" + archive.spec.sample->submodule +
+                           "' does not exist");
+  }
+  try {
+    archive.identity = modelIdentity(path, archive.module, specText);
+  } catch (const std::exception &e) {
+    return Status::error(path + ": cannot read the archive's records (" + firstLine(e) + ")");
+  }
+  archive.module.train(true);
+  return archive;
+}
+
+} // namespace ganc::frontend

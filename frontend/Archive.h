@@ -1,0 +1,38 @@
+// Loading a TorchScript GAN archive with its ganc spec, and its identity.
+#pragma once
+
+#include "frontend/Spec.h"
+
+#include <torch/script.h>
+
+#include <string>
+#include <utility>
+
+namespace ganc::frontend {
+
+/// A loaded archive: the TorchScript module and its validated spec.
+struct Archive {
+  std::string path;
+  torch::jit::Module module;
+  Spec spec;
+  /// Fingerprint of code, spec, parameter names/shapes/dtypes (see modelIdentity).
+  std::string identity;
+};
+
+/// Loads `path` and its ganc.json; checks that every phase's method and submodules exist.
+/// Errors name the file and the culprit; LibTorch exceptions never escape.
+Expected<Archive> loadArchive(const std::string &path);
+
+/// A 64-bit FNV-1a fingerprint (hex) of the archive's code records, its spec text and its
+/// parameter names, shapes and dtypes. A plan records it; the runtime refuses a plan whose
+/// fingerprint differs from the archive it is given.
+std::string modelIdentity(const std::string &path, const torch::jit::Module &module,
+                          const std::string &specText);
+
+/// The object holding the attribute a dotted path names ("generator.blocks.1" -> the
+/// generator.blocks object and "1"), or a null object if a step of the path is not a
+/// submodule.
+std::pair<c10::intrusive_ptr<c10::ivalue::Object>, std::string>
+resolvePath(const torch::jit::Module &root, const std::string &path);
+
+} // namespace ganc::frontend

@@ -1,0 +1,29 @@
+// Lowering each phase method of an archive to ganc IR (and, for progressive GANs, the
+// stage-specialised TorchScript graphs the runtime runs). The only place that reads
+// TorchScript graphs.
+#pragma once
+
+#include "frontend/Archive.h"
+#include "ir/Module.h"
+
+#include <memory>
+
+namespace ganc::frontend {
+
+/// Lowers every phase of the archive to ganc IR: inlined, `self.training` and other constant
+/// module attributes folded, tensor mutation removed, parameters named by qualified path,
+/// and shapes/dtypes recorded by running each phase once on example inputs.
+Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive);
+
+/// The graph phase `phase` runs in stage `stage` of a progressively grown GAN: its method
+/// inlined, every stage attribute replaced by the stage's index, and the branches and blocks
+/// that this makes dead removed. Called with `self` and the phase inputs. The runtime runs
+/// these, so that it executes exactly what each stage's plan was compiled from.
+Expected<std::shared_ptr<torch::jit::Graph>> stageGraph(Archive &archive, const PhaseSpec &phase,
+                                                        size_t stage);
+
+/// A random input of the right shape and dtype for one call of a phase (class ids for
+/// labels and categorical inputs), for shape recording and tests.
+at::Tensor exampleInput(const Spec &spec, const InputSpec &input, int64_t batch);
+
+} // namespace ganc::frontend

@@ -1,0 +1,50 @@
+"""The ganc model zoo: GANs as plain nn.Modules with one method per training phase, one file
+per family.
+
+Each entry of ZOO builds (module, spec). The phase methods are ordinary Python; nothing in them
+exists to please ganc (no `x * 0` terms to keep DDP happy).
+"""
+from __future__ import annotations
+
+import torch
+
+from .conditional import ConditionalDCGAN, conditional_spec
+from .cyclegan import CycleGAN, cyclegan_spec
+from .dcgan import DCGAN, two_phase_spec
+from .ema import EMAGAN, ema_spec
+from .mlp import MLPDiscriminator, MLPGAN, MLPGenerator, mlp, mlp_spec
+from .progressive import ProgressiveGAN, progressive_spec
+from .r1 import R1GAN, r1_spec
+from .sngan import SNGAN
+from .stylegan2 import StyleGAN2, stylegan2_spec, upsample2d
+from .wgan_gp import WGANGP, wgan_gp_spec
+
+ZOO = {
+    "dcgan64": lambda: (DCGAN(64, 64), two_phase_spec("dcgan64", 64, [3, 64, 64], [100, 1, 1])),
+    "dcgan32": lambda: (DCGAN(32, 32), two_phase_spec("dcgan32", 32, [3, 32, 32], [100, 1, 1])),
+    "mlp": lambda: (MLPGAN(), mlp_spec("mlp")),
+    "wgan_gp": lambda: (WGANGP(), wgan_gp_spec("wgan_gp")),
+    "cyclegan": lambda: (CycleGAN(), cyclegan_spec("cyclegan")),
+    "r1gan": lambda: (R1GAN(), r1_spec("r1gan")),
+    "mlp_ema": lambda: (EMAGAN(), ema_spec("mlp_ema")),
+    "cdcgan32": lambda: (ConditionalDCGAN(), conditional_spec("cdcgan32")),
+    "stylegan2": lambda: (StyleGAN2(), stylegan2_spec("stylegan2")),
+    "pggan": lambda: (ProgressiveGAN(), progressive_spec("pggan")),
+    # The same GAN with 3-step stages: every stage and both fade-ins within a short test run.
+    "pggan_quick": lambda: (ProgressiveGAN(), progressive_spec("pggan_quick", stage_steps=3,
+                                                               fade_steps=2)),
+    # The power-iteration vectors are buffers: DDP's default policy broadcasts rank 0's.
+    "sngan": lambda: (SNGAN(), dict(mlp_spec("sngan"), buffers="broadcast")),
+}
+
+
+def register(name: str, make) -> None:
+    """Adds a model to ZOO (the tests register their probe GANs this way)."""
+    ZOO[name] = make
+
+
+def build(name: str):
+    if name not in ZOO:
+        raise SystemExit(f"unknown model {name!r}; the zoo has: {', '.join(sorted(ZOO))}")
+    torch.manual_seed(0)
+    return ZOO[name]()

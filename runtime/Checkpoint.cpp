@@ -1,0 +1,112 @@
+// Checkpoint writing and resuming.
+#include "runtime/Checkpoint.h"
+
+#include "frontend/TorchError.h"
+#include "ir/Files.h"
+#include "runtime/Dict.h"
+
+#include <torch/serialize.h>
+
+#include <iostream>
+
+namespace ganc::runtime {
+
+namespace {
+
+/// "generator.main.0.weight" -> ("generator", "main.0.weight"); unowned names go to "model".
+std::pair<std::string, std::string> splitOwner(const std::string &name) {
+  size_t dot = name.find('.');
+  if (dot == std::string::npos)
+    return {"model", name};
+  return {name.substr(0, dot), name.substr(dot + 1)};
+}
+
+} // namespace
+
+Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
+  // NCCL gathers device tensors only: the byte state travels through the device.
+  at::Tensor state = inputs.noise().get_state().to(s.device);
+  std::vector<std::vector<at::Tensor>> gathered(1);
+  for (int r = 0; r < s.rank.worldSize; ++r)
+    gathered[0].push_back(torch::empty_like(state));
+  std::vector<at::Tensor> input{state};
+  s.group.backend->allgather(gathered, input)->wait();
+  for (at::Tensor &t : gathered[0])
+    t = t.cpu();
+  if (!s.isRankZero())
+    return Status::ok();
+  c10::impl::GenericDict ckpt = makeDict();
+  ckpt.insert("format", std::string("ganc-checkpoint"));
+  ckpt.insert("version", int64_t{1});
+  ckpt.insert("step", step);
+  ckpt.insert("identity", s.plan->identity);
+  ckpt.insert("spec", s.spec().text);
+  std::map<std::string, c10::Dict<std::string, at::Tensor>> stateDicts;
+  auto add = [&](const std::string &name, const at::Tensor &t) {
+    auto [owner, rest] = splitOwner(name);
+    stateDicts[owner].insert(rest, t.detach().cpu().clone());
+  };
+  for (const auto &p : s.module().named_parameters(true))
+    add(p.name, p.value);
+  for (const auto &b : s.module().named_buffers(true))
+    add(b.name, b.value);
+  for (auto &[owner, dict] : stateDicts)
+    ckpt.insert(owner, dict);
+  c10::impl::GenericDict optimizers = makeDict();
+  for (const auto &[sub, opt] : s.optimizers)
+    optimizers.insert(sub, opt.stateDict());
+  ckpt.insert("optimizers", optimizers);
+  c10::impl::GenericDict rng = makeDict();
+  rng.insert("noise", c10::List<at::Tensor>(gathered[0]));
+  rng.insert("world_size", int64_t{s.rank.worldSize});
+  rng.insert("seed", static_cast<int64_t>(s.options.seed));
+  if (ShardedBatches *batches = inputs.batches()) {
+    rng.insert("data_epoch", batches->epoch());
+    rng.insert("data_cursor", batches->cursor());
+  }
+  ckpt.insert("rng", rng);
+  return writeFileAtomically(s.options.outDir + "/checkpoint.pt", torch::pickle_save(ckpt));
+}
+
+Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::string &path) {
+  auto bytes = readFile(path);
+  if (!bytes)
+    return bytes.status().withContext("--resume");
+  c10::impl::GenericDict ckpt = makeDict();
+  try {
+    ckpt = torch::pickle_load(*bytes).toGenericDict();
+  } catch (const std::exception &e) {
+    return Status::error("--resume " + path + ": not a ganc checkpoint (" + frontend::firstLine(e) +
+                         ")");
+  }
+  if (!ckpt.contains("format") || ckpt.at("format").toStringRef() != "ganc-checkpoint")
+    return Status::error("--resume " + path + ": not a ganc checkpoint");
+  if (ckpt.at("identity").toStringRef() != s.plan->identity)
+    return Status::error("--resume " + path + ": written for another model");
+  auto rng = ckpt.at("rng").toGenericDict();
+  if (rng.at("world_size").toInt() != s.rank.worldSize)
+    return Status::error("--resume " + path + ": written by " +
+                         std::to_string(rng.at("world_size").toInt()) + " ranks, resuming on " +
+                         std::to_string(s.rank.worldSize) + " would change the noise streams");
+  torch::NoGradGuard noGrad;
+  auto restore = [&](const std::string &name, at::Tensor t) {
+    auto [owner, rest] = splitOwner(name);
+    t.copy_(ckpt.at(owner).toGenericDict().at(rest).toTensor());
+  };
+  for (const auto &p : s.module().named_parameters(true))
+    restore(p.name, p.value);
+  for (const auto &b : s.module().named_buffers(true))
+    restore(b.name, b.value);
+  auto optimizers = ckpt.at("optimizers").toGenericDict();
+  for (auto &[sub, opt] : s.optimizers)
+    opt.loadStateDict(optimizers.at(sub).toGenericDict());
+  inputs.noise().set_state(rng.at("noise").toTensorList().get(s.rank.rank));
+  if (ShardedBatches *batches = inputs.batches(); batches && rng.contains("data_epoch"))
+    batches->seek(rng.at("data_epoch").toInt(), rng.at("data_cursor").toInt());
+  int64_t step = ckpt.at("step").toInt();
+  if (s.isRankZero())
+    std::cout << "resumed from " << path << " at step " << step << std::endl;
+  return step;
+}
+
+} // namespace ganc::runtime

@@ -1,0 +1,39 @@
+// Gradient, input and final-state dumps.
+#include "runtime/Dumps.h"
+
+#include "ir/Files.h"
+
+#include <torch/serialize.h>
+
+namespace ganc::runtime {
+
+Status dumpInputs(Session &s, int64_t step, const frontend::PhaseSpec &phase,
+                  const std::vector<at::Tensor> &inputs) {
+  c10::Dict<std::string, at::Tensor> named;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    named.insert(phase.inputs[i].name, inputs[i].clone());
+  return writeFileAtomically(s.options.dumpDir + "/inputs_step" + std::to_string(step) + "_" +
+                                 phase.name + ".pt",
+                             torch::pickle_save(named));
+}
+
+Status dumpGradients(Session &s, int64_t step, const std::string &key, const std::string &phase) {
+  const backend::PhaseReducer &reducer = s.executor->reducer(key);
+  c10::Dict<std::string, at::Tensor> grads;
+  for (size_t i = 0; i < reducer.usedNames().size(); ++i)
+    grads.insert(reducer.usedNames()[i], reducer.gradient(i).cpu().clone());
+  return writeFileAtomically(s.options.dumpDir + "/grads_step" + std::to_string(step) + "_" +
+                                 phase + ".pt",
+                             torch::pickle_save(grads));
+}
+
+Status dumpFinalState(Session &s) {
+  c10::Dict<std::string, at::Tensor> state;
+  for (const auto &[name, p] : s.executor->parameters())
+    state.insert(name, p.detach().cpu().clone());
+  for (const auto &b : s.module().named_buffers(true))
+    state.insert(b.name, b.value.detach().cpu().clone());
+  return writeFileAtomically(s.options.dumpDir + "/params_final.pt", torch::pickle_save(state));
+}
+
+} // namespace ganc::runtime

@@ -1,0 +1,41 @@
+// The EMA copy of a trained submodule.
+#include "runtime/Ema.h"
+
+#include <cmath>
+
+namespace ganc::runtime {
+
+std::unique_ptr<Ema> Ema::create(Session &session) {
+  const frontend::Spec &spec = session.spec();
+  if (!spec.ema)
+    return nullptr;
+  const frontend::EmaSpec &ema = *spec.ema;
+  auto e = std::make_unique<Ema>();
+  e->beta_ = ema.halfLifeImages > 0
+                 ? std::pow(0.5, static_cast<double>(spec.batchSize * session.rank.worldSize) /
+                                     ema.halfLifeImages)
+                 : ema.beta;
+  auto trained = session.module().attr(ema.submodule).toModule();
+  auto average = session.module().attr(ema.copy).toModule();
+  auto tp = trained.named_parameters(), ap = average.named_parameters();
+  for (auto a = ap.begin(), t = tp.begin(); a != ap.end(); ++a, ++t) {
+    e->averages_.push_back((*a).value);
+    e->trained_.push_back((*t).value);
+  }
+  auto tb = trained.named_buffers(), ab = average.named_buffers();
+  for (auto a = ab.begin(), t = tb.begin(); a != ab.end() && t != tb.end(); ++a, ++t) {
+    e->bufferAverages_.push_back((*a).value);
+    e->bufferTrained_.push_back((*t).value);
+  }
+  return e;
+}
+
+void Ema::update() {
+  torch::NoGradGuard noGrad;
+  // Multi-tensor kernels: a handful of launches for the whole copy, not two per tensor.
+  at::_foreach_copy_(averages_, at::_foreach_lerp(trained_, averages_, beta_));
+  if (!bufferAverages_.empty())
+    at::_foreach_copy_(bufferAverages_, bufferTrained_);
+}
+
+} // namespace ganc::runtime

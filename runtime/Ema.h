@@ -1,0 +1,26 @@
+// The exponential moving average of a trained submodule (spec 'ema'), updated after every
+// step with StyleGAN2's rule: p_ema = p.lerp(p_ema, beta); buffers are copied.
+#pragma once
+
+#include "runtime/Setup.h"
+
+#include <memory>
+#include <vector>
+
+namespace ganc::runtime {
+
+class Ema {
+public:
+  /// The spec's EMA, or null when it has none. beta comes from the half-life in images
+  /// (0.5 ** (batch * world / half_life_images)) or is the spec's constant.
+  static std::unique_ptr<Ema> create(Session &session);
+  /// Moves the copy toward the trained submodule (every rank does it identically).
+  void update();
+
+private:
+  double beta_ = 0;
+  /// The copy's parameters and buffers, and the trained submodule's, in the same order.
+  std::vector<at::Tensor> averages_, trained_, bufferAverages_, bufferTrained_;
+};
+
+} // namespace ganc::runtime

@@ -1,0 +1,119 @@
+// Phase inputs: sharded data, staged batches, labels, noise, the fade-in weight.
+#include "runtime/Inputs.h"
+
+namespace ganc::runtime {
+
+namespace {
+
+using frontend::InputSource;
+
+bool readsData(const frontend::PhaseSpec &phase) {
+  for (const frontend::InputSpec &in : phase.inputs)
+    if (in.readsData())
+      return true;
+  return false;
+}
+
+} // namespace
+
+Expected<std::unique_ptr<PhaseInputs>> PhaseInputs::create(const Session &session) {
+  auto in = std::unique_ptr<PhaseInputs>(new PhaseInputs(session));
+  const frontend::Spec &spec = session.spec();
+  const TrainOptions &o = session.options;
+  if (spec.stages)
+    in->fade_ = torch::ones({}, at::TensorOptions(session.device).dtype(session.inputType));
+  bool needsData = false, needsLabels = false;
+  for (const frontend::PhaseSpec &p : spec.phases) {
+    needsData |= readsData(p);
+    for (const frontend::InputSpec &in : p.inputs)
+      needsLabels |= in.source == InputSource::Labels;
+  }
+  if (needsData) {
+    if (o.data.empty())
+      return Status::error("the spec's phases read data: give --data PATH (a torch.save "
+                           "tensor file or a folder of images)");
+    auto data = loadDataset(o.data, spec.dataShape);
+    if (!data)
+      return data.status();
+    in->data_ = data->samples.to(session.inputType);
+    in->labels_ = data->labels;
+    if (needsLabels && !in->labels_.defined())
+      return Status::error("--data " + o.data +
+                           ": the spec's phases read labels, and the data "
+                           "has none (save {'images': ..., 'labels': ...})");
+    if (needsLabels) {
+      int64_t top = in->labels_.max().item<int64_t>(), bottom = in->labels_.min().item<int64_t>();
+      if (bottom < 0 || top >= spec.dataClasses)
+        return Status::error("--data " + o.data + ": labels span " + std::to_string(bottom) + ".." +
+                             std::to_string(top) + ", the spec declares " +
+                             std::to_string(spec.dataClasses) + " classes");
+      in->labelBatch_ = std::make_unique<backend::StagedBatch>(std::vector<int64_t>{spec.batchSize},
+                                                               torch::kLong, session.device);
+    }
+    in->batches_ = std::make_unique<ShardedBatches>(in->data_.size(0), session.rank.rank,
+                                                    session.rank.worldSize, spec.batchSize, o.seed);
+    if (in->batches_->batchesPerEpoch() == 0)
+      return Status::error("--data " + o.data + ": " + std::to_string(in->data_.size(0)) +
+                           " samples are too few for " + std::to_string(session.rank.worldSize) +
+                           " ranks of batch " + std::to_string(spec.batchSize));
+    std::vector<int64_t> shape = {spec.batchSize};
+    shape.insert(shape.end(), spec.dataShape.begin(), spec.dataShape.end());
+    in->batch_ = std::make_unique<backend::StagedBatch>(shape, in->data_.scalar_type(),
+                                                        session.device, session.channelsLast);
+  }
+  in->noise_ =
+      backend::noiseGenerator(session.device, o.seed + static_cast<uint64_t>(session.rank.rank));
+  return in;
+}
+
+int64_t PhaseInputs::prepare(const frontend::PhaseSpec &phase) {
+  if (staged_ || !readsData(phase))
+    return 0;
+  at::Tensor indices = batches_->next();
+  batch_->stage(data_.index_select(0, indices));
+  if (labelBatch_)
+    labelBatch_->stage(labels_.index_select(0, indices));
+  staged_ = true;
+  return session_.spec().batchSize * session_.rank.worldSize;
+}
+
+std::vector<at::Tensor> PhaseInputs::make(const frontend::PhaseSpec &phase) {
+  const int64_t batch = session_.spec().batchSize;
+  std::vector<at::Tensor> inputs;
+  for (const frontend::InputSpec &in : phase.inputs) {
+    switch (in.source) {
+    case InputSource::Data:
+      inputs.push_back(batch_->tensor());
+      break;
+    case InputSource::Fade:
+      inputs.push_back(fade_);
+      break;
+    case InputSource::Labels:
+      inputs.push_back(labelBatch_->tensor());
+      break;
+    case InputSource::Categorical:
+      inputs.push_back(torch::randint(in.classes, {batch}, noise_,
+                                      at::TensorOptions(session_.device).dtype(torch::kLong)));
+      break;
+    case InputSource::Normal:
+    case InputSource::Uniform: {
+      // Drawn in float32 and cast, like the eager reference.
+      std::vector<int64_t> shape = {batch};
+      shape.insert(shape.end(), in.shape.begin(), in.shape.end());
+      at::TensorOptions options(session_.device);
+      inputs.push_back((in.source == InputSource::Uniform ? torch::rand(shape, noise_, options)
+                                                          : torch::randn(shape, noise_, options))
+                           .to(session_.inputType));
+      break;
+    }
+    }
+  }
+  return inputs;
+}
+
+void PhaseInputs::setFade(double weight) {
+  torch::NoGradGuard noGrad;
+  fade_.fill_(weight);
+}
+
+} // namespace ganc::runtime

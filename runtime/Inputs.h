@@ -1,0 +1,46 @@
+// A phase's inputs, made the way the spec says: the rank's shard of the data (staged at a
+// fixed device address), labels, noise from the rank's generator, the fade-in weight.
+#pragma once
+
+#include "backend/Device.h"
+#include "runtime/Data.h"
+#include "runtime/Setup.h"
+
+#include <memory>
+#include <vector>
+
+namespace ganc::runtime {
+
+class PhaseInputs {
+public:
+  /// Loads and checks the data the spec's phases read (none if they read none) and seeds the
+  /// rank's noise generator with seed + rank.
+  static Expected<std::unique_ptr<PhaseInputs>> create(const Session &session);
+
+  /// A new step: the next phase that reads data stages the next batch.
+  void beginStep() { staged_ = false; }
+  /// Before a phase runs, outside any capture: stages the step's batch if the phase reads
+  /// data and none is staged yet. Returns the images staged (0 if none).
+  int64_t prepare(const frontend::PhaseSpec &phase);
+  /// The phase's inputs in argument order. On CUDA this runs inside the captured graph: noise
+  /// is drawn anew by every replay, data and the fade weight are read at fixed addresses.
+  std::vector<at::Tensor> make(const frontend::PhaseSpec &phase);
+  /// Sets the fade-in weight the `fade` inputs read (outside any capture).
+  void setFade(double weight);
+
+  at::Generator &noise() { return noise_; }
+  /// The data order (null without data), for checkpoints.
+  ShardedBatches *batches() { return batches_.get(); }
+
+private:
+  explicit PhaseInputs(const Session &session) : session_(session) {}
+  const Session &session_;
+  at::Tensor data_, labels_;
+  std::unique_ptr<ShardedBatches> batches_;
+  std::unique_ptr<backend::StagedBatch> batch_, labelBatch_;
+  at::Generator noise_;
+  at::Tensor fade_;
+  bool staged_ = false;
+};
+
+} // namespace ganc::runtime

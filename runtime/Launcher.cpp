@@ -1,0 +1,117 @@
+// `ganc run`'s local launcher: N ranks of `ganc train` on one machine, torchrun's way.
+#include "runtime/Launcher.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <thread>
+
+namespace ganc::runtime {
+
+namespace {
+
+/// A port that was free a moment ago (the OS picks it).
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 29500;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  if (fd >= 0)
+    close(fd);
+  return port;
+}
+
+std::string describeExit(int status) {
+  if (WIFEXITED(status))
+    return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
+  return "stopped";
+}
+
+} // namespace
+
+int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::string> &rest) {
+  const int port = freePort();
+  std::vector<pid_t> children;
+  for (int r = 0; r < nproc; ++r) {
+    pid_t pid = fork();
+    if (pid < 0) {
+      std::cerr << "ganc: error: run: cannot start rank " << r << std::endl;
+      return 2;
+    }
+    if (pid == 0) {
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      std::vector<std::string> argvStrings = {self, "train"};
+      argvStrings.insert(argvStrings.end(), rest.begin(), rest.end());
+      std::vector<char *> argv;
+      for (std::string &s : argvStrings)
+        argv.push_back(s.data());
+      argv.push_back(nullptr);
+      execv("/proc/self/exe", argv.data());
+      std::perror("ganc run: exec");
+      _exit(127);
+    }
+    children.push_back(pid);
+  }
+  // Wait for every rank; the first one to fail stops the others (SIGTERM, then SIGKILL after
+  // a grace period), so a dead rank never leaves its peers hanging in a collective.
+  int result = 0;
+  size_t alive = children.size();
+  std::vector<bool> done(children.size(), false);
+  auto killRest = [&](int signal) {
+    for (size_t i = 0; i < children.size(); ++i)
+      if (!done[i])
+        kill(children[i], signal);
+  };
+  std::chrono::steady_clock::time_point killDeadline{};
+  while (alive > 0) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) {
+      if (killDeadline != std::chrono::steady_clock::time_point{} &&
+          std::chrono::steady_clock::now() > killDeadline) {
+        killRest(SIGKILL);
+        killDeadline = {};
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    for (size_t i = 0; i < children.size(); ++i) {
+      if (children[i] != pid)
+        continue;
+      done[i] = true;
+      --alive;
+      bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok && result == 0) {
+        result = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+        std::cerr << "ganc run: rank " << i << " " << describeExit(status)
+                  << "; stopping the other ranks" << std::endl;
+        killRest(SIGTERM);
+        killDeadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      }
+    }
+  }
+  return result;
+}
+
+} // namespace ganc::runtime

@@ -1,0 +1,16 @@
+// `ganc run`'s local launcher.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ganc::runtime {
+
+/// Starts `nproc` local ranks of `self train ARGS...` on a free port (RANK, LOCAL_RANK,
+/// WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT set as torchrun does) and waits for
+/// all of them. The first rank to fail stops the others (SIGTERM, then SIGKILL after a grace
+/// period), so a dead rank never leaves its peers hanging in a collective. Returns the first
+/// failing rank's exit code, or 0.
+int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::string> &args);
+
+} // namespace ganc::runtime

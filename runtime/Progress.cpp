@@ -1,0 +1,133 @@
+// Loss history, progress lines and timing.json.
+#include "runtime/Progress.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+namespace ganc::runtime {
+
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+void writeList(std::ostream &out, const std::vector<double> &v) {
+  out << "[";
+  for (size_t i = 0; i < v.size(); ++i)
+    out << (i ? ", " : "") << v[i];
+  out << "]";
+}
+
+} // namespace
+
+Progress::Progress(Session &session, int64_t firstStep)
+    : session_(session), firstStep_(firstStep), timer_(session.device) {
+  start_ = lastLog_ = Clock::now();
+  if (session.isRankZero()) {
+    std::string path = session.options.outDir + "/loss_history.csv";
+    bool fresh = session.options.resume.empty() || !std::filesystem::exists(path);
+    history_.open(path, fresh ? std::ios::trunc : std::ios::app);
+    if (fresh)
+      history_ << "step,phase,loss\n";
+  }
+}
+
+void Progress::beginStep() {
+  stepStart_ = Clock::now();
+  stepWork_ = 0;
+}
+
+void Progress::beginPhase() {
+  phaseStart_ = Clock::now();
+  timer_.begin();
+}
+
+void Progress::endPhase(int64_t step, const backend::RunStats &run, double hostWorkSeconds) {
+  double host = secondsSince(phaseStart_);
+  timer_.end(static_cast<size_t>(step - firstStep_));
+  stepWork_ += hostWorkSeconds;
+  runHostSeconds_.push_back(host);
+  if (run.replayed) {
+    replayHostSeconds_.push_back(host);
+    replayLaunchSeconds_.push_back(run.launchSeconds);
+  }
+}
+
+void Progress::addLoss(int64_t step, const std::string &phase, const at::Tensor &loss) {
+  pending_.push_back({step, phase, loss.clone()});
+}
+
+void Progress::endStep(int64_t done, int64_t images) {
+  stepSeconds_.push_back(secondsSince(stepStart_));
+  workSeconds_.push_back(stepWork_);
+  imagesSinceLog_ += images;
+  const TrainOptions &o = session_.options;
+  if (done % o.logEvery != 0 && done != o.steps)
+    return;
+  for (const PendingLoss &p : pending_) {
+    lastLoss_[p.phase] = p.loss.item<double>();
+    if (history_.is_open())
+      history_ << p.step << "," << p.phase << "," << lastLoss_[p.phase] << "\n";
+  }
+  pending_.clear();
+  if (!session_.isRankZero())
+    return;
+  auto now = Clock::now();
+  double seconds = std::chrono::duration<double>(now - lastLog_).count();
+  std::ostringstream line;
+  line << "step " << done << "/" << o.steps;
+  for (const auto &[name, value] : lastLoss_) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof(buffer), "  %s %.4f", name.c_str(), value);
+    line << buffer;
+  }
+  char rate[64];
+  std::snprintf(rate, sizeof(rate), "  %.1f img/s", seconds > 0 ? imagesSinceLog_ / seconds : 0.0);
+  std::cout << line.str() << rate << std::endl;
+  history_.flush();
+  imagesSinceLog_ = 0;
+  lastLog_ = now;
+}
+
+/// Per step: wall time, the work (CPU: host time in the model's forward and backward,
+/// all-reduce waits and the optimizer; CUDA: the GPU time of the step's phases, read from
+/// events) and the rest, which is ganc's own overhead (on CUDA, the time the GPU waited
+/// for the host). Per phase run: host time; per replay: what it cost the CPU, and the part
+/// of that inside PyTorch's graph launch.
+Status Progress::finish() {
+  double wall = secondsSince(start_);
+  std::vector<double> work = workSeconds_;
+  if (timer_.onDevice()) {
+    // On the GPU the work is the phases' device time; the host only launched it.
+    timer_.collect(/*wait=*/true);
+    work = timer_.secondsPerStep();
+    work.resize(stepSeconds_.size(), 0.0);
+  }
+  if (!session_.isRankZero())
+    return Status::ok();
+  std::vector<double> overhead;
+  for (size_t i = 0; i < stepSeconds_.size(); ++i)
+    overhead.push_back(std::max(0.0, stepSeconds_[i] - work[i]));
+  const std::string path = session_.options.outDir + "/timing.json";
+  std::ofstream out(path);
+  out << "{\"device\": \"" << (session_.device.is_cuda() ? "cuda" : "cpu")
+      << "\", \"step_seconds\": ";
+  writeList(out, stepSeconds_);
+  out << ", \"work_seconds\": ";
+  writeList(out, work);
+  out << ", \"overhead_seconds\": ";
+  writeList(out, overhead);
+  out << ", \"run_host_seconds\": ";
+  writeList(out, runHostSeconds_);
+  out << ", \"replay_host_seconds\": ";
+  writeList(out, replayHostSeconds_);
+  out << ", \"replay_launch_seconds\": ";
+  writeList(out, replayLaunchSeconds_);
+  out << ", \"wall_seconds\": " << wall << "}\n";
+  return out ? Status::ok() : Status::failure("cannot write " + path);
+}
+
+} // namespace ganc::runtime

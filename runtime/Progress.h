@@ -1,0 +1,56 @@
+// What a run reports while it trains: the losses (loss_history.csv and the progress line)
+// and the timing of every step and phase run (timing.json).
+#pragma once
+
+#include "backend/Device.h"
+#include "runtime/Setup.h"
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ganc::runtime {
+
+class Progress {
+public:
+  /// `firstStep` is where this run starts (after a resume, the history is appended to).
+  Progress(Session &session, int64_t firstStep);
+
+  void beginStep();
+  /// Around one phase run: its host time, and its device time on CUDA.
+  void beginPhase();
+  void endPhase(int64_t step, const backend::RunStats &run, double hostWorkSeconds);
+  /// Host seconds the optimizers took (part of the work on CPU).
+  void addOptimizerSeconds(double seconds) { stepWork_ += seconds; }
+  /// A phase's loss, still on the device: it is read only when a progress line needs it,
+  /// so the host never waits for the GPU between steps.
+  void addLoss(int64_t step, const std::string &phase, const at::Tensor &loss);
+  /// After step `done - 1`: records its time; at a log point writes the losses to the history
+  /// and rank 0 prints the progress line. `images` were staged in the step.
+  void endStep(int64_t done, int64_t images);
+  /// Writes timing.json (rank 0), after waiting for the device time of the last steps.
+  Status finish();
+
+private:
+  using Clock = std::chrono::steady_clock;
+  Session &session_;
+  int64_t firstStep_;
+  std::ofstream history_;
+  struct PendingLoss {
+    int64_t step;
+    std::string phase;
+    at::Tensor loss;
+  };
+  std::vector<PendingLoss> pending_;
+  std::map<std::string, double> lastLoss_;
+  int64_t imagesSinceLog_ = 0;
+  Clock::time_point start_, lastLog_, stepStart_, phaseStart_;
+  double stepWork_ = 0;
+  backend::PhaseTimer timer_;
+  std::vector<double> stepSeconds_, workSeconds_, runHostSeconds_, replayHostSeconds_,
+      replayLaunchSeconds_;
+};
+
+} // namespace ganc::runtime

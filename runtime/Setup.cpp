@@ -1,0 +1,151 @@
+// One rank's set-up: plan, archive, identity check, device, process group, executor.
+#include "runtime/Setup.h"
+
+#include "backend/Device.h"
+#include "ir/Files.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+namespace ganc::runtime {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void setThreads(const Session &s) {
+  int threads = s.options.threads;
+  if (threads <= 0) {
+    int local = s.rank.worldSize;
+    if (const char *l = std::getenv("LOCAL_WORLD_SIZE"))
+      local = std::max(1, std::atoi(l));
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
+  }
+  torch::set_num_threads(threads);
+}
+
+/// CPU ranks use Gloo; GPU ranks NCCL, one GPU each (cuda:LOCAL_RANK), the model moved
+/// there (and to its layout) before the executor binds its parameters.
+Status setUpDevice(Session &s) {
+  const TrainOptions &o = s.options;
+  std::chrono::seconds timeout(o.timeoutSeconds);
+  if (o.device == "cpu") {
+    s.device = c10::kCPU;
+    if (o.memoryFormat == "channels_last")
+      s.channelsLast = backend::toChannelsLast(s.module());
+    auto group = createGlooGroup(s.rank, timeout);
+    if (!group)
+      return group.status();
+    s.group = *group;
+    return Status::ok();
+  }
+  if (o.device != "cuda")
+    return Status::error("--device takes cpu or cuda, not '" + o.device + "'");
+  if (!backend::cudaAvailable())
+    return Status::error("--device cuda: no GPU is visible to this process (or this ganc was "
+                         "built without the CUDA backend)");
+  if (s.rank.localRank >= static_cast<int>(torch::cuda::device_count()))
+    return Status::error("--device cuda: LOCAL_RANK " + std::to_string(s.rank.localRank) +
+                         " has no GPU (" + std::to_string(torch::cuda::device_count()) +
+                         " visible)");
+  s.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(s.rank.localRank));
+  // cuBLAS is deterministic on one stream only with a fixed workspace; it reads this before
+  // its first handle is made, so it is set before anything runs on the GPU.
+  if (o.deterministic)
+    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  at::globalContext().setDeterministicCuDNN(o.deterministic);
+  at::globalContext().setBenchmarkCuDNN(o.cudnnBenchmark && !o.deterministic);
+  if (o.deterministic)
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+  s.module().to(s.device);
+  if (o.memoryFormat != "contiguous")
+    s.channelsLast = backend::toChannelsLast(s.module());
+  auto group = createNcclGroup(s.rank, timeout);
+  if (!group)
+    return group.status();
+  s.group = *group;
+  return Status::ok();
+}
+
+Status createExecutor(Session &s) {
+  const frontend::Spec &spec = s.spec();
+  backend::ExecutorOptions options;
+  options.device = s.device;
+  options.broadcastBuffers = spec.buffers == "broadcast";
+  options.useGraphs = s.options.cudaGraphs;
+  options.warmupIterations = s.options.warmup;
+  if (spec.stages) {
+    // Every stage's phases are specialised now; switching stage later only picks them.
+    for (size_t stage = 0; stage < spec.stages->list.size(); ++stage)
+      for (const frontend::PhaseSpec &phase : spec.phases) {
+        auto graph = frontend::stageGraph(*s.archive, phase, stage);
+        if (!graph)
+          return graph.status();
+        options.stageGraphs[ir::phaseKey(phase.name, spec.stages->list[stage].name)] = graph.take();
+      }
+  }
+  auto executor = backend::createExecutor(*s.plan, s.module(), s.group.backend, options);
+  if (!executor)
+    return executor.status().withContext(s.options.plan);
+  s.executor = executor.take();
+  return Status::ok();
+}
+
+} // namespace
+
+void Session::optimizerStep(const backend::PhaseReducer &reducer) {
+  std::map<std::string, std::pair<std::vector<std::string>, std::vector<at::Tensor>>> byOwner;
+  for (size_t i = 0; i < reducer.usedNames().size(); ++i) {
+    auto &entry = byOwner[ownerOf.at(reducer.usedNames()[i])];
+    entry.first.push_back(reducer.usedNames()[i]);
+    entry.second.push_back(reducer.usedParameters()[i]);
+  }
+  for (auto &[owner, params] : byOwner)
+    optimizers.at(owner).step(params.first, params.second);
+}
+
+Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
+  auto s = std::make_unique<Session>();
+  s->options = options;
+  auto rank = rankFromEnvironment();
+  if (!rank)
+    return rank.status();
+  s->rank = *rank;
+  setThreads(*s);
+
+  auto plan = ir::readPlan(options.plan);
+  if (!plan)
+    return plan.status();
+  s->plan = plan.take();
+  auto archive = frontend::loadArchive(options.model);
+  if (!archive)
+    return archive.status();
+  s->archive = std::make_unique<frontend::Archive>(archive.take());
+  if (s->archive->identity != s->plan->identity)
+    return Status::error(options.plan + " was compiled from another model (identity " +
+                         s->plan->identity + "), not " + options.model + " (identity " +
+                         s->archive->identity + "); run ganc compile " + options.model + " again");
+  s->inputType = frontend::inputScalarType(s->spec());
+  GANC_TRY(setUpDevice(*s));
+  GANC_TRY(createExecutor(*s));
+  s->executor->broadcastState();
+
+  for (const auto &[sub, optSpec] : s->spec().optimizers)
+    s->optimizers.emplace(sub, Optimizer(optSpec, s->device));
+  for (const auto &phase : s->plan->phases)
+    for (const std::string &name : phase->used)
+      s->ownerOf[name] = s->plan->findParameter(name)->owner;
+
+  if (s->isRankZero()) {
+    std::error_code ec;
+    fs::create_directories(options.outDir, ec);
+    if (ec)
+      return Status::error("--out " + options.outDir + ": " + ec.message());
+    if (!options.dumpDir.empty())
+      fs::create_directories(options.dumpDir, ec);
+  }
+  return s;
+}
+
+} // namespace ganc::runtime

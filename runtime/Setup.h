@@ -1,0 +1,47 @@
+// Set-up of one rank before it trains: plan and archive loaded and checked against each
+// other, device and process group, executor, optimizers. Every error here is bad input.
+#pragma once
+
+#include "backend/Executor.h"
+#include "frontend/Frontend.h"
+#include "ir/Module.h"
+#include "runtime/Distributed.h"
+#include "runtime/Optimizer.h"
+#include "runtime/Trainer.h"
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace ganc::runtime {
+
+/// Everything the training loop works with, checked and ready; nothing trained yet.
+struct Session {
+  TrainOptions options;
+  RankInfo rank;
+  std::unique_ptr<ir::Module> plan;
+  std::unique_ptr<frontend::Archive> archive;
+  ProcessGroup group;
+  c10::Device device = c10::kCPU;
+  /// 4-D parameters, buffers and data batches are NHWC (--memory-format).
+  bool channelsLast = false;
+  /// The dtype of floating phase inputs (the spec's).
+  c10::ScalarType inputType = c10::kFloat;
+  std::unique_ptr<backend::PhaseExecutor> executor;
+  /// One optimizer per trained submodule.
+  std::map<std::string, Optimizer> optimizers;
+  /// The submodule that owns each used parameter.
+  std::map<std::string, std::string> ownerOf;
+
+  const frontend::Spec &spec() const { return archive->spec; }
+  torch::jit::Module &module() { return archive->module; }
+  bool isRankZero() const { return rank.rank == 0; }
+  /// Steps the optimizers over the used parameters of the phase `reducer` belongs to.
+  void optimizerStep(const backend::PhaseReducer &reducer);
+};
+
+/// Sets up this rank from `options` and torchrun's environment variables; the state of rank
+/// 0 is broadcast to every rank.
+Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options);
+
+} // namespace ganc::runtime
