@@ -257,6 +257,13 @@ private:
 
   static ir::Type convert(const c10::TypePtr &type) {
     using c10::TypeKind;
+    // Scalars and objects: a name each.
+    static const std::map<TypeKind, const char *> kNames = {
+        {TypeKind::IntType, "int"},       {TypeKind::FloatType, "float"},
+        {TypeKind::BoolType, "bool"},     {TypeKind::NoneType, "none"},
+        {TypeKind::StringType, "str"},    {TypeKind::DeviceObjType, "device"},
+        {TypeKind::NumberType, "number"}, {TypeKind::ClassType, "object"},
+    };
     switch (type->kind()) {
     case TypeKind::TensorType: {
       auto t = type->expect<c10::TensorType>();
@@ -265,20 +272,6 @@ private:
         return ir::Type::tensor(dtype, *sizes);
       return ir::Type::unknownTensor(dtype);
     }
-    case TypeKind::IntType:
-      return ir::Type::other("int");
-    case TypeKind::FloatType:
-      return ir::Type::other("float");
-    case TypeKind::BoolType:
-      return ir::Type::other("bool");
-    case TypeKind::NoneType:
-      return ir::Type::other("none");
-    case TypeKind::StringType:
-      return ir::Type::other("str");
-    case TypeKind::DeviceObjType:
-      return ir::Type::other("device");
-    case TypeKind::NumberType:
-      return ir::Type::other("number");
     case TypeKind::ListType:
       return ir::Type::other("list", {convert(type->containedTypes()[0])});
     case TypeKind::OptionalType:
@@ -289,10 +282,10 @@ private:
         elements.push_back(convert(t));
       return ir::Type::other("tuple", elements);
     }
-    case TypeKind::ClassType:
-      return ir::Type::other("object");
-    default:
-      return ir::Type::other("any");
+    default: {
+      auto name = kNames.find(type->kind());
+      return ir::Type::other(name != kNames.end() ? name->second : "any");
+    }
     }
   }
 
@@ -372,6 +365,15 @@ private:
     return phase;
   }
 
+  /// Appends `op` to `out` with one result, which stands for `output` from now on.
+  void emit(std::unique_ptr<ir::Op> op, jit::Value *output, ir::Type type, ir::Block &out) {
+    ir::Value *v = phase_->newValue(output->debugName(), std::move(type));
+    v->definingOp = op.get();
+    op->results.push_back(v);
+    values_[output] = v;
+    out.ops.push_back(std::move(op));
+  }
+
   Status lowerBlock(jit::Block *block, ir::Block &out, bool noGrad) {
     // The graph's own inputs (self and the phase inputs) are not block arguments.
     for (jit::Value *arg :
@@ -409,12 +411,8 @@ private:
           bool isParam = target->second.kind == AttrTarget::Kind::Parameter;
           op->name = isParam ? "ganc.param" : "ganc.buffer";
           op->symbol = target->second.path;
-          ir::Value *v =
-              phase_->newValue(node->output()->debugName(), tensorType(op->symbol, isParam));
-          v->definingOp = op.get();
-          op->results.push_back(v);
-          values_[node->output()] = v;
-          out.ops.push_back(std::move(op));
+          ir::Type type = tensorType(op->symbol, isParam);
+          emit(std::move(op), node->output(), std::move(type), out);
           continue;
         }
         // Any other attribute of a module (not folded: the phase assigns it, or its type is
@@ -423,11 +421,7 @@ private:
         op->name = "prim::GetAttr";
         op->noGrad = noGrad;
         op->attributes.emplace_back("name", target->second.path);
-        ir::Value *v = phase_->newValue(node->output()->debugName(), typeOf(node->output()));
-        v->definingOp = op.get();
-        op->results.push_back(v);
-        values_[node->output()] = v;
-        out.ops.push_back(std::move(op));
+        emit(std::move(op), node->output(), typeOf(node->output()), out);
         continue;
       }
       auto op = std::make_unique<ir::Op>();

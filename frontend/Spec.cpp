@@ -129,6 +129,99 @@ Status parseStages(const json &j, Spec &spec) {
   return Status::ok();
 }
 
+/// One phase input; `where` names the phase, `hasStages` whether the spec declares stages.
+Status parseInput(const json &in, const Spec &spec, bool hasStages, const std::string &where,
+                  InputSpec &input) {
+  GANC_TRY(need(in.is_object() && in.contains("name") && in["name"].is_string(),
+                where + ": every input needs a 'name'"));
+  input.name = in["name"].get<std::string>();
+  const std::string source = in.value("source", "");
+  const std::optional<InputSource> parsed = parseInputSource(source);
+  GANC_TRY(need(parsed.has_value(),
+                where + ": input '" + input.name + "' has source '" + source +
+                    "', expected data, labels, normal, uniform, categorical or fade"));
+  input.source = *parsed;
+  if (input.source == InputSource::Fade) {
+    GANC_TRY(need(hasStages, where + ": input '" + input.name +
+                                 "' reads the fade-in weight: declare 'stages'"));
+  } else if (input.isClassIds()) {
+    input.classes = in.value("classes", spec.dataClasses);
+    GANC_TRY(need(input.classes > 0,
+                  where + ": input '" + input.name + "' needs 'classes' (or 'data.classes')"));
+    GANC_TRY(need(input.source != InputSource::Labels || spec.dataClasses > 0,
+                  where + ": input '" + input.name + "' reads labels: set 'data.classes'"));
+  } else if (input.source != InputSource::Data) {
+    GANC_TRY(need(in.contains("shape"),
+                  where + ": " + source + " input '" + input.name + "' needs a 'shape'"));
+    auto shape = shapeOf(in["shape"], where + ": input '" + input.name + "' shape");
+    if (!shape)
+      return shape.status();
+    input.shape = shape.take();
+  }
+  return Status::ok();
+}
+
+/// One phase: name, method, interval, the submodules it updates, its inputs.
+Status parsePhase(const json &p, const Spec &spec, bool hasStages, PhaseSpec &phase) {
+  GANC_TRY(need(p.is_object() && p.contains("name") && p["name"].is_string(),
+                "every phase needs a 'name'"));
+  phase.name = p["name"].get<std::string>();
+  std::string where = "phase '" + phase.name + "'";
+  GANC_TRY(need(p.contains("method") && p["method"].is_string(), where + " needs a 'method'"));
+  phase.method = p["method"].get<std::string>();
+  if (p.contains("interval")) {
+    GANC_TRY(need(p["interval"].is_number_integer() && p["interval"].get<int64_t>() >= 1,
+                  where + ": 'interval' must be an integer >= 1, got " + p["interval"].dump()));
+    phase.interval = p["interval"].get<int64_t>();
+  }
+  GANC_TRY(need(p.contains("updates") && p["updates"].is_array() && !p["updates"].empty(),
+                where + ": 'updates' must list the submodules it trains"));
+  for (const json &u : p["updates"]) {
+    GANC_TRY(need(u.is_string(), where + ": 'updates' must hold submodule names"));
+    phase.updates.push_back(u.get<std::string>());
+  }
+  for (const json &in : p.value("inputs", json::array())) {
+    InputSpec input;
+    GANC_TRY(parseInput(in, spec, hasStages, where, input));
+    phase.inputs.push_back(input);
+  }
+  return Status::ok();
+}
+
+/// The EMA copy ('ema'), which no phase may train.
+Status parseEma(const json &e, Spec &spec) {
+  GANC_TRY(need(e.is_object() && e.contains("submodule") && e.contains("copy"),
+                "'ema' needs 'submodule' (the trained one) and 'copy' (its average)"));
+  EmaSpec ema;
+  ema.submodule = e["submodule"].get<std::string>();
+  ema.copy = e["copy"].get<std::string>();
+  ema.halfLifeImages = e.value("half_life_images", 0.0);
+  ema.beta = e.value("beta", 0.999);
+  GANC_TRY(need(ema.halfLifeImages >= 0 && ema.beta >= 0 && ema.beta < 1,
+                "'ema': half_life_images must be >= 0 and beta in [0, 1)"));
+  for (const PhaseSpec &p : spec.phases)
+    for (const std::string &u : p.updates)
+      GANC_TRY(need(u != ema.copy, "'ema': phase '" + p.name + "' trains the average '" + ema.copy +
+                                       "'; it must only be averaged"));
+  spec.ema = ema;
+  return Status::ok();
+}
+
+/// What the sample grid draws from ('sample').
+Status parseSample(const json &s, Spec &spec) {
+  GANC_TRY(need(s.is_object() && s.contains("submodule") && s.contains("noise_shape"),
+                "'sample' needs 'submodule' and 'noise_shape'"));
+  SampleSpec sample;
+  sample.submodule = s["submodule"].get<std::string>();
+  auto shape = shapeOf(s["noise_shape"], "'sample.noise_shape'");
+  if (!shape)
+    return shape.status();
+  sample.noiseShape = shape.take();
+  sample.classes = s.value("classes", int64_t{0});
+  spec.sample = sample;
+  return Status::ok();
+}
+
 Status parseInto(const json &j, Spec &spec) {
   GANC_TRY(need(j.is_object(), "must be a JSON object"));
   GANC_TRY(need(j.contains("ganc_spec"), "missing 'ganc_spec' (the schema version)"));
@@ -162,54 +255,8 @@ Status parseInto(const json &j, Spec &spec) {
   std::set<std::string> names;
   for (const json &p : j["phases"]) {
     PhaseSpec phase;
-    GANC_TRY(need(p.is_object() && p.contains("name") && p["name"].is_string(),
-                  "every phase needs a 'name'"));
-    phase.name = p["name"].get<std::string>();
-    std::string where = "phase '" + phase.name + "'";
-    GANC_TRY(need(names.insert(phase.name).second, where + " is declared twice"));
-    GANC_TRY(need(p.contains("method") && p["method"].is_string(), where + " needs a 'method'"));
-    phase.method = p["method"].get<std::string>();
-    if (p.contains("interval")) {
-      GANC_TRY(need(p["interval"].is_number_integer() && p["interval"].get<int64_t>() >= 1,
-                    where + ": 'interval' must be an integer >= 1, got " + p["interval"].dump()));
-      phase.interval = p["interval"].get<int64_t>();
-    }
-    GANC_TRY(need(p.contains("updates") && p["updates"].is_array() && !p["updates"].empty(),
-                  where + ": 'updates' must list the submodules it trains"));
-    for (const json &u : p["updates"]) {
-      GANC_TRY(need(u.is_string(), where + ": 'updates' must hold submodule names"));
-      phase.updates.push_back(u.get<std::string>());
-    }
-    for (const json &in : p.value("inputs", json::array())) {
-      InputSpec input;
-      GANC_TRY(need(in.is_object() && in.contains("name") && in["name"].is_string(),
-                    where + ": every input needs a 'name'"));
-      input.name = in["name"].get<std::string>();
-      const std::string source = in.value("source", "");
-      const std::optional<InputSource> parsed = parseInputSource(source);
-      GANC_TRY(need(parsed.has_value(),
-                    where + ": input '" + input.name + "' has source '" + source +
-                        "', expected data, labels, normal, uniform, categorical or fade"));
-      input.source = *parsed;
-      if (input.source == InputSource::Fade) {
-        GANC_TRY(need(j.contains("stages"), where + ": input '" + input.name +
-                                                "' reads the fade-in weight: declare 'stages'"));
-      } else if (input.isClassIds()) {
-        input.classes = in.value("classes", spec.dataClasses);
-        GANC_TRY(need(input.classes > 0,
-                      where + ": input '" + input.name + "' needs 'classes' (or 'data.classes')"));
-        GANC_TRY(need(input.source != InputSource::Labels || spec.dataClasses > 0,
-                      where + ": input '" + input.name + "' reads labels: set 'data.classes'"));
-      } else if (input.source != InputSource::Data) {
-        GANC_TRY(need(in.contains("shape"),
-                      where + ": " + source + " input '" + input.name + "' needs a 'shape'"));
-        auto shape = shapeOf(in["shape"], where + ": input '" + input.name + "' shape");
-        if (!shape)
-          return shape.status();
-        input.shape = shape.take();
-      }
-      phase.inputs.push_back(input);
-    }
+    GANC_TRY(parsePhase(p, spec, j.contains("stages"), phase));
+    GANC_TRY(need(names.insert(phase.name).second, "phase '" + phase.name + "' is declared twice"));
     spec.phases.push_back(phase);
   }
   const json optimizers = j.value("optimizers", json::object());
@@ -221,38 +268,12 @@ Status parseInto(const json &j, Spec &spec) {
   spec.buffers = j.value("buffers", "local");
   GANC_TRY(need(spec.buffers == "broadcast" || spec.buffers == "local",
                 "'buffers' must be broadcast or local, got '" + spec.buffers + "'"));
-  if (j.contains("ema")) {
-    const json &e = j["ema"];
-    GANC_TRY(need(e.is_object() && e.contains("submodule") && e.contains("copy"),
-                  "'ema' needs 'submodule' (the trained one) and 'copy' (its average)"));
-    EmaSpec ema;
-    ema.submodule = e["submodule"].get<std::string>();
-    ema.copy = e["copy"].get<std::string>();
-    ema.halfLifeImages = e.value("half_life_images", 0.0);
-    ema.beta = e.value("beta", 0.999);
-    GANC_TRY(need(ema.halfLifeImages >= 0 && ema.beta >= 0 && ema.beta < 1,
-                  "'ema': half_life_images must be >= 0 and beta in [0, 1)"));
-    for (const PhaseSpec &p : spec.phases)
-      for (const std::string &u : p.updates)
-        GANC_TRY(need(u != ema.copy, "'ema': phase '" + p.name + "' trains the average '" +
-                                         ema.copy + "'; it must only be averaged"));
-    spec.ema = ema;
-  }
+  if (j.contains("ema"))
+    GANC_TRY(parseEma(j["ema"], spec));
   if (j.contains("stages"))
     GANC_TRY(parseStages(j["stages"], spec));
-  if (j.contains("sample")) {
-    const json &s = j["sample"];
-    GANC_TRY(need(s.is_object() && s.contains("submodule") && s.contains("noise_shape"),
-                  "'sample' needs 'submodule' and 'noise_shape'"));
-    SampleSpec sample;
-    sample.submodule = s["submodule"].get<std::string>();
-    auto shape = shapeOf(s["noise_shape"], "'sample.noise_shape'");
-    if (!shape)
-      return shape.status();
-    sample.noiseShape = shape.take();
-    sample.classes = s.value("classes", int64_t{0});
-    spec.sample = sample;
-  }
+  if (j.contains("sample"))
+    GANC_TRY(parseSample(j["sample"], spec));
   return Status::ok();
 }
 

@@ -25,6 +25,13 @@ void setThreads(const Session &s) {
   torch::set_num_threads(threads);
 }
 
+Status joinGroup(Session &s, Expected<ProcessGroup> group) {
+  if (!group)
+    return group.status();
+  s.group = *group;
+  return Status::ok();
+}
+
 /// CPU ranks use Gloo; GPU ranks NCCL, one GPU each (cuda:LOCAL_RANK), the model moved
 /// there (and to its layout) before the executor binds its parameters.
 Status setUpDevice(Session &s) {
@@ -34,11 +41,7 @@ Status setUpDevice(Session &s) {
     s.device = c10::kCPU;
     if (o.memoryFormat == "channels_last")
       s.channelsLast = backend::toChannelsLast(s.module());
-    auto group = createGlooGroup(s.rank, timeout);
-    if (!group)
-      return group.status();
-    s.group = *group;
-    return Status::ok();
+    return joinGroup(s, createGlooGroup(s.rank, timeout));
   }
   if (o.device != "cuda")
     return Status::error("--device takes cpu or cuda, not '" + o.device + "'");
@@ -61,11 +64,7 @@ Status setUpDevice(Session &s) {
   s.module().to(s.device);
   if (o.memoryFormat != "contiguous")
     s.channelsLast = backend::toChannelsLast(s.module());
-  auto group = createNcclGroup(s.rank, timeout);
-  if (!group)
-    return group.status();
-  s.group = *group;
-  return Status::ok();
+  return joinGroup(s, createNcclGroup(s.rank, timeout));
 }
 
 Status createExecutor(Session &s) {

@@ -4,7 +4,10 @@
 #include "runtime/Launcher.h"
 #include "runtime/Trainer.h"
 
+#include <algorithm>
+#include <functional>
 #include <iostream>
+#include <map>
 
 namespace ganc::tools {
 
@@ -48,77 +51,102 @@ int usageError(const std::string &message) {
   return 2;
 }
 
-bool parseTrain(const std::vector<std::string> &args, TrainOptions &o, std::string &error) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string &a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size())
-        throw std::invalid_argument(a + " needs a value");
-      return args[++i];
-    };
-    auto number = [&]() -> int64_t {
-      std::string v = value();
-      size_t used = 0;
-      int64_t n = std::stoll(v, &used);
-      if (used != v.size() || n < 0)
-        throw std::invalid_argument(a + " takes a non-negative integer, not '" + v + "'");
-      return n;
-    };
+/// Reads an option's value off the command line, checked.
+class ArgReader {
+public:
+  explicit ArgReader(const std::vector<std::string> &args) : args_(args) {}
+  bool done() const { return next_ >= args_.size(); }
+  const std::string &next() { return args_[next_++]; }
+  std::string value(const std::string &flag) {
+    if (done())
+      throw std::invalid_argument(flag + " needs a value");
+    return next();
+  }
+  int64_t number(const std::string &flag) {
+    std::string v = value(flag);
+    size_t used = 0;
+    int64_t n = -1;
     try {
-      if (a == "--model")
-        o.model = value();
-      else if (a == "--data")
-        o.data = value();
-      else if (a == "--steps")
-        o.steps = number();
-      else if (a == "--out")
-        o.outDir = value();
-      else if (a == "--seed")
-        o.seed = static_cast<uint64_t>(number());
-      else if (a == "--log-every")
-        o.logEvery = std::max<int64_t>(1, number());
-      else if (a == "--sample-every")
-        o.sampleEvery = number();
-      else if (a == "--checkpoint-every")
-        o.checkpointEvery = number();
-      else if (a == "--samples")
-        o.samples = std::max<int64_t>(1, number());
-      else if (a == "--resume")
-        o.resume = value();
-      else if (a == "--device")
-        o.device = value();
-      else if (a == "--cuda-graphs") {
-        std::string v = value();
-        if (v != "on" && v != "off")
-          throw std::invalid_argument("--cuda-graphs takes on or off, not '" + v + "'");
-        o.cudaGraphs = v == "on";
-      } else if (a == "--warmup")
-        o.warmup = static_cast<int>(number());
-      else if (a == "--memory-format") {
-        std::string v = value();
-        if (v != "auto" && v != "channels_last" && v != "contiguous")
-          throw std::invalid_argument(
-              "--memory-format takes auto, channels_last or contiguous, not '" + v + "'");
-        o.memoryFormat = v;
-      } else if (a == "--deterministic")
-        o.deterministic = true;
-      else if (a == "--cudnn-benchmark") {
-        std::string v = value();
-        if (v != "on" && v != "off")
-          throw std::invalid_argument("--cudnn-benchmark takes on or off, not '" + v + "'");
-        o.cudnnBenchmark = v == "on";
-      } else if (a == "--timeout-s")
-        o.timeoutSeconds = static_cast<int>(std::max<int64_t>(1, number()));
-      else if (a == "--threads")
-        o.threads = static_cast<int>(number());
-      else if (a == "--dump-grads")
-        o.dumpDir = value();
-      else if (!a.empty() && a[0] == '-') {
+      n = std::stoll(v, &used);
+    } catch (const std::exception &) {
+    }
+    if (used != v.size() || n < 0)
+      throw std::invalid_argument(flag + " takes a non-negative integer, not '" + v + "'");
+    return n;
+  }
+  /// One of `allowed` ("a, b or c" in the error).
+  std::string choice(const std::string &flag, const std::vector<std::string> &allowed) {
+    std::string v = value(flag);
+    if (std::find(allowed.begin(), allowed.end(), v) != allowed.end())
+      return v;
+    std::string list;
+    for (size_t k = 0; k < allowed.size(); ++k)
+      list += (k == 0 ? "" : k + 1 == allowed.size() ? " or " : ", ") + allowed[k];
+    throw std::invalid_argument(flag + " takes " + list + ", not '" + v + "'");
+  }
+
+private:
+  const std::vector<std::string> &args_;
+  size_t next_ = 0;
+};
+
+using OptionHandler = std::function<void(ArgReader &, const std::string &, TrainOptions &)>;
+
+/// Every training option: what its value sets.
+const std::map<std::string, OptionHandler> &trainOptions() {
+  using R = ArgReader;
+  using S = const std::string;
+  using O = TrainOptions;
+  static const std::map<std::string, OptionHandler> options = {
+      {"--model", [](R &r, S &f, O &o) { o.model = r.value(f); }},
+      {"--data", [](R &r, S &f, O &o) { o.data = r.value(f); }},
+      {"--steps", [](R &r, S &f, O &o) { o.steps = r.number(f); }},
+      {"--out", [](R &r, S &f, O &o) { o.outDir = r.value(f); }},
+      {"--seed", [](R &r, S &f, O &o) { o.seed = static_cast<uint64_t>(r.number(f)); }},
+      {"--log-every", [](R &r, S &f, O &o) { o.logEvery = std::max<int64_t>(1, r.number(f)); }},
+      {"--sample-every", [](R &r, S &f, O &o) { o.sampleEvery = r.number(f); }},
+      {"--checkpoint-every", [](R &r, S &f, O &o) { o.checkpointEvery = r.number(f); }},
+      {"--samples", [](R &r, S &f, O &o) { o.samples = std::max<int64_t>(1, r.number(f)); }},
+      {"--resume", [](R &r, S &f, O &o) { o.resume = r.value(f); }},
+      {"--device", [](R &r, S &f, O &o) { o.device = r.value(f); }},
+      {"--cuda-graphs",
+       [](R &r, S &f, O &o) {
+         o.cudaGraphs = r.choice(f, {"on", "off"}) == "on";
+       }},
+      {"--warmup", [](R &r, S &f, O &o) { o.warmup = static_cast<int>(r.number(f)); }},
+      {"--memory-format",
+       [](R &r, S &f, O &o) {
+         o.memoryFormat = r.choice(f, {"auto", "channels_last", "contiguous"});
+       }},
+      {"--deterministic", [](R &, S &, O &o) { o.deterministic = true; }},
+      {"--cudnn-benchmark",
+       [](R &r, S &f, O &o) {
+         o.cudnnBenchmark = r.choice(f, {"on", "off"}) == "on";
+       }},
+      {"--timeout-s",
+       [](R &r, S &f, O &o) {
+         o.timeoutSeconds = static_cast<int>(std::max<int64_t>(1, r.number(f)));
+       }},
+      {"--threads", [](R &r, S &f, O &o) { o.threads = static_cast<int>(r.number(f)); }},
+      {"--dump-grads", [](R &r, S &f, O &o) { o.dumpDir = r.value(f); }},
+  };
+  return options;
+}
+
+bool parseTrain(const std::vector<std::string> &args, TrainOptions &o, std::string &error) {
+  ArgReader reader(args);
+  while (!reader.done()) {
+    const std::string &a = reader.next();
+    auto option = trainOptions().find(a);
+    try {
+      if (option != trainOptions().end()) {
+        option->second(reader, a, o);
+      } else if (!a.empty() && a[0] == '-') {
         error = "unknown option '" + a + "' (see ganc train --help)";
         return false;
-      } else if (o.plan.empty())
+      } else if (o.plan.empty()) {
         o.plan = a;
-      else {
+      } else {
         error = "unexpected argument '" + a + "'";
         return false;
       }

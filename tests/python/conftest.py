@@ -39,3 +39,21 @@ def archive(name):
     if not os.path.exists(path):
         pytest.fail(f"{path} is missing: the export_test_models ctest fixture writes it")
     return path
+
+
+def gradient_dumps(spec, steps, got_dir, ref_dir, ref_loader=None):
+    """(step, phase name, ganc's all-reduced gradients, the reference's) for every phase run of
+    `steps` steps, read from the --dump-grads files, after checking that both sides gave
+    gradients to the same parameters."""
+    import torch
+    import ganc
+    ref_loader = ref_loader or torch.load
+    for step in range(steps):
+        for phase in spec["phases"]:
+            if step % phase.get("interval", 1):
+                continue
+            name = f"grads_step{step}_{phase['name']}.pt"
+            got = ganc.load_checkpoint(os.path.join(got_dir, name))
+            ref = ref_loader(os.path.join(ref_dir, name))
+            assert set(got) == set(ref), f"{name}: the parameters with a gradient differ"
+            yield step, phase["name"], got, ref

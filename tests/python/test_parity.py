@@ -15,7 +15,7 @@ import torch
 
 import ganc
 from ganc import oracle
-from conftest import archive
+from conftest import archive, gradient_dumps
 
 WORLDS = [1, 2, 3]
 MODELS = [
@@ -92,18 +92,11 @@ def test_channels_last_matches_eager_ddp_channels_last(ganc_bin, datasets, tmp_p
 def compare(model, got_dir, ref_dir):
     spec = ganc.load_spec(archive(model))
     compared = 0
-    for step in range(STEPS):
-        for phase in spec["phases"]:
-            if step % phase.get("interval", 1):
-                continue
-            name = f"grads_step{step}_{phase['name']}.pt"
-            got = ganc.load_checkpoint(os.path.join(got_dir, name))
-            ref = torch.load(os.path.join(ref_dir, name))
-            assert set(got) == set(ref), f"{name}: parameters with a gradient differ"
-            for p in ref:
-                err = relative_error(got[p], ref[p])
-                assert err <= 1e-5, f"{name}: gradient of {p} differs by {err:.2e}"
-                compared += 1
+    for step, phase, got, ref in gradient_dumps(spec, STEPS, got_dir, ref_dir):
+        for p in ref:
+            err = relative_error(got[p], ref[p])
+            assert err <= 1e-5, f"step {step}, phase {phase}: gradient of {p} differs by {err:.2e}"
+            compared += 1
     assert compared > 0
     got = ganc.load_checkpoint(os.path.join(got_dir, "params_final.pt"))
     ref = torch.load(os.path.join(ref_dir, "params_final.pt"))
