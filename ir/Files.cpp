@@ -1,7 +1,9 @@
 // Reading and atomically writing files; reading a plan.
 #include "ir/Files.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 
@@ -25,12 +27,14 @@ Status writeFileAtomically(const std::string &path, const std::vector<char> &byt
     }
   }
   if (!written) {
+    const std::string reason = std::strerror(errno);
     std::remove(tmp.c_str());
-    return Status::failure("cannot write " + tmp);
+    return Status::failure("cannot write " + path + " (" + reason + ")");
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string reason = std::strerror(errno);
     std::remove(tmp.c_str());
-    return Status::failure("cannot rename " + tmp + " to " + path);
+    return Status::failure("cannot write " + path + " (" + reason + ")");
   }
   return Status::ok();
 }

@@ -35,6 +35,12 @@ Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
     t = t.cpu();
   if (!s.isRankZero())
     return Status::ok();
+  // A checkpoint is never written from weights that are not finite: the last good one stays.
+  for (const auto &p : s.module().named_parameters(true))
+    if (!p.value.isfinite().all().item<bool>())
+      return Status::failure("step " + std::to_string(step) + ": parameter '" + p.name +
+                             "' is not finite; checkpoint.pt was not written (the last one is "
+                             "left as it was)");
   c10::impl::GenericDict ckpt = makeDict();
   ckpt.insert("format", std::string("ganc-checkpoint"));
   ckpt.insert("version", int64_t{1});

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,10 +44,16 @@ std::string describeExit(int status) {
   return "stopped";
 }
 
+/// The signal (SIGINT, SIGTERM, SIGHUP) that asked the launcher to stop, or 0.
+volatile sig_atomic_t stopSignal = 0;
+
+void onStopSignal(int signal) { stopSignal = signal; }
+
 } // namespace
 
 int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::string> &rest) {
   const int port = freePort();
+  const pid_t launcher = getpid();
   std::vector<pid_t> children;
   for (int r = 0; r < nproc; ++r) {
     pid_t pid = fork();
@@ -55,6 +62,10 @@ int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::
       return 2;
     }
     if (pid == 0) {
+      // A rank dies with its launcher, even one killed with SIGKILL: no orphans training on.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != launcher)
+        _exit(1);
       setenv("RANK", std::to_string(r).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
@@ -74,7 +85,13 @@ int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::
     children.push_back(pid);
   }
   // Wait for every rank; the first one to fail stops the others (SIGTERM, then SIGKILL after
-  // a grace period), so a dead rank never leaves its peers hanging in a collective.
+  // a grace period), so a dead rank never leaves its peers hanging in a collective. SIGINT,
+  // SIGTERM and SIGHUP to the launcher stop the ranks the same way.
+  struct sigaction action {};
+  action.sa_handler = onStopSignal;
+  sigemptyset(&action.sa_mask);
+  for (int signal : {SIGINT, SIGTERM, SIGHUP})
+    sigaction(signal, &action, nullptr);
   int result = 0;
   size_t alive = children.size();
   std::vector<bool> done(children.size(), false);
@@ -84,7 +101,15 @@ int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::
         kill(children[i], signal);
   };
   std::chrono::steady_clock::time_point killDeadline{};
+  bool stopping = false;
   while (alive > 0) {
+    if (stopSignal != 0 && !stopping) {
+      stopping = true;
+      result = 128 + stopSignal;
+      std::cerr << "ganc run: " << strsignal(stopSignal) << "; stopping the ranks" << std::endl;
+      killRest(SIGTERM);
+      killDeadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    }
     int status = 0;
     pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid <= 0) {
@@ -102,7 +127,7 @@ int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::
       done[i] = true;
       --alive;
       bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!ok && result == 0) {
+      if (!ok && result == 0 && !stopping) {
         result = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
         std::cerr << "ganc run: rank " << i << " " << describeExit(status)
                   << "; stopping the other ranks" << std::endl;

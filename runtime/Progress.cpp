@@ -1,6 +1,7 @@
 // Loss history, progress lines and timing.json.
 #include "runtime/Progress.h"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -60,21 +61,28 @@ void Progress::addLoss(int64_t step, const std::string &phase, const at::Tensor 
   pending_.push_back({step, phase, loss.clone()});
 }
 
-void Progress::endStep(int64_t done, int64_t images) {
+Status Progress::endStep(int64_t done, int64_t images) {
   stepSeconds_.push_back(secondsSince(stepStart_));
   workSeconds_.push_back(stepWork_);
   imagesSinceLog_ += images;
   const TrainOptions &o = session_.options;
   if (done % o.logEvery != 0 && done != o.steps)
-    return;
+    return Status::ok();
   for (const PendingLoss &p : pending_) {
     lastLoss_[p.phase] = p.loss.item<double>();
     if (history_.is_open())
       history_ << p.step << "," << p.phase << "," << lastLoss_[p.phase] << "\n";
+    if (!std::isfinite(lastLoss_[p.phase])) {
+      history_.flush();
+      return Status::failure("rank " + std::to_string(session_.rank.rank) + ": phase '" + p.phase +
+                             "', step " + std::to_string(p.step) + ": the loss is " +
+                             std::to_string(lastLoss_[p.phase]) +
+                             "; stopping (checkpoints written so far are left as they were)");
+    }
   }
   pending_.clear();
   if (!session_.isRankZero())
-    return;
+    return Status::ok();
   auto now = Clock::now();
   double seconds = std::chrono::duration<double>(now - lastLog_).count();
   std::ostringstream line;
@@ -90,6 +98,7 @@ void Progress::endStep(int64_t done, int64_t images) {
   history_.flush();
   imagesSinceLog_ = 0;
   lastLog_ = now;
+  return Status::ok();
 }
 
 /// Per step: wall time, the work (CPU: host time in the model's forward and backward,

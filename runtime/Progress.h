@@ -28,8 +28,9 @@ public:
   /// so the host never waits for the GPU between steps.
   void addLoss(int64_t step, const std::string &phase, const at::Tensor &loss);
   /// After step `done - 1`: records its time; at a log point writes the losses to the history
-  /// and rank 0 prints the progress line. `images` were staged in the step.
-  void endStep(int64_t done, int64_t images);
+  /// and rank 0 prints the progress line. `images` were staged in the step. A loss that is
+  /// not finite stops training (a runtime failure naming the phase, step and rank).
+  Status endStep(int64_t done, int64_t images);
   /// Writes timing.json (rank 0), after waiting for the device time of the last steps.
   Status finish();
 

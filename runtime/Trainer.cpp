@@ -41,7 +41,7 @@ public:
         ema_->update();
       const int64_t done = step + 1;
       const bool last = done == o.steps;
-      progress.endStep(done, images);
+      GANC_TRY(progress.endStep(done, images));
       if (o.sampleEvery > 0 && (done % o.sampleEvery == 0 || last))
         GANC_TRY(writeSamples(s_, done, last));
       if (o.checkpointEvery > 0 && (done % o.checkpointEvery == 0 || last))

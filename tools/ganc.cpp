@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -85,6 +86,15 @@ int compile(const std::vector<std::string> &args) {
     return fail("compile: bucket caps must be positive");
   if (!printAfter.empty() && !passes::findPass(printAfter))
     return fail("compile: --print-ir-after names unknown pass '" + printAfter + "'");
+  if (!output.empty()) {
+    // The plan may replace an earlier plan, never the model or anything that is not a file.
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::exists(output, ec) && fs::equivalent(output, model, ec))
+      return fail("compile: -o " + output + " is the model archive itself");
+    if (fs::exists(output, ec) && !fs::is_regular_file(output, ec))
+      return fail("compile: -o " + output + " exists and is not a regular file");
+  }
 
   auto archive = frontend::loadArchive(model);
   if (!archive)

@@ -88,6 +88,72 @@ def test_a_killed_rank_stops_the_others(ganc_bin, datasets, tmp_path):
     assert "was killed by signal" in err and "stopping the other ranks" in err
 
 
+def _running(pid):
+    """Whether `pid` is a live process (a zombie waiting to be reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_stopping_the_launcher_stops_its_ranks(ganc_bin, datasets, tmp_path, sig):
+    """SIGTERM to `ganc run` is forwarded to the ranks; a launcher killed outright takes its
+    ranks with it (they die with their parent): no orphaned rank trains on."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    proc = subprocess.Popen([ganc_bin, "run", "--nproc", "2",
+                             *train_args(plan, "mlp", datasets["ring"], str(tmp_path / "o"), 10**7,
+                                         "--checkpoint-every", "0")],
+                            stderr=subprocess.PIPE, text=True)
+    children = []
+    deadline = time.time() + 60
+    while len(children) < 2 and time.time() < deadline:
+        out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout
+        children = [int(p) for p in out.split()]
+        time.sleep(0.2)
+    assert len(children) == 2, "the ranks did not start"
+    time.sleep(3)  # let training get going
+    assert all(_running(c) for c in children)
+    os.kill(proc.pid, sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    deadline = time.time() + 20
+    while any(_running(c) for c in children) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(_running(c) for c in children), "a rank outlived its launcher"
+    if sig == signal.SIGTERM:
+        assert "stopping the ranks" in err, err
+
+
+@pytest.mark.parametrize("log_every,says", [
+    ("1", "step 0: the loss is"),  # caught when the losses are read
+    ("1000", "is not finite; checkpoint.pt was not written"),  # caught before a checkpoint
+], ids=["loss", "checkpoint"])
+def test_non_finite_training_stops_and_keeps_the_last_checkpoint(ganc_bin, datasets, tmp_path, log_every,
+                                                                 says):
+    """Data beyond float32's range makes the loss and then the weights overflow: training stops
+    with exit 1 saying where, and the checkpoint of the earlier good run is not overwritten."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    out = tmp_path / "o"
+    good = subprocess.run([ganc_bin, "run", "--nproc", "1",
+                           *train_args(plan, "mlp", datasets["ring"], str(out), 4, "--checkpoint-every", "4")],
+                          capture_output=True, text=True)
+    assert good.returncode == 0, good.stderr
+    checkpoint = (out / "checkpoint.pt").read_bytes()
+    data = torch.load(datasets["ring"])
+    data = data["images"] if isinstance(data, dict) else data
+    huge = str(tmp_path / "huge.pt")
+    torch.save(data * 3e38, huge)
+    bad = subprocess.run([ganc_bin, "run", "--nproc", "1",
+                          *train_args(plan, "mlp", huge, str(out), 20, "--checkpoint-every", "2",
+                                      "--log-every", log_every)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1, bad.stderr
+    assert says in bad.stderr, bad.stderr
+    assert (out / "checkpoint.pt").read_bytes() == checkpoint
+
+
 def test_a_lone_rank_whose_peer_dies_exits_with_a_message(ganc_bin, datasets, tmp_path):
     """Under torchrun or SLURM nobody kills the survivors: the collective must fail, not hang."""
     plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
