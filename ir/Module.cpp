@@ -1,6 +1,8 @@
 // Types, values and the module's lookup helpers.
 #include "ir/Module.h"
 
+#include "ir/TextFormat.h"
+
 #include <algorithm>
 #include <cctype>
 #include <set>
@@ -67,9 +69,8 @@ int64_t Type::numel() const {
     return -1;
   int64_t n = 1;
   for (int64_t d : shape) {
-    if (d < 0)
-      return -1;
-    n *= d;
+    if (d < 0 || __builtin_mul_overflow(n, d, &n))
+      return -1; // unknown, or too large to count in int64
   }
   return n;
 }
@@ -154,7 +155,10 @@ private:
                 ++pos_;
               if (start == pos_)
                 return Status::error("bad dimension in type '" + text_ + "'");
-              t.shape.push_back(std::stoll(text_.substr(start, pos_ - start)));
+              auto dim = parseInt64(text_.substr(start, pos_ - start));
+              if (!dim)
+                return Status::error("dimension out of range in type '" + text_ + "'");
+              t.shape.push_back(*dim);
             }
             if (pos_ < text_.size() && text_[pos_] == ',')
               ++pos_;
@@ -202,7 +206,13 @@ const Attribute *Op::attribute(const std::string &key) const {
   return nullptr;
 }
 
-int64_t Tensor::bytes() const { return type.numel() * Type::elementSize(type.dtype); }
+int64_t Tensor::bytes() const {
+  int64_t bytes = 0;
+  if (type.numel() < 0 ||
+      __builtin_mul_overflow(type.numel(), Type::elementSize(type.dtype), &bytes))
+    return -1;
+  return bytes;
+}
 
 Value *Phase::newValue(std::string name, Type type) {
   values_.push_back(std::make_unique<Value>());

@@ -1,5 +1,6 @@
 // Reads the ganc IR text form (the printer's output, plus `//` comments) back into a Module.
 #include "ir/Module.h"
+#include "ir/TextFormat.h"
 
 #include <cctype>
 #include <cstdlib>
@@ -169,7 +170,10 @@ private:
       ++pos_;
     if (start == pos_ || (pos_ == start + 1 && text_[start] == '-'))
       return error("expected an integer");
-    out = std::stoll(text_.substr(start, pos_ - start));
+    auto value = parseInt64(text_.substr(start, pos_ - start));
+    if (!value)
+      return error("integer " + text_.substr(start, pos_ - start) + " is out of range");
+    out = *value;
     return Status::ok();
   }
 
@@ -497,8 +501,10 @@ private:
           return error("expected an attribute value for '" + key + "'");
         if (number.find_first_of(".eEn") != std::string::npos)
           value = std::strtod(number.c_str(), nullptr);
+        else if (auto integer = parseInt64(number))
+          value = *integer;
         else
-          value = static_cast<int64_t>(std::stoll(number));
+          return error("attribute '" + key + "': " + number + " is not an int64");
       }
       op.attributes.emplace_back(key, value);
       if (peek(','))

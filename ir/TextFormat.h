@@ -1,6 +1,9 @@
 // Helpers shared by the printer and other writers of ganc text (plans, reports).
 #pragma once
 
+#include <charconv>
+#include <cstdint>
+#include <optional>
 #include <string>
 
 namespace ganc::ir {
@@ -9,5 +12,15 @@ namespace ganc::ir {
 std::string formatDouble(double value);
 /// `text` in double quotes with '"', '\' and newlines escaped.
 std::string quote(const std::string &text);
+
+/// The whole of `text` as a decimal int64, or nullopt when it is not one or out of range
+/// (never an exception: edited plans and IR files reach this).
+inline std::optional<int64_t> parseInt64(const std::string &text) {
+  int64_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size())
+    return std::nullopt;
+  return value;
+}
 
 } // namespace ganc::ir

@@ -20,6 +20,9 @@ public:
         return Status::error("parameter @" + t.name + " is declared twice");
       if (!t.type.isTensor())
         return Status::error("parameter @" + t.name + " is not a tensor");
+      if (t.bytes() < 0)
+        return Status::error("parameter @" + t.name + " has no size that fits in int64 (" +
+                             t.type.str() + ")");
     }
     for (const Tensor &t : m_.buffers)
       if (!names.insert(t.name).second)
