@@ -13,6 +13,9 @@
 #include <torch/csrc/jit/passes/remove_mutation.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
+#include <algorithm>
+#include <cctype>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -362,7 +365,33 @@ private:
     if (loss == values_.end())
       return Status::error("phase '" + spec_.name + "': the loss is not a lowered value");
     phase->loss = loss->second;
+    renumberAnonymousValues(*phase);
     return phase;
+  }
+
+  /// TorchScript numbers anonymous values ("%1522") from process-wide counters, so the same
+  /// archive lowered twice got different numbers. They are renumbered in program order, so a
+  /// plan's text depends on the archive alone (plans can be diffed and cached).
+  static void renumberAnonymousValues(ir::Phase &phase) {
+    int64_t next = 0;
+    auto rename = [&](ir::Value *v) {
+      if (!v->name.empty() && std::all_of(v->name.begin(), v->name.end(),
+                                          [](unsigned char c) { return std::isdigit(c); }))
+        v->name = std::to_string(next++);
+    };
+    std::function<void(ir::Block &)> visit = [&](ir::Block &block) {
+      for (ir::Value *argument : block.arguments)
+        rename(argument);
+      for (auto &op : block.ops) {
+        for (ir::Value *result : op->results)
+          rename(result);
+        for (ir::Block &region : op->regions)
+          visit(region);
+      }
+    };
+    for (ir::PhaseInput &input : phase.inputs)
+      rename(input.value);
+    visit(phase.body);
   }
 
   /// Appends `op` to `out` with one result, which stands for `output` from now on.
