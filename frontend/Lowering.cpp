@@ -370,8 +370,9 @@ private:
   }
 
   /// TorchScript numbers anonymous values ("%1522") from process-wide counters, so the same
-  /// archive lowered twice got different numbers. They are renumbered in program order, so a
-  /// plan's text depends on the archive alone (plans can be diffed and cached).
+  /// archive lowered twice got different numbers. They are renumbered in program order. (The
+  /// graph itself can still differ between runs: TorchScript's constant propagation folds
+  /// some lists of constants in one run and not in another.)
   static void renumberAnonymousValues(ir::Phase &phase) {
     int64_t next = 0;
     auto rename = [&](ir::Value *v) {
