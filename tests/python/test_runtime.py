@@ -22,6 +22,19 @@ def train_args(plan, model, data, out, steps, *extra):
             "--sample-every", "0", "--log-every", "1000", *extra]
 
 
+def started_ranks(launcher, n):
+    """The pids of the `n` ranks `ganc run` started, once they have been training a while."""
+    children = []
+    deadline = time.time() + 60
+    while len(children) < n and time.time() < deadline:
+        out = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True, text=True).stdout
+        children = [int(p) for p in out.split()]
+        time.sleep(0.2)
+    assert len(children) == n, "the ranks did not start"
+    time.sleep(3)  # let training get going
+    return children
+
+
 # pggan_quick: resumed at step 4, in the middle of the 16x16 fade-in, and trained on across
 # the switch to 32x32 at step 6.
 @pytest.mark.parametrize("model,steps,split", [("dcgan32", 8, 4), ("pggan_quick", 8, 4)])
@@ -72,14 +85,7 @@ def test_a_killed_rank_stops_the_others(ganc_bin, datasets, tmp_path):
                              *train_args(plan, "dcgan32", datasets["digits"], str(tmp_path / "o"),
                                          100000, "--checkpoint-every", "0")],
                             stderr=subprocess.PIPE, text=True)
-    children = []
-    deadline = time.time() + 60
-    while len(children) < 3 and time.time() < deadline:
-        out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout
-        children = [int(p) for p in out.split()]
-        time.sleep(0.2)
-    assert len(children) == 3, "the ranks did not start"
-    time.sleep(3)  # let training get going
+    children = started_ranks(proc, 3)
     os.kill(children[1], signal.SIGKILL)
     start = time.time()
     _, err = proc.communicate(timeout=60)
@@ -106,14 +112,7 @@ def test_stopping_the_launcher_stops_its_ranks(ganc_bin, datasets, tmp_path, sig
                              *train_args(plan, "mlp", datasets["ring"], str(tmp_path / "o"), 10**7,
                                          "--checkpoint-every", "0")],
                             stderr=subprocess.PIPE, text=True)
-    children = []
-    deadline = time.time() + 60
-    while len(children) < 2 and time.time() < deadline:
-        out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout
-        children = [int(p) for p in out.split()]
-        time.sleep(0.2)
-    assert len(children) == 2, "the ranks did not start"
-    time.sleep(3)  # let training get going
+    children = started_ranks(proc, 2)
     assert all(_running(c) for c in children)
     os.kill(proc.pid, sig)
     _, err = proc.communicate(timeout=60)
