@@ -36,11 +36,21 @@ Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
   if (!s.isRankZero())
     return Status::ok();
   // A checkpoint is never written from weights that are not finite: the last good one stays.
-  for (const auto &p : s.module().named_parameters(true))
-    if (!p.value.isfinite().all().item<bool>())
-      return Status::failure("step " + std::to_string(step) + ": parameter '" + p.name +
-                             "' is not finite; checkpoint.pt was not written (the last one is "
-                             "left as it was)");
+  // One device reduction per parameter, one host read for all of them.
+  std::vector<std::string> names;
+  std::vector<at::Tensor> finite;
+  for (const auto &p : s.module().named_parameters(true)) {
+    names.push_back(p.name);
+    finite.push_back(p.value.isfinite().all());
+  }
+  if (!finite.empty()) {
+    at::Tensor flags = torch::stack(finite).cpu();
+    for (size_t i = 0; i < names.size(); ++i)
+      if (!flags[static_cast<int64_t>(i)].item<bool>())
+        return Status::failure("step " + std::to_string(step) + ": parameter '" + names[i] +
+                               "' is not finite; checkpoint.pt was not written (the last one "
+                               "is left as it was)");
+  }
   c10::impl::GenericDict ckpt = makeDict();
   ckpt.insert("format", std::string("ganc-checkpoint"));
   ckpt.insert("version", int64_t{1});

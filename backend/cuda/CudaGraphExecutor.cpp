@@ -9,6 +9,8 @@
 // concurrently, and replay order on the one stream keeps their buffers apart in time.
 #include "backend/cuda/CudaGraphExecutor.h"
 
+#include "frontend/TorchError.h"
+
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
@@ -103,9 +105,8 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
           c.loss = eager_->run(phase, inputs, step);
           c.graph->capture_end();
         } catch (const std::exception &e) {
-          std::string what = e.what();
           throw std::runtime_error("capturing phase '" + phase + "' as a CUDA Graph failed (" +
-                                   what.substr(0, what.find('\n')) +
+                                   frontend::firstLine(e) +
                                    "); --cuda-graphs off runs every phase eagerly");
         }
       }
