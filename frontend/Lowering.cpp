@@ -531,7 +531,10 @@ Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive) {
         {b.name, ir::Type::tensor(dtypeName(b.value.scalar_type()), b.value.sizes().vec()),
          ownerOf(b.name)});
   // A GAN with stages gets every phase once per stage, specialised for it.
-  size_t stages = archive.spec.stages ? archive.spec.stages->list.size() : 0;
+  if (archive.spec.stages)
+    for (const StageSpec &stage : archive.spec.stages->list)
+      module->stages.push_back({stage.name, stage.grows});
+  size_t stages = module->stages.size();
   for (size_t s = 0; s < std::max<size_t>(stages, 1); ++s) {
     for (const PhaseSpec &spec : archive.spec.phases) {
       std::string where =

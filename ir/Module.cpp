@@ -244,12 +244,4 @@ std::set<std::string> Module::usedInStage(const std::string &stage) const {
   return used;
 }
 
-std::vector<std::string> Module::stages() const {
-  std::vector<std::string> list;
-  for (const auto &phase : phases)
-    if (!phase->stage.empty() && std::find(list.begin(), list.end(), phase->stage) == list.end())
-      list.push_back(phase->stage);
-  return list;
-}
-
 } // namespace ganc::ir

@@ -173,6 +173,12 @@ private:
   std::vector<std::unique_ptr<Value>> values_;
 };
 
+/// A stage of a progressively grown GAN: its name and the submodules it adds ("grows").
+struct Stage {
+  std::string name;
+  std::vector<std::string> grows;
+};
+
 /// The whole GAN: its trainable tensors and its phases.
 struct Module {
   std::string name;
@@ -183,13 +189,14 @@ struct Module {
   int64_t bucketCapBytes = 0;
   std::vector<Tensor> parameters;
   std::vector<Tensor> buffers;
+  /// The stages of a progressively grown GAN in training order (empty: no stages); every
+  /// phase is specialised once per stage.
+  std::vector<Stage> stages;
   std::vector<std::unique_ptr<Phase>> phases;
 
   const Tensor *findParameter(const std::string &name) const;
   /// The phase with this key ("d", or "d@8x8" for a stage's specialisation).
   Phase *findPhase(const std::string &key) const;
-  /// The stages phases were specialised for, in plan order (empty: no stages).
-  std::vector<std::string> stages() const;
   /// The parameters some phase of `stage` uses ("" : the phases of a GAN without stages).
   std::set<std::string> usedInStage(const std::string &stage) const;
 };
@@ -198,7 +205,14 @@ struct Module {
 std::string print(const Module &module);
 /// Parses the text form; print(*parse(text)) == text for printer output.
 Expected<std::unique_ptr<Module>> parse(const std::string &text);
-/// Checks the IR's invariants (SSA, unique names, facts consistent with each other).
+/// Checks the IR's invariants (SSA, unique names, facts consistent with each other) and then
+/// its model rules (verifyModelRules).
 Status verify(const Module &module);
+/// Checks the IR's structural invariants only; a failure after a pass is ganc's own bug.
+Status verifyInvariants(const Module &module);
+/// Checks the rules the user's model must satisfy once passes derived their facts: a stage
+/// grows only submodules whose parameters its phases use and no earlier stage's phases use.
+/// A failure names the stage, the submodule and the parameter.
+Status verifyModelRules(const Module &module);
 
 } // namespace ganc::ir

@@ -27,6 +27,12 @@ public:
         GANC_TRY(integer(module->bucketCapBytes));
         GANC_TRY(expectWord("first"));
         GANC_TRY(integer(module->firstBucketCapBytes));
+      } else if (word == "stage") {
+        Stage stage;
+        GANC_TRY(string(stage.name));
+        GANC_TRY(expectWord("grows"));
+        GANC_TRY(symbolList(stage.grows, false));
+        module->stages.push_back(std::move(stage));
       } else if (word == "param" || word == "buffer") {
         Tensor t;
         GANC_TRY(symbol(t.name));
@@ -45,7 +51,7 @@ public:
         GANC_TRY(parsePhase(*phase, *module));
         module->phases.push_back(std::move(phase));
       } else {
-        return error("expected 'identity', 'bucket_cap', 'param', 'buffer' or 'phase', got '" +
+        return error("expected 'identity', 'bucket_cap', 'stage', 'param', 'buffer' or 'phase', got '" +
                      word + "'");
       }
     }

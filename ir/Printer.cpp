@@ -78,6 +78,8 @@ public:
     if (m.bucketCapBytes)
       line(1, "bucket_cap " + std::to_string(m.bucketCapBytes) + " first " +
                   std::to_string(m.firstBucketCapBytes));
+    for (const Stage &stage : m.stages)
+      line(1, "stage " + quote(stage.name) + " grows " + symbolList(stage.grows, 0));
     for (const Tensor &p : m.parameters)
       line(1, tensorLine("param", p));
     for (const Tensor &b : m.buffers)

@@ -27,6 +27,7 @@ public:
     for (const Tensor &t : m_.buffers)
       if (!names.insert(t.name).second)
         return Status::error("buffer @" + t.name + " is declared twice");
+    GANC_TRY(verifyStages());
     std::set<std::string> phaseNames;
     for (const auto &phase : m_.phases) {
       std::string where = "phase @" + phase->name +
@@ -39,6 +40,25 @@ public:
   }
 
 private:
+  /// Stages are declared once each, and with stages every phase belongs to one.
+  Status verifyStages() {
+    std::set<std::string> stages;
+    for (const Stage &stage : m_.stages) {
+      if (stage.name.empty())
+        return Status::error("a stage has no name");
+      if (!stages.insert(stage.name).second)
+        return Status::error("stage \"" + stage.name + "\" is declared twice");
+    }
+    for (const auto &phase : m_.phases) {
+      if (phase->stage.empty() && !stages.empty())
+        return Status::error("phase @" + phase->name + " has no stage, but the module has stages");
+      if (!phase->stage.empty() && !stages.count(phase->stage))
+        return Status::error("phase @" + phase->name + " is specialised for undeclared stage \"" +
+                             phase->stage + "\"");
+    }
+    return Status::ok();
+  }
+
   Status verifyPhase(const Phase &p) {
     if (p.interval < 1)
       return Status::error("interval must be at least 1, got " + std::to_string(p.interval));
@@ -189,6 +209,44 @@ private:
 
 } // namespace
 
-Status verify(const Module &module) { return Verifier(module).run(); }
+Status verifyInvariants(const Module &module) { return Verifier(module).run(); }
+
+Status verifyModelRules(const Module &module) {
+  // Which stage's phases use which parameters; only meaningful once used-params ran on all.
+  if (module.stages.empty())
+    return Status::ok();
+  for (const auto &phase : module.phases)
+    if (!phase->hasUsedFacts)
+      return Status::ok();
+  auto inBlock = [](const std::string &parameter, const std::string &block) {
+    return parameter.compare(0, block.size() + 1, block + ".") == 0;
+  };
+  const std::vector<Stage> &stages = module.stages;
+  std::vector<std::set<std::string>> usedIn;
+  for (const Stage &stage : stages)
+    usedIn.push_back(module.usedInStage(stage.name));
+  for (size_t i = 0; i < stages.size(); ++i) {
+    for (const std::string &block : stages[i].grows) {
+      std::string where = "stage '" + stages[i].name + "' grows '" + block + "'";
+      if (std::none_of(module.parameters.begin(), module.parameters.end(),
+                       [&](const Tensor &p) { return inBlock(p.name, block); }))
+        return Status::error(where + ", which has no parameters");
+      if (std::none_of(usedIn[i].begin(), usedIn[i].end(),
+                       [&](const std::string &p) { return inBlock(p, block); }))
+        return Status::error(where + ", but none of the stage's phases uses its parameters");
+      for (size_t j = 0; j < i; ++j)
+        for (const std::string &p : usedIn[j])
+          if (inBlock(p, block))
+            return Status::error(where + ", but the earlier stage '" + stages[j].name +
+                                 "' already uses '" + p + "'");
+    }
+  }
+  return Status::ok();
+}
+
+Status verify(const Module &module) {
+  GANC_TRY(verifyInvariants(module));
+  return verifyModelRules(module);
+}
 
 } // namespace ganc::ir

@@ -34,8 +34,11 @@ Status runPipeline(ir::Module &module, const std::vector<std::string> &names,
     auto changed = info->run(module, options.pass);
     if (!changed)
       return changed.status().withContext("pass " + name);
+    // A broken invariant is ganc's bug; a broken model rule is the user's model.
     if (options.verifyEach)
-      GANC_TRY(ir::verify(module).withContext("IR invalid after pass " + name));
+      GANC_TRY(ir::verifyInvariants(module).withContext("IR invalid after pass " + name).as(
+          ErrorKind::Internal));
+    GANC_TRY(ir::verifyModelRules(module));
     if (options.afterPass)
       options.afterPass(name, module);
   }

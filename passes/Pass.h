@@ -37,7 +37,8 @@ std::vector<std::string> defaultPipeline();
 
 struct PipelineOptions {
   PassOptions pass;
-  /// Run the IR verifier after every pass (on in tests and in ganc-opt).
+  /// Run the IR verifier's invariant checks after every pass (on in tests and in ganc-opt).
+  /// The model rules (ir::verifyModelRules) are checked after every pass regardless.
   bool verifyEach = true;
   /// Called after each pass with its name, so drivers can print the IR after it.
   std::function<void(const std::string &, const ir::Module &)> afterPass;

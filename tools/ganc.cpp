@@ -110,8 +110,6 @@ int compile(const std::vector<std::string> &args) {
   Status status = ir::verify(**module).withContext("lowered IR is invalid");
   if (status)
     status = passes::runPipeline(**module, passes::defaultPipeline(), options);
-  if (status)
-    status = frontend::checkStageGrowth(archive->spec, **module);
   if (!status)
     return fail(model + ": " + status.message());
   std::string text = ir::print(**module);
