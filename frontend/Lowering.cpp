@@ -50,6 +50,13 @@ public:
   PhaseLowering(Archive &archive, const PhaseSpec &spec, ir::Module *module, int stage)
       : archive_(archive), spec_(spec), module_(module), stage_(stage) {}
 
+  /// An error in this phase (in this stage's specialisation of it).
+  Status phaseError(const std::string &message) const {
+    std::string stage =
+        stage_ >= 0 ? archive_.spec.stages->list[static_cast<size_t>(stage_)].name : std::string();
+    return Status::error(message).inPhase(ir::phaseKey(spec_.name, stage));
+  }
+
   /// The method's graph, inlined, with the stage attributes folded and what they make dead
   /// removed: what the runtime runs for a stage.
   Expected<std::shared_ptr<jit::Graph>> specialise() {
@@ -99,8 +106,8 @@ private:
       jit::Inline(graph);
       size_t now = countCalls(graph.block());
       if (now >= calls)
-        return Status::error("phase '" + spec_.name + "': cannot inline every call in method '" +
-                             spec_.method + "' (calls through interfaces are not supported)");
+        return phaseError("cannot inline every call in method '" + spec_.method +
+                          "' (calls through interfaces are not supported)");
       calls = now;
     }
     return Status::ok();
@@ -171,9 +178,8 @@ private:
         continue;
       std::string leaf = target.path.substr(target.path.rfind('.') + 1);
       if (assigned.count(leaf))
-        return Status::error("phase '" + spec_.name + "': method '" + spec_.method +
-                             "' assigns the stage attribute '" + target.path +
-                             "'; stages are set by the runtime");
+        return phaseError("method '" + spec_.method + "' assigns the stage attribute '" +
+                          target.path + "'; stages are set by the runtime");
       jit::WithInsertPoint guard(value->node());
       value->replaceAllUsesWith(graph->insertConstant(static_cast<int64_t>(stage_)));
     }
@@ -229,18 +235,16 @@ private:
     while (graph->outputs().size() > originalOutputs)
       graph->eraseOutput(graph->outputs().size() - 1);
     if (!failure.empty())
-      return Status::error("phase '" + spec_.name + "': running method '" + spec_.method +
-                           "' on example inputs failed: " + failure);
+      return phaseError("running method '" + spec_.method +
+                        "' on example inputs failed: " + failure);
     if (stack.size() != originalOutputs + probed.size())
-      return Status::error("phase '" + spec_.name + "': unexpected interpreter result");
+      return phaseError("unexpected interpreter result");
     const c10::IValue &loss = stack[0];
     if (originalOutputs != 1 || !loss.isTensor())
-      return Status::error("phase '" + spec_.name + "': method '" + spec_.method +
-                           "' must return one scalar loss tensor");
+      return phaseError("method '" + spec_.method + "' must return one scalar loss tensor");
     if (loss.toTensor().dim() != 0)
-      return Status::error("phase '" + spec_.name + "': method '" + spec_.method +
-                           "' returns a tensor of shape " + c10::str(loss.toTensor().sizes()) +
-                           ", not a scalar loss");
+      return phaseError("method '" + spec_.method + "' returns a tensor of shape " +
+                        c10::str(loss.toTensor().sizes()) + ", not a scalar loss");
     for (size_t i = 0; i < probed.size(); ++i) {
       const c10::IValue &value = stack[originalOutputs + i];
       if (!value.isTensor())
@@ -363,7 +367,7 @@ private:
     GANC_TRY(lowerBlock(graph.block(), phase->body, false));
     auto loss = values_.find(graph.outputs()[0]);
     if (loss == values_.end())
-      return Status::error("phase '" + spec_.name + "': the loss is not a lowered value");
+      return phaseError("the loss is not a lowered value");
     phase->loss = loss->second;
     renumberAnonymousValues(*phase);
     return phase;
@@ -404,6 +408,49 @@ private:
     out.ops.push_back(std::move(op));
   }
 
+  /// Grad-mode context managers (torch.no_grad(), enable_grad()) become the noGrad flag of
+  /// the ops they enclose. Returns true when `node` was one of their nodes.
+  bool lowerGradMode(jit::Node *node, bool &noGrad) {
+    auto kind = node->kind();
+    bool enables = false;
+    if (kind == c10::prim::Enter && isGradModeObject(node->input(), enables)) {
+      gradModeStack_.push_back(noGrad);
+      noGrad = !enables;
+      return true;
+    }
+    if (kind == c10::prim::Exit && isGradModeObject(node->input(), enables)) {
+      if (!gradModeStack_.empty()) {
+        noGrad = gradModeStack_.back();
+        gradModeStack_.pop_back();
+      }
+      return true;
+    }
+    return (kind == c10::prim::CreateObject && isGradModeObject(node->output(), enables)) ||
+           (kind == c10::prim::SetAttr && isGradModeObject(node->inputs()[0], enables));
+  }
+
+  /// A read of a module attribute: parameters and buffers become ganc.param / ganc.buffer
+  /// named by their path; submodules are not values (their parameters are named by path).
+  void lowerAttributeRead(jit::Node *node, const AttrTarget &target, ir::Block &out, bool noGrad) {
+    if (target.kind == AttrTarget::Kind::Module)
+      return;
+    auto op = std::make_unique<ir::Op>();
+    if (target.kind == AttrTarget::Kind::Parameter || target.kind == AttrTarget::Kind::Buffer) {
+      bool isParam = target.kind == AttrTarget::Kind::Parameter;
+      op->name = isParam ? "ganc.param" : "ganc.buffer";
+      op->symbol = target.path;
+      ir::Type type = tensorType(op->symbol, isParam);
+      emit(std::move(op), node->output(), std::move(type), out);
+      return;
+    }
+    // Any other attribute (not folded: the phase assigns it, or its type is not a plain
+    // constant) stays a read, named by its path.
+    op->name = "prim::GetAttr";
+    op->noGrad = noGrad;
+    op->attributes.emplace_back("name", target.path);
+    emit(std::move(op), node->output(), typeOf(node->output()), out);
+  }
+
   Status lowerBlock(jit::Block *block, ir::Block &out, bool noGrad) {
     // The graph's own inputs (self and the phase inputs) are not block arguments.
     for (jit::Value *arg :
@@ -413,49 +460,15 @@ private:
       out.arguments.push_back(v);
     }
     for (jit::Node *node : block->nodes()) {
-      auto kind = node->kind();
-      // Grad-mode context managers become the noGrad flag of the ops they enclose.
-      bool enables = false;
-      if (kind == c10::prim::Enter && isGradModeObject(node->input(), enables)) {
-        gradModeStack_.push_back(noGrad);
-        noGrad = !enables;
+      if (lowerGradMode(node, noGrad))
         continue;
-      }
-      if (kind == c10::prim::Exit && isGradModeObject(node->input(), enables)) {
-        if (!gradModeStack_.empty()) {
-          noGrad = gradModeStack_.back();
-          gradModeStack_.pop_back();
-        }
-        continue;
-      }
-      if ((kind == c10::prim::CreateObject && isGradModeObject(node->output(), enables)) ||
-          (kind == c10::prim::SetAttr && isGradModeObject(node->inputs()[0], enables)))
-        continue;
-      auto target = targets_.find(kind == c10::prim::GetAttr ? node->output() : nullptr);
+      auto target = targets_.find(node->kind() == c10::prim::GetAttr ? node->output() : nullptr);
       if (target != targets_.end()) {
-        if (target->second.kind == AttrTarget::Kind::Module)
-          continue; // submodules are not values; their parameters are named by path
-        if (target->second.kind == AttrTarget::Kind::Parameter ||
-            target->second.kind == AttrTarget::Kind::Buffer) {
-          auto op = std::make_unique<ir::Op>();
-          bool isParam = target->second.kind == AttrTarget::Kind::Parameter;
-          op->name = isParam ? "ganc.param" : "ganc.buffer";
-          op->symbol = target->second.path;
-          ir::Type type = tensorType(op->symbol, isParam);
-          emit(std::move(op), node->output(), std::move(type), out);
-          continue;
-        }
-        // Any other attribute of a module (not folded: the phase assigns it, or its type is
-        // not a plain constant) stays a read, named by its path.
-        auto op = std::make_unique<ir::Op>();
-        op->name = "prim::GetAttr";
-        op->noGrad = noGrad;
-        op->attributes.emplace_back("name", target->second.path);
-        emit(std::move(op), node->output(), typeOf(node->output()), out);
+        lowerAttributeRead(node, target->second, out, noGrad);
         continue;
       }
       auto op = std::make_unique<ir::Op>();
-      op->name = kind.toQualString();
+      op->name = node->kind().toQualString();
       op->noGrad = noGrad;
       op->attributes = attributesOf(node);
       for (jit::Value *in : node->inputs()) {
@@ -464,8 +477,7 @@ private:
           auto t = targets_.find(in);
           std::string what =
               t != targets_.end() ? "module '" + t->second.path + "'" : "%" + in->debugName();
-          return Status::error("phase '" + spec_.name + "': op " + op->name + " uses " + what +
-                               " as a value, which ganc cannot lower");
+          return phaseError("uses " + what + " as a value, which ganc cannot lower").atOp(op->name);
         }
         op->operands.push_back(it->second);
       }
@@ -485,8 +497,7 @@ private:
     for (jit::Value *y : block->outputs()) {
       auto it = values_.find(y);
       if (it == values_.end())
-        return Status::error("phase '" + spec_.name + "': block yields unlowered %" +
-                             y->debugName());
+        return phaseError("block yields unlowered %" + y->debugName());
       out.yields.push_back(it->second);
     }
     return Status::ok();
@@ -537,16 +548,14 @@ Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive) {
   size_t stages = module->stages.size();
   for (size_t s = 0; s < std::max<size_t>(stages, 1); ++s) {
     for (const PhaseSpec &spec : archive.spec.phases) {
-      std::string where =
-          archive.path + (stages ? ": stage '" + archive.spec.stages->list[s].name + "'" : "");
+      PhaseLowering lowering(archive, spec, module.get(), stages ? static_cast<int>(s) : -1);
       try {
-        auto phase =
-            PhaseLowering(archive, spec, module.get(), stages ? static_cast<int>(s) : -1).run();
+        auto phase = lowering.run();
         if (!phase)
-          return phase.status().withContext(where);
+          return phase.status().inFile(archive.path);
         module->phases.push_back(phase.take());
       } catch (const std::exception &e) {
-        return Status::error(where + ": phase '" + spec.name + "': " + firstLine(e));
+        return lowering.phaseError(firstLine(e)).inFile(archive.path);
       }
     }
   }
@@ -555,10 +564,14 @@ Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive) {
 
 Expected<std::shared_ptr<torch::jit::Graph>> stageGraph(Archive &archive, const PhaseSpec &phase,
                                                         size_t stage) {
+  PhaseLowering lowering(archive, phase, nullptr, static_cast<int>(stage));
   try {
-    return PhaseLowering(archive, phase, nullptr, static_cast<int>(stage)).specialise();
+    auto graph = lowering.specialise();
+    if (!graph)
+      return graph.status().inFile(archive.path);
+    return graph;
   } catch (const std::exception &e) {
-    return Status::error(archive.path + ": phase '" + phase.name + "': " + firstLine(e));
+    return lowering.phaseError(firstLine(e)).inFile(archive.path);
   }
 }
 

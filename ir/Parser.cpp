@@ -51,8 +51,9 @@ public:
         GANC_TRY(parsePhase(*phase, *module));
         module->phases.push_back(std::move(phase));
       } else {
-        return error("expected 'identity', 'bucket_cap', 'stage', 'param', 'buffer' or 'phase', got '" +
-                     word + "'");
+        return error(
+            "expected 'identity', 'bucket_cap', 'stage', 'param', 'buffer' or 'phase', got '" +
+            word + "'");
       }
     }
     GANC_TRY(expect('}'));
@@ -271,18 +272,12 @@ private:
       } else if (word == "stage") {
         GANC_TRY(string(p.stage));
       } else if (word == "input") {
-        std::string name;
-        GANC_TRY(sigilName('%', name));
-        GANC_TRY(expect(':'));
-        auto type = typeText();
-        if (!type)
-          return type.status();
+        auto v = typedValue(p);
+        if (!v)
+          return v.status();
         GANC_TRY(expectWord("from"));
         PhaseInput input;
         input.source = identifier();
-        auto v = define(p, name, type.take());
-        if (!v)
-          return v.status();
         input.value = *v;
         p.inputs.push_back(input);
       } else if (word == "graph") {
@@ -407,15 +402,7 @@ private:
     std::vector<Type> types;
     if (peek(':')) {
       ++pos_;
-      while (true) {
-        auto type = typeText();
-        if (!type)
-          return type.status();
-        types.push_back(type.take());
-        if (!peek(','))
-          break;
-        ++pos_;
-      }
+      GANC_TRY(typeList(types));
     }
     if (types.size() != resultNames.size())
       return errorAt(opLine, "op " + op->name + " has " + std::to_string(resultNames.size()) +
@@ -424,27 +411,7 @@ private:
     while (peek('{')) {
       ++pos_;
       Block region;
-      if (peek('^')) {
-        ++pos_;
-        GANC_TRY(expect('('));
-        while (!peek(')')) {
-          std::string name;
-          GANC_TRY(sigilName('%', name));
-          GANC_TRY(expect(':'));
-          auto type = typeText();
-          if (!type)
-            return type.status();
-          auto v = define(p, name, type.take());
-          if (!v)
-            return v.status();
-          region.arguments.push_back(*v);
-          if (peek(','))
-            ++pos_;
-        }
-        GANC_TRY(expect(')'));
-      }
-      GANC_TRY(parseOps(p, region, /*topLevel=*/false));
-      GANC_TRY(expect('}'));
+      GANC_TRY(parseRegion(p, region));
       op->regions.push_back(std::move(region));
     }
     for (size_t i = 0; i < resultNames.size(); ++i) {
@@ -456,6 +423,49 @@ private:
     }
     block.ops.push_back(std::move(op));
     return Status::ok();
+  }
+
+  /// "type, type, ..." after an op's ':'.
+  Status typeList(std::vector<Type> &types) {
+    while (true) {
+      auto type = typeText();
+      if (!type)
+        return type.status();
+      types.push_back(type.take());
+      if (!peek(','))
+        return Status::ok();
+      ++pos_;
+    }
+  }
+
+  /// "%name : type", defined as a new value of the phase.
+  Expected<Value *> typedValue(Phase &p) {
+    std::string name;
+    GANC_TRY(sigilName('%', name));
+    GANC_TRY(expect(':'));
+    auto type = typeText();
+    if (!type)
+      return type.status();
+    return define(p, name, type.take());
+  }
+
+  /// A region after its '{': optional block arguments "^(%a : t, ...)", ops, then '}'.
+  Status parseRegion(Phase &p, Block &region) {
+    if (peek('^')) {
+      ++pos_;
+      GANC_TRY(expect('('));
+      while (!peek(')')) {
+        auto v = typedValue(p);
+        if (!v)
+          return v.status();
+        region.arguments.push_back(*v);
+        if (peek(','))
+          ++pos_;
+      }
+      GANC_TRY(expect(')'));
+    }
+    GANC_TRY(parseOps(p, region, /*topLevel=*/false));
+    return expect('}');
   }
 
   bool looksLikeAttributes() {

@@ -30,11 +30,9 @@ public:
     GANC_TRY(verifyStages());
     std::set<std::string> phaseNames;
     for (const auto &phase : m_.phases) {
-      std::string where = "phase @" + phase->name +
-                          (phase->stage.empty() ? "" : " (stage \"" + phase->stage + "\")");
       if (!phaseNames.insert(phase->key()).second)
-        return Status::error(where + " is declared twice");
-      GANC_TRY(verifyPhase(*phase).withContext(where));
+        return Status::error("phase '" + phase->key() + "' is declared twice");
+      GANC_TRY(verifyPhase(*phase).inPhase(phase->key()));
     }
     return Status::ok();
   }

@@ -36,8 +36,9 @@ Status runPipeline(ir::Module &module, const std::vector<std::string> &names,
       return changed.status().withContext("pass " + name);
     // A broken invariant is ganc's bug; a broken model rule is the user's model.
     if (options.verifyEach)
-      GANC_TRY(ir::verifyInvariants(module).withContext("IR invalid after pass " + name).as(
-          ErrorKind::Internal));
+      GANC_TRY(ir::verifyInvariants(module)
+                   .withContext("IR invalid after pass " + name)
+                   .as(ErrorKind::Internal));
     GANC_TRY(ir::verifyModelRules(module));
     if (options.afterPass)
       options.afterPass(name, module);

@@ -49,44 +49,39 @@ volatile sig_atomic_t stopSignal = 0;
 
 void onStopSignal(int signal) { stopSignal = signal; }
 
-} // namespace
-
-int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::string> &rest) {
-  const int port = freePort();
+/// Forks rank `rank` of `nproc` and execs `ganc train` in it with torchrun's environment.
+/// Returns its pid, or -1 when it could not be started.
+pid_t startRank(const std::string &self, int rank, int nproc, int port,
+                const std::vector<std::string> &rest) {
   const pid_t launcher = getpid();
-  std::vector<pid_t> children;
-  for (int r = 0; r < nproc; ++r) {
-    pid_t pid = fork();
-    if (pid < 0) {
-      std::cerr << "ganc: error: run: cannot start rank " << r << std::endl;
-      return 2;
-    }
-    if (pid == 0) {
-      // A rank dies with its launcher, even one killed with SIGKILL: no orphans training on.
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != launcher)
-        _exit(1);
-      setenv("RANK", std::to_string(r).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
-      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      std::vector<std::string> argvStrings = {self, "train"};
-      argvStrings.insert(argvStrings.end(), rest.begin(), rest.end());
-      std::vector<char *> argv;
-      for (std::string &s : argvStrings)
-        argv.push_back(s.data());
-      argv.push_back(nullptr);
-      execv("/proc/self/exe", argv.data());
-      std::perror("ganc run: exec");
-      _exit(127);
-    }
-    children.push_back(pid);
-  }
-  // Wait for every rank; the first one to fail stops the others (SIGTERM, then SIGKILL after
-  // a grace period), so a dead rank never leaves its peers hanging in a collective. SIGINT,
-  // SIGTERM and SIGHUP to the launcher stop the ranks the same way.
+  pid_t pid = fork();
+  if (pid != 0)
+    return pid;
+  // A rank dies with its launcher, even one killed with SIGKILL: no orphans training on.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != launcher)
+    _exit(1);
+  setenv("RANK", std::to_string(rank).c_str(), 1);
+  setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+  setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+  setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  std::vector<std::string> argvStrings = {self, "train"};
+  argvStrings.insert(argvStrings.end(), rest.begin(), rest.end());
+  std::vector<char *> argv;
+  for (std::string &s : argvStrings)
+    argv.push_back(s.data());
+  argv.push_back(nullptr);
+  execv("/proc/self/exe", argv.data());
+  std::perror("ganc run: exec");
+  _exit(127);
+}
+
+/// Waits for every rank; the first one to fail stops the others (SIGTERM, then SIGKILL after
+/// a grace period), so a dead rank never leaves its peers hanging in a collective. SIGINT,
+/// SIGTERM and SIGHUP to the launcher stop the ranks the same way. Returns the exit code.
+int superviseRanks(const std::vector<pid_t> &children) {
   struct sigaction action {};
   action.sa_handler = onStopSignal;
   sigemptyset(&action.sa_mask);
@@ -95,27 +90,29 @@ int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::
   int result = 0;
   size_t alive = children.size();
   std::vector<bool> done(children.size(), false);
-  auto killRest = [&](int signal) {
+  std::chrono::steady_clock::time_point killDeadline{};
+  auto stopRest = [&] {
     for (size_t i = 0; i < children.size(); ++i)
       if (!done[i])
-        kill(children[i], signal);
+        kill(children[i], SIGTERM);
+    killDeadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   };
-  std::chrono::steady_clock::time_point killDeadline{};
   bool stopping = false;
   while (alive > 0) {
     if (stopSignal != 0 && !stopping) {
       stopping = true;
       result = 128 + stopSignal;
       std::cerr << "ganc run: " << strsignal(stopSignal) << "; stopping the ranks" << std::endl;
-      killRest(SIGTERM);
-      killDeadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      stopRest();
     }
     int status = 0;
     pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid <= 0) {
       if (killDeadline != std::chrono::steady_clock::time_point{} &&
           std::chrono::steady_clock::now() > killDeadline) {
-        killRest(SIGKILL);
+        for (size_t i = 0; i < children.size(); ++i)
+          if (!done[i])
+            kill(children[i], SIGKILL);
         killDeadline = {};
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -131,12 +128,29 @@ int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::
         result = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
         std::cerr << "ganc run: rank " << i << " " << describeExit(status)
                   << "; stopping the other ranks" << std::endl;
-        killRest(SIGTERM);
-        killDeadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        stopRest();
       }
     }
   }
   return result;
+}
+
+} // namespace
+
+int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::string> &rest) {
+  const int port = freePort();
+  std::vector<pid_t> children;
+  for (int r = 0; r < nproc; ++r) {
+    pid_t pid = startRank(self, r, nproc, port, rest);
+    if (pid < 0) {
+      std::cerr << "ganc: error: run: cannot start rank " << r << std::endl;
+      for (pid_t child : children)
+        kill(child, SIGTERM);
+      return 2;
+    }
+    children.push_back(pid);
+  }
+  return superviseRanks(children);
 }
 
 } // namespace ganc::runtime

@@ -78,9 +78,9 @@ private:
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
           });
     } catch (const std::exception &e) {
-      return frontend::fromException(e, ErrorKind::Runtime,
-                                     "rank " + std::to_string(s_.rank.rank) + ": phase '" +
-                                         phase.name + "', step " + std::to_string(step));
+      return frontend::fromException(e, ErrorKind::Runtime, "")
+          .inPhase(key)
+          .withContext("rank " + std::to_string(s_.rank.rank) + ", step " + std::to_string(step));
     }
     progress.endPhase(step, s_.executor->lastRun(), s_.executor->lastWorkSeconds());
     GANC_TRY(dumped);

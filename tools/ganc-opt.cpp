@@ -48,6 +48,23 @@ bool processOne(const std::string &text, const std::vector<std::string> &pipelin
   return true;
 }
 
+/// The cases of a --split-input-file input, separated by "// -----" lines.
+std::vector<std::string> splitInput(const std::string &text) {
+  std::vector<std::string> inputs;
+  std::string current, line;
+  std::istringstream lines(text);
+  while (std::getline(lines, line)) {
+    if (line.rfind("// -----", 0) == 0) {
+      inputs.push_back(current);
+      current.clear();
+    } else {
+      current += line + "\n";
+    }
+  }
+  inputs.push_back(current);
+  return inputs;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -107,22 +124,8 @@ int main(int argc, char **argv) {
         std::cout << "// IR after " << name << "\n" << ir::print(m);
     };
 
-  std::vector<std::string> inputs;
-  if (split) {
-    std::string text = buffer.str(), current, line;
-    std::istringstream lines(text);
-    while (std::getline(lines, line)) {
-      if (line.rfind("// -----", 0) == 0) {
-        inputs.push_back(current);
-        current.clear();
-      } else {
-        current += line + "\n";
-      }
-    }
-    inputs.push_back(current);
-  } else {
-    inputs.push_back(buffer.str());
-  }
+  std::vector<std::string> inputs =
+      split ? splitInput(buffer.str()) : std::vector<std::string>{buffer.str()};
   bool ok = true;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (i)

@@ -40,9 +40,14 @@ int fail(const std::string &message) {
   return 2;
 }
 
-int compile(const std::vector<std::string> &args) {
+struct CompileArgs {
   std::string model, output, emit, printAfter;
   passes::PipelineOptions options;
+  bool help = false;
+};
+
+/// Reads `ganc compile`'s command line and checks it; errors are one line for fail().
+Status parseCompileArgs(const std::vector<std::string> &args, CompileArgs &c) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &a = args[i];
     auto value = [&](const char *flag) -> std::string {
@@ -50,78 +55,90 @@ int compile(const std::vector<std::string> &args) {
         throw std::runtime_error(std::string(flag) + " needs a value");
       return args[++i];
     };
+    auto megabytes = [&](const char *flag) {
+      return static_cast<int64_t>(std::stod(value(flag)) * 1048576);
+    };
     try {
       if (a == "-o" || a == "--output")
-        output = value("-o");
+        c.output = value("-o");
       else if (a == "--bucket-cap-mb")
-        options.pass.bucketCapBytes =
-            static_cast<int64_t>(std::stod(value("--bucket-cap-mb")) * 1048576);
+        c.options.pass.bucketCapBytes = megabytes("--bucket-cap-mb");
       else if (a == "--first-bucket-mb")
-        options.pass.firstBucketCapBytes =
-            static_cast<int64_t>(std::stod(value("--first-bucket-mb")) * 1048576);
+        c.options.pass.firstBucketCapBytes = megabytes("--first-bucket-mb");
       else if (a == "--emit")
-        emit = value("--emit");
+        c.emit = value("--emit");
       else if (a == "--print-ir-after")
-        printAfter = value("--print-ir-after");
-      else if (a == "-h" || a == "--help") {
-        std::cout << kUsage;
-        return 0;
-      } else if (!a.empty() && a[0] == '-')
-        return fail("compile: unknown option '" + a + "'");
-      else if (model.empty())
-        model = a;
+        c.printAfter = value("--print-ir-after");
+      else if (a == "-h" || a == "--help")
+        c.help = true;
+      else if (!a.empty() && a[0] == '-')
+        return Status::error("unknown option '" + a + "'");
+      else if (c.model.empty())
+        c.model = a;
       else
-        return fail("compile: more than one model given ('" + model + "', '" + a + "')");
+        return Status::error("more than one model given ('" + c.model + "', '" + a + "')");
     } catch (const std::exception &e) {
-      return fail(std::string("compile: ") + e.what());
+      return Status::error(e.what());
     }
   }
-  if (model.empty())
-    return fail("compile: no MODEL.pt given (ganc compile MODEL.pt -o PLAN)");
-  if (output.empty() && emit.empty())
-    return fail("compile: say where the plan goes with -o PLAN");
-  if (!emit.empty() && emit != "ir" && emit != "json" && emit != "report")
-    return fail("compile: --emit takes ir, json or report, not '" + emit + "'");
-  if (options.pass.bucketCapBytes <= 0 || options.pass.firstBucketCapBytes <= 0)
-    return fail("compile: bucket caps must be positive");
-  if (!printAfter.empty() && !passes::findPass(printAfter))
-    return fail("compile: --print-ir-after names unknown pass '" + printAfter + "'");
-  if (!output.empty()) {
+  if (c.help)
+    return Status::ok();
+  if (c.model.empty())
+    return Status::error("no MODEL.pt given (ganc compile MODEL.pt -o PLAN)");
+  if (c.output.empty() && c.emit.empty())
+    return Status::error("say where the plan goes with -o PLAN");
+  if (!c.emit.empty() && c.emit != "ir" && c.emit != "json" && c.emit != "report")
+    return Status::error("--emit takes ir, json or report, not '" + c.emit + "'");
+  if (c.options.pass.bucketCapBytes <= 0 || c.options.pass.firstBucketCapBytes <= 0)
+    return Status::error("bucket caps must be positive");
+  if (!c.printAfter.empty() && !passes::findPass(c.printAfter))
+    return Status::error("--print-ir-after names unknown pass '" + c.printAfter + "'");
+  if (!c.output.empty()) {
     // The plan may replace an earlier plan, never the model or anything that is not a file.
     namespace fs = std::filesystem;
     std::error_code ec;
-    if (fs::exists(output, ec) && fs::equivalent(output, model, ec))
-      return fail("compile: -o " + output + " is the model archive itself");
-    if (fs::exists(output, ec) && !fs::is_regular_file(output, ec))
-      return fail("compile: -o " + output + " exists and is not a regular file");
+    if (fs::exists(c.output, ec) && fs::equivalent(c.output, c.model, ec))
+      return Status::error("-o " + c.output + " is the model archive itself");
+    if (fs::exists(c.output, ec) && !fs::is_regular_file(c.output, ec))
+      return Status::error("-o " + c.output + " exists and is not a regular file");
   }
+  return Status::ok();
+}
 
-  auto archive = frontend::loadArchive(model);
+int compile(const std::vector<std::string> &args) {
+  CompileArgs c;
+  if (Status s = parseCompileArgs(args, c); !s)
+    return fail("compile: " + s.message());
+  if (c.help) {
+    std::cout << kUsage;
+    return 0;
+  }
+  auto archive = frontend::loadArchive(c.model);
   if (!archive)
     return fail(archive.status().message());
   auto module = frontend::lowerToIR(*archive);
   if (!module)
     return fail(module.status().message());
-  if (!printAfter.empty())
-    options.afterPass = [&](const std::string &name, const ir::Module &m) {
-      if (name == printAfter)
+  if (!c.printAfter.empty())
+    c.options.afterPass = [&](const std::string &name, const ir::Module &m) {
+      if (name == c.printAfter)
         std::cout << "// IR after " << name << "\n" << ir::print(m);
     };
   Status status = ir::verify(**module).withContext("lowered IR is invalid");
   if (status)
-    status = passes::runPipeline(**module, passes::defaultPipeline(), options);
+    status = passes::runPipeline(**module, passes::defaultPipeline(), c.options);
   if (!status)
-    return fail(model + ": " + status.message());
+    return fail(status.inFile(c.model).message());
   std::string text = ir::print(**module);
-  if (!output.empty()) {
-    if (Status s = writeFileAtomically(output, text); !s)
+  if (!c.output.empty()) {
+    if (Status s = writeFileAtomically(c.output, text); !s)
       return fail(s.message());
   }
-  if (emit == "ir")
+  if (c.emit == "ir")
     std::cout << text;
-  else if (emit == "json")
+  else if (c.emit == "json")
     std::cout << tools::planJson(**module);
-  else if (emit == "report")
+  else if (c.emit == "report")
     std::cout << tools::explain(**module);
   return 0;
 }

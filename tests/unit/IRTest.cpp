@@ -100,3 +100,29 @@ TEST(IRTest, ParserReportsLine) {
   ASSERT_FALSE(parsed.isOk());
   EXPECT_EQ(parsed.status().message().rfind("line 2:", 0), 0u) << parsed.status().message();
 }
+
+TEST(IRTest, StatusCarriesLocationInnermostFirst) {
+  Status status = Status::error("shape mismatch")
+                      .forParameter("g.w")
+                      .atOp("aten::linear")
+                      .inPhase("d@8x8")
+                      .inPhase("g") // an outer caller does not override the inner phase
+                      .inFile("model.pt")
+                      .withContext("rank 1");
+  EXPECT_EQ(status.location().phase, "d@8x8");
+  EXPECT_EQ(status.location().parameter, "g.w");
+  EXPECT_EQ(status.message(),
+            "rank 1: model.pt: phase 'd@8x8': op aten::linear: parameter 'g.w': shape mismatch");
+  EXPECT_EQ(status.as(ErrorKind::Runtime).message(), status.message());
+  EXPECT_EQ(status.as(ErrorKind::Runtime).exitCode(), 1);
+  EXPECT_TRUE(Status::ok().inPhase("d").isOk());
+  EXPECT_EQ(Status::ok().inPhase("d").message(), "");
+}
+
+TEST(IRTest, VerifierNamesPhaseInLocation) {
+  auto m = twoLayerModule();
+  m->phases[0]->interval = 0;
+  Status status = ir::verify(*m);
+  ASSERT_FALSE(status.isOk());
+  EXPECT_EQ(status.location().phase, m->phases[0]->key());
+}
