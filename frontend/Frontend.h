@@ -4,4 +4,5 @@
 #include "frontend/Archive.h"
 #include "frontend/Dtypes.h"
 #include "frontend/Lowering.h"
+#include "frontend/Shapes.h"
 #include "frontend/Stages.h"

@@ -1,9 +1,10 @@
-// Phase lowering: inline, specialise the stage, fold module attributes, probe shapes on
-// example inputs, and translate the TorchScript graph op by op into ganc IR.
+// Phase lowering: inline, specialise the stage, fold module attributes, probe shapes
+// (Shapes.cpp), and translate the TorchScript graph op by op into ganc IR.
 #include "frontend/Lowering.h"
 
 #include "frontend/Archive.h"
 #include "frontend/Dtypes.h"
+#include "frontend/Shapes.h"
 #include "frontend/TorchError.h"
 
 #include <torch/csrc/jit/passes/constant_propagation.h>
@@ -11,7 +12,6 @@
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/passes/lower_tuples.h>
 #include <torch/csrc/jit/passes/remove_mutation.h>
-#include <torch/csrc/jit/runtime/interpreter.h>
 
 #include <algorithm>
 #include <cctype>
@@ -22,18 +22,6 @@
 namespace ganc::frontend {
 
 namespace jit = torch::jit;
-
-at::Tensor exampleInput(const Spec &spec, const InputSpec &input, int64_t batch) {
-  if (input.source == InputSource::Fade)
-    return torch::rand({}).to(inputScalarType(spec));
-  if (input.isClassIds())
-    return torch::randint(input.classes, {batch}, torch::kLong);
-  std::vector<int64_t> shape = {batch};
-  const auto &sample = input.source == InputSource::Data ? spec.dataShape : input.shape;
-  shape.insert(shape.end(), sample.begin(), sample.end());
-  return (input.source == InputSource::Uniform ? torch::rand(shape) : torch::randn(shape))
-      .to(inputScalarType(spec));
-}
 
 namespace {
 
@@ -52,9 +40,14 @@ public:
 
   /// An error in this phase (in this stage's specialisation of it).
   Status phaseError(const std::string &message) const {
-    std::string stage =
-        stage_ >= 0 ? archive_.spec.stages->list[static_cast<size_t>(stage_)].name : std::string();
-    return Status::error(message).inPhase(ir::phaseKey(spec_.name, stage));
+    return Status::error(message).inPhase(key());
+  }
+
+  /// The phase's key: its name, with the stage for a stage's specialisation ("d@8x8").
+  std::string key() const {
+    const auto &stages = archive_.spec.stages;
+    return ir::phaseKey(spec_.name,
+                        stage_ >= 0 ? stages->list[static_cast<size_t>(stage_)].name : "");
   }
 
   /// The method's graph, inlined, with the stage attributes folded and what they make dead
@@ -204,54 +197,11 @@ private:
     }
   }
 
-  /// Runs the phase once on example inputs (spec shapes, spec batch) and records the shape
-  /// and dtype of every top-level tensor value.
   Status recordShapes(const std::shared_ptr<jit::Graph> &graph) {
-    // The interpreter compiles its own copy of the graph, so the extra outputs registered
-    // here are removed again right after and the lowered graph is left as it was.
-    size_t originalOutputs = graph->outputs().size();
-    std::vector<jit::Value *> probed;
-    for (jit::Node *node : graph->nodes())
-      for (jit::Value *v : node->outputs())
-        if (v->type()->kind() == c10::TypeKind::TensorType) {
-          graph->registerOutput(v);
-          probed.push_back(v);
-        }
-    jit::Stack stack;
-    stack.emplace_back(archive_.module._ivalue());
-    for (size_t i = 0; i < spec_.inputs.size(); ++i) {
-      at::Tensor example = exampleInput(archive_.spec, spec_.inputs[i], archive_.spec.batchSize);
-      stack.emplace_back(example);
-      shapes_[graph->inputs()[i + 1]] =
-          ir::Type::tensor(dtypeName(example.scalar_type()), example.sizes().vec());
-    }
-    std::string failure;
-    try {
-      jit::Code code(graph, spec_.method);
-      jit::InterpreterState(code).run(stack);
-    } catch (const std::exception &e) {
-      failure = firstLine(e);
-    }
-    while (graph->outputs().size() > originalOutputs)
-      graph->eraseOutput(graph->outputs().size() - 1);
-    if (!failure.empty())
-      return phaseError("running method '" + spec_.method +
-                        "' on example inputs failed: " + failure);
-    if (stack.size() != originalOutputs + probed.size())
-      return phaseError("unexpected interpreter result");
-    const c10::IValue &loss = stack[0];
-    if (originalOutputs != 1 || !loss.isTensor())
-      return phaseError("method '" + spec_.method + "' must return one scalar loss tensor");
-    if (loss.toTensor().dim() != 0)
-      return phaseError("method '" + spec_.method + "' returns a tensor of shape " +
-                        c10::str(loss.toTensor().sizes()) + ", not a scalar loss");
-    for (size_t i = 0; i < probed.size(); ++i) {
-      const c10::IValue &value = stack[originalOutputs + i];
-      if (!value.isTensor())
-        continue;
-      const at::Tensor &t = value.toTensor();
-      shapes_[probed[i]] = ir::Type::tensor(dtypeName(t.scalar_type()), t.sizes().vec());
-    }
+    auto shapes = probeShapes(archive_, spec_, graph);
+    if (!shapes)
+      return shapes.status().inPhase(key());
+    shapes_ = shapes.take();
     return Status::ok();
   }
 

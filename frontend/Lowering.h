@@ -22,8 +22,4 @@ Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive);
 Expected<std::shared_ptr<torch::jit::Graph>> stageGraph(Archive &archive, const PhaseSpec &phase,
                                                         size_t stage);
 
-/// A random input of the right shape and dtype for one call of a phase (class ids for
-/// labels and categorical inputs), for shape recording and tests.
-at::Tensor exampleInput(const Spec &spec, const InputSpec &input, int64_t batch);
-
 } // namespace ganc::frontend

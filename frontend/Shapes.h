@@ -1,0 +1,27 @@
+// Shape probing: runs a phase's graph once on example inputs and records the shape and dtype
+// of every tensor it computes (the IR's types come from here, not from TorchScript's
+// incomplete type annotations).
+#pragma once
+
+#include "frontend/Archive.h"
+#include "ir/Module.h"
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <map>
+
+namespace ganc::frontend {
+
+/// A random input of the right shape and dtype for one call of a phase (class ids for
+/// labels and categorical inputs), for shape probing and tests.
+at::Tensor exampleInput(const Spec &spec, const InputSpec &input, int64_t batch);
+
+/// The type of every top-level tensor value of `graph` (the phase's method, called with
+/// `self` and the phase inputs) and of its inputs, from one run on example inputs of the
+/// spec's batch size. Checks that the method returns one scalar loss tensor. The graph is
+/// left as it was.
+Expected<std::map<torch::jit::Value *, ir::Type>>
+probeShapes(Archive &archive, const PhaseSpec &phase,
+            const std::shared_ptr<torch::jit::Graph> &graph);
+
+} // namespace ganc::frontend
