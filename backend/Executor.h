@@ -34,9 +34,10 @@ struct ExecutorOptions {
 /// runtime's optimizers step there (inside the captured graph on CUDA).
 using StepFn = std::function<void(const std::string &phase, const PhaseReducer &)>;
 
-/// Produces a phase's inputs in the method's argument order. On CUDA it runs inside the
-/// captured region, so noise drawn there is drawn anew by every replay.
-using InputFn = std::function<std::vector<at::Tensor>()>;
+/// Produces a phase's inputs for micro-batch `micro` (0 unless the phase accumulates) in the
+/// method's argument order. On CUDA it runs inside the captured region, so noise drawn there
+/// is drawn anew by every replay.
+using InputFn = std::function<std::vector<at::Tensor>(int64_t micro)>;
 
 /// How the last phase run went, for timing.json.
 struct RunStats {
@@ -52,7 +53,8 @@ class PhaseExecutor {
 public:
   virtual ~PhaseExecutor() = default;
   /// Runs the phase with key `phase` ("d", or "d@8x8" in a stage) on the inputs `inputs`
-  /// makes and returns its local loss (on the device; reading it synchronises).
+  /// makes (once per micro-batch when it accumulates) and returns its local loss, the mean
+  /// over micro-batches (on the device; reading it synchronises).
   virtual at::Tensor run(const std::string &phase, const InputFn &inputs, const StepFn &step) = 0;
   /// How the phase runs ("eager", "cuda-graph", or "eager (reason)").
   virtual std::string mode(const std::string &phase) const = 0;

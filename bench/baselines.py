@@ -46,31 +46,48 @@ def unwrapped(gan, subs):
 
 def iteration(gan, spec, subs, inputs, optimizers, style, world, methods=None, step=0, manual=()):
     """One training step: every phase with step % interval == 0, in spec order. `manual`
-    names the phases the ``ddp`` style runs without DDP."""
-    batch = None
+    names the phases the ``ddp`` style runs without DDP. The spec's training-step features
+    run the way each style's users write them: micro-batches under no_sync() but the last
+    (``flat``: one all-reduce after the last), each loss divided by their number, the forward
+    under torch.autocast, clip_grad_norm_ after the all-reduce."""
+    batches = []
     for phase in spec["phases"]:
         if step % phase.get("interval", 1):
             continue
-        if batch is None and any(i["source"] in ("data", "labels") for i in phase["inputs"]):
-            batch = inputs.batch()
+        reads_data = any(i["source"] in ("data", "labels") for i in phase["inputs"])
         updates = set(phase["updates"])
         for s in subs:
             for p in gan._modules[s].parameters():
                 p.requires_grad_(s in updates)
                 p.grad = None
-        args = inputs.for_phase(phase, batch)
         method = methods[phase["name"]] if methods else getattr(gan, phase["method"])
         by_hand = style == "flat" or phase["name"] in manual
-        with contextlib.ExitStack() as stack:
-            if style == "ddp" and phase["name"] in manual:
-                stack.enter_context(unwrapped(gan, subs))
-            elif style == "ddp":
-                for s in subs:
-                    if s not in updates:
-                        stack.enter_context(gan._modules[s].no_sync())
-            loss = method(*args)
-            loss.backward()
+        micro_batches = phase.get("accumulate", 1)
+        precision = phase.get("precision", spec.get("precision", "float32"))
+        for micro in range(micro_batches):
+            while reads_data and len(batches) <= micro:
+                batches.append(inputs.batch())
+            args = inputs.for_phase(phase, batches[micro] if reads_data else None)
+            last = micro == micro_batches - 1
+            with contextlib.ExitStack() as stack:
+                if style == "ddp" and phase["name"] in manual:
+                    stack.enter_context(unwrapped(gan, subs))
+                elif style == "ddp":
+                    for s in subs:
+                        if s not in updates or not last:
+                            stack.enter_context(gan._modules[s].no_sync())
+                with contextlib.ExitStack() as autocast:
+                    if precision != "float32":
+                        autocast.enter_context(torch.autocast(inputs.device.type, dtype=getattr(torch, precision)))
+                    loss = method(*args)
+                if micro_batches > 1:
+                    loss = loss / micro_batches
+                loss.backward()
         if by_hand:
             flat_all_reduce(gan, updates, world)
         for s in phase["updates"]:
+            clip = spec["optimizers"][s].get("clip_grad_norm")
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(gan._modules[s].parameters(), clip["max_norm"],
+                                               float(clip.get("norm_type", 2.0)))
             optimizers[s].step()

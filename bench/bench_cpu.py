@@ -1,6 +1,8 @@
 """CPU benchmark: ganc on 2 Gloo ranks against the two ways people train GANs with PyTorch.
 
-In one run, for the MLP GAN and DCGAN-32, on the same data, batch and optimizer:
+In one run, for the MLP GAN, DCGAN-32 and DCGAN-32 with the training-step features of GPU
+recipes (dcgan32_amp: bfloat16 autocast, D accumulating 2 micro-batches, G clipped; each
+baseline uses the same features its own way), on the same data, batch and optimizer:
 
 - eager DDP, mmengine style: the Python model with one DistributedDataParallel per
   submodule (find_unused_parameters=True); submodules a phase does not update run with
@@ -104,7 +106,8 @@ def main():
         for name, steps in (("ring", 0), ("digits", 0)):
             subprocess.run([sys.executable, os.path.join(ROOT, "models", "make_data.py"), name, "-o",
                             os.path.join(tmp, name + ".pt")], check=True, stdout=subprocess.DEVNULL)
-        for model, data, steps in (("mlp", "ring", args.steps_mlp), ("dcgan32", "digits", args.steps_dcgan)):
+        for model, data, steps in (("mlp", "ring", args.steps_mlp), ("dcgan32", "digits", args.steps_dcgan),
+                                   ("dcgan32_amp", "digits", args.steps_dcgan)):
             data = os.path.join(tmp, data + ".pt")
             warmup = max(2, steps // 10)
             ddp = baseline(model, data, steps, warmup, "ddp", args.nproc, tmp)
@@ -112,10 +115,10 @@ def main():
             step, overhead = run_ganc(model, data, steps, warmup, args.nproc, tmp)
             rows.append((model, 1 / ddp, 1 / flat, 1 / step, ddp / step, flat / step, overhead))
     print(f"\n{args.nproc} Gloo ranks on {os.cpu_count()} CPU cores; median step time after warm-up")
-    print(f"{'model':10} {'eager DDP':>10} {'StyleGAN3':>10} {'ganc':>10} {'vs DDP':>8} {'vs SG3':>8} {'ganc host overhead':>20}")
-    print(f"{'':10} {'steps/s':>10} {'steps/s':>10} {'steps/s':>10}")
+    print(f"{'model':12} {'eager DDP':>10} {'StyleGAN3':>10} {'ganc':>10} {'vs DDP':>8} {'vs SG3':>8} {'ganc host overhead':>20}")
+    print(f"{'':12} {'steps/s':>10} {'steps/s':>10} {'steps/s':>10}")
     for model, d, f, g, rd, rf, ov in rows:
-        print(f"{model:10} {d:10.1f} {f:10.1f} {g:10.1f} {rd:7.2f}x {rf:7.2f}x {ov * 1e6:15.0f} us/step")
+        print(f"{model:12} {d:10.1f} {f:10.1f} {g:10.1f} {rd:7.2f}x {rf:7.2f}x {ov * 1e6:15.0f} us/step")
 
 
 if __name__ == "__main__":

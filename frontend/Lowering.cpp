@@ -306,6 +306,14 @@ private:
     phase->method = spec_.method;
     phase->updates = spec_.updates;
     phase->interval = spec_.interval;
+    phase->accumulate = spec_.accumulate;
+    if (spec_.precision != Precision::Float32)
+      phase->autocast = spec_.precision == Precision::BFloat16 ? "bf16" : "f16";
+    for (const std::string &sub : spec_.updates) {
+      const auto &clip = archive_.spec.optimizers.at(sub).clip;
+      if (clip)
+        phase->clips.push_back({sub, clip->maxNorm, clip->normType});
+    }
     for (size_t i = 0; i < spec_.inputs.size(); ++i) {
       jit::Value *in = graph.inputs()[i + 1];
       ir::PhaseInput input;

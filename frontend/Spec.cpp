@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 
 namespace ganc::frontend {
@@ -19,7 +20,20 @@ constexpr std::pair<InputSource, const char *> kSources[] = {
     {InputSource::Fade, "fade"},
 };
 
+constexpr std::pair<Precision, const char *> kPrecisions[] = {
+    {Precision::Float32, "float32"},
+    {Precision::BFloat16, "bfloat16"},
+    {Precision::Float16, "float16"},
+};
+
 } // namespace
+
+const char *precisionName(Precision precision) {
+  for (const auto &[p, name] : kPrecisions)
+    if (p == precision)
+      return name;
+  return "?";
+}
 
 const char *inputSourceName(InputSource source) {
   for (const auto &[s, name] : kSources)
@@ -55,6 +69,44 @@ Expected<std::vector<int64_t>> shapeOf(const json &j, const std::string &where) 
   return shape;
 }
 
+/// A version 2 field in a version 1 spec is refused: the writer must say which schema it means.
+Status needVersion2(const Spec &spec, const json &j, const char *field, const std::string &where) {
+  return need(spec.version >= 2 || !j.contains(field),
+              where + "'" + field + "' is a ganc_spec 2 field; set \"ganc_spec\": 2");
+}
+
+Expected<Precision> parsePrecision(const json &j, const std::string &where) {
+  const std::string name = j.is_string() ? j.get<std::string>() : j.dump();
+  for (const auto &[p, n] : kPrecisions)
+    if (name == n)
+      return p;
+  return Status::error(where + "'precision' must be float32, bfloat16 or float16, got '" + name +
+                       "'");
+}
+
+/// 'clip_grad_norm': {"max_norm": x, "norm_type": p}, as torch.nn.utils.clip_grad_norm_.
+Status parseClip(const json &j, const std::string &where, OptimizerSpec &o) {
+  GANC_TRY(need(j.is_object() && j.contains("max_norm") && j["max_norm"].is_number() &&
+                    j["max_norm"].get<double>() > 0,
+                where + ": 'clip_grad_norm' needs a positive 'max_norm'"));
+  ClipSpec clip;
+  clip.maxNorm = j["max_norm"].get<double>();
+  if (j.contains("norm_type")) {
+    const json &p = j["norm_type"];
+    if (p.is_string() && p.get<std::string>() == "inf")
+      clip.normType = std::numeric_limits<double>::infinity();
+    else if (p.is_number() && p.get<double>() > 0)
+      clip.normType = p.get<double>();
+    else
+      return Status::error(where +
+                           ": 'clip_grad_norm.norm_type' must be a positive number or "
+                           "\"inf\", got " +
+                           p.dump());
+  }
+  o.clip = clip;
+  return Status::ok();
+}
+
 Status parseOptimizer(const std::string &submodule, const json &j, OptimizerSpec &o) {
   std::string where = "optimizer of '" + submodule + "'";
   GANC_TRY(need(j.is_object() && j.contains("type") && j["type"].is_string(),
@@ -77,6 +129,8 @@ Status parseOptimizer(const std::string &submodule, const json &j, OptimizerSpec
   o.eps = j.value("eps", o.eps);
   o.weightDecay = j.value("weight_decay", o.weightDecay);
   o.momentum = j.value("momentum", o.momentum);
+  if (j.contains("clip_grad_norm"))
+    GANC_TRY(parseClip(j["clip_grad_norm"], where, o));
   return Status::ok();
 }
 
@@ -185,6 +239,20 @@ Status parsePhase(const json &p, const Spec &spec, bool hasStages, PhaseSpec &ph
     GANC_TRY(parseInput(in, spec, hasStages, where, input));
     phase.inputs.push_back(input);
   }
+  GANC_TRY(needVersion2(spec, p, "accumulate", where + ": "));
+  GANC_TRY(needVersion2(spec, p, "precision", where + ": "));
+  if (p.contains("accumulate")) {
+    GANC_TRY(need(p["accumulate"].is_number_integer() && p["accumulate"].get<int64_t>() >= 1,
+                  where + ": 'accumulate' must be an integer >= 1, got " + p["accumulate"].dump()));
+    phase.accumulate = p["accumulate"].get<int64_t>();
+  }
+  phase.precision = spec.precision;
+  if (p.contains("precision")) {
+    auto precision = parsePrecision(p["precision"], where + ": ");
+    if (!precision)
+      return precision.status();
+    phase.precision = *precision;
+  }
   return Status::ok();
 }
 
@@ -225,9 +293,18 @@ Status parseSample(const json &s, Spec &spec) {
 Status parseInto(const json &j, Spec &spec) {
   GANC_TRY(need(j.is_object(), "must be a JSON object"));
   GANC_TRY(need(j.contains("ganc_spec"), "missing 'ganc_spec' (the schema version)"));
-  GANC_TRY(need(j["ganc_spec"].is_number_integer() && j["ganc_spec"].get<int>() == kSpecVersion,
-                "'ganc_spec' is " + j["ganc_spec"].dump() + ", this ganc reads version " +
+  GANC_TRY(need(j["ganc_spec"].is_number_integer() && j["ganc_spec"].get<int>() >= 1 &&
+                    j["ganc_spec"].get<int>() <= kSpecVersion,
+                "'ganc_spec' is " + j["ganc_spec"].dump() + ", this ganc reads versions 1 to " +
                     std::to_string(kSpecVersion)));
+  spec.version = j["ganc_spec"].get<int>();
+  GANC_TRY(needVersion2(spec, j, "precision", ""));
+  if (j.contains("precision")) {
+    auto precision = parsePrecision(j["precision"], "");
+    if (!precision)
+      return precision.status();
+    spec.precision = *precision;
+  }
   GANC_TRY(need(j.contains("name") && j["name"].is_string(), "missing 'name'"));
   spec.name = j["name"].get<std::string>();
   GANC_TRY(need(j.contains("batch_size") && j["batch_size"].is_number_integer() &&
@@ -260,7 +337,15 @@ Status parseInto(const json &j, Spec &spec) {
     spec.phases.push_back(phase);
   }
   const json optimizers = j.value("optimizers", json::object());
-  for (const std::string &sub : spec.updatedSubmodules()) {
+  const std::vector<std::string> updated = spec.updatedSubmodules();
+  for (const auto &[sub, o] : optimizers.items()) {
+    GANC_TRY(needVersion2(spec, o, "clip_grad_norm", "optimizer of '" + sub + "': "));
+    GANC_TRY(
+        need(!o.contains("clip_grad_norm") ||
+                 std::find(updated.begin(), updated.end(), sub) != updated.end(),
+             "optimizer of '" + sub + "': clip_grad_norm, but no phase updates '" + sub + "'"));
+  }
+  for (const std::string &sub : updated) {
     OptimizerSpec o;
     GANC_TRY(parseOptimizer(sub, optimizers.value(sub, json{{"type", "adam"}}), o));
     spec.optimizers[sub] = o;

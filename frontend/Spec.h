@@ -11,8 +11,17 @@
 
 namespace ganc::frontend {
 
-/// The spec schema version this build reads (docs/spec.md).
-constexpr int kSpecVersion = 1;
+/// The spec schema version this build writes; it reads versions 1 and 2 (docs/spec.md).
+/// Version 2 adds the training-step fields (precision, accumulate, clip_grad_norm); a version
+/// 1 spec that uses one is refused, so an older ganc never silently ignores them.
+constexpr int kSpecVersion = 2;
+
+/// The dtype a phase's forward runs in under autocast (torch.autocast's rules); parameters
+/// and optimizer state stay in their own dtype.
+enum class Precision { Float32, BFloat16, Float16 };
+
+/// The spec's name of a precision ("float32", "bfloat16", "float16").
+const char *precisionName(Precision precision);
 
 /// One input of a phase method, in argument order.
 /// Where a phase input comes from.
@@ -77,6 +86,18 @@ struct PhaseSpec {
   std::vector<std::string> updates;
   int64_t interval = 1;
   std::vector<InputSpec> inputs;
+  /// Micro-batches per step: gradients of the first k-1 are summed locally, the last one's
+  /// backward all-reduces; each micro-batch's loss is divided by k (the mean).
+  int64_t accumulate = 1;
+  /// Autocast dtype of the phase's forward (the spec's phase or model-wide "precision").
+  Precision precision = Precision::Float32;
+};
+
+/// torch.nn.utils.clip_grad_norm_ over a submodule's used, all-reduced gradients.
+struct ClipSpec {
+  double maxNorm = 0;
+  /// The p of the p-norm; infinity for the max norm.
+  double normType = 2.0;
 };
 
 /// torch.optim hyper-parameters of one submodule's optimizer.
@@ -86,6 +107,8 @@ struct OptimizerSpec {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double weightDecay = 0.0;
   double momentum = 0.0;
+  /// Clip the gradients this optimizer steps over (before it steps).
+  std::optional<ClipSpec> clip;
 };
 
 struct SampleSpec {
@@ -115,6 +138,8 @@ struct Spec {
   /// dtype of every phase input, data and noise alike: float32 (default), float64,
   /// bfloat16 or float16; it must match the model's parameters.
   InputDtype inputDtype = InputDtype::Float32;
+  /// Model-wide autocast dtype (a phase's own "precision" overrides it).
+  Precision precision = Precision::Float32;
   std::vector<PhaseSpec> phases;
   std::map<std::string, OptimizerSpec> optimizers; // by submodule
   /// "broadcast" (rank 0's buffers before every phase, like DDP) or "local".

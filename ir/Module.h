@@ -124,6 +124,15 @@ struct ScheduledAllReduce {
   std::string afterParameter;
 };
 
+/// torch.nn.utils.clip_grad_norm_ over one updated submodule's used, all-reduced gradients,
+/// before its optimizer steps.
+struct ClipGradNorm {
+  std::string submodule;
+  double maxNorm = 0;
+  /// The p of the p-norm; infinity for the max norm.
+  double normType = 2.0;
+};
+
 /// How a phase is named in a plan and at run time: "name", or "name@stage" for its
 /// specialisation for a stage of a progressively grown GAN.
 inline std::string phaseKey(const std::string &name, const std::string &stage) {
@@ -140,6 +149,13 @@ struct Phase {
   /// The stage of a progressively grown GAN this phase was specialised for; empty if the
   /// GAN has no stages.
   std::string stage;
+  /// Micro-batches per step (gradient accumulation): the first accumulate-1 backward passes
+  /// only accumulate locally, the last one all-reduces; each loss is divided by accumulate.
+  int64_t accumulate = 1;
+  /// The autocast dtype of the forward ("bf16", "f16"), or "" for none (float32).
+  std::string autocast;
+  /// Gradient clipping of updated submodules, applied after the all-reduce.
+  std::vector<ClipGradNorm> clips;
   std::vector<PhaseInput> inputs;
   Block body;
   Value *loss = nullptr;

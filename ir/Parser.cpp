@@ -184,6 +184,21 @@ private:
     return Status::ok();
   }
 
+  /// A floating-point number as formatDouble prints it ("2.0", "1e-06", "inf").
+  Status number(double &out) {
+    skipSpace();
+    size_t start = pos_;
+    while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) ||
+                                   text_[pos_] == '.' || text_[pos_] == '-' || text_[pos_] == '+'))
+      ++pos_;
+    std::string token = text_.substr(start, pos_ - start);
+    char *end = nullptr;
+    out = std::strtod(token.c_str(), &end);
+    if (token.empty() || end != token.c_str() + token.size())
+      return error("expected a number, got '" + token + "'");
+    return Status::ok();
+  }
+
   /// A type runs until a ',' or '{' or end of line outside of brackets.
   Expected<Type> typeText() {
     skipSpace();
@@ -271,6 +286,18 @@ private:
         GANC_TRY(integer(p.interval));
       } else if (word == "stage") {
         GANC_TRY(string(p.stage));
+      } else if (word == "accumulate") {
+        GANC_TRY(integer(p.accumulate));
+      } else if (word == "autocast") {
+        p.autocast = identifier();
+      } else if (word == "clip_grad_norm") {
+        ClipGradNorm clip;
+        clip.submodule = identifier();
+        GANC_TRY(expectWord("max_norm"));
+        GANC_TRY(number(clip.maxNorm));
+        GANC_TRY(expectWord("norm_type"));
+        GANC_TRY(number(clip.normType));
+        p.clips.push_back(clip);
       } else if (word == "input") {
         auto v = typedValue(p);
         if (!v)

@@ -109,6 +109,13 @@ private:
     line(2, "interval " + std::to_string(p.interval));
     if (!p.stage.empty())
       line(2, "stage " + quote(p.stage));
+    if (p.accumulate != 1)
+      line(2, "accumulate " + std::to_string(p.accumulate));
+    if (!p.autocast.empty())
+      line(2, "autocast " + p.autocast);
+    for (const ClipGradNorm &clip : p.clips)
+      line(2, "clip_grad_norm " + clip.submodule + " max_norm " + formatDouble(clip.maxNorm) +
+                  " norm_type " + formatDouble(clip.normType));
     for (const PhaseInput &input : p.inputs)
       line(2, "input %" + input.value->name + " : " + input.value->type.str() + " from " +
                   input.source);

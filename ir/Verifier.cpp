@@ -62,6 +62,17 @@ private:
       return Status::error("interval must be at least 1, got " + std::to_string(p.interval));
     if (p.updates.empty())
       return Status::error("updates no submodule");
+    if (p.accumulate < 1)
+      return Status::error("accumulate must be at least 1, got " + std::to_string(p.accumulate));
+    if (!p.autocast.empty() && p.autocast != "bf16" && p.autocast != "f16")
+      return Status::error("autocast to " + p.autocast + ": only bf16 and f16 are autocast dtypes");
+    for (const ClipGradNorm &clip : p.clips) {
+      if (std::find(p.updates.begin(), p.updates.end(), clip.submodule) == p.updates.end())
+        return Status::error("clips '" + clip.submodule + "', which the phase does not update");
+      if (!(clip.maxNorm > 0) || !(clip.normType > 0))
+        return Status::error("clip_grad_norm of '" + clip.submodule +
+                             "' needs a positive max_norm and norm_type");
+    }
     // Value names only need to be unique within a phase.
     defined_.clear();
     valueNames_.clear();

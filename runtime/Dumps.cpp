@@ -7,13 +7,14 @@
 
 namespace ganc::runtime {
 
-Status dumpInputs(Session &s, int64_t step, const frontend::PhaseSpec &phase,
+Status dumpInputs(Session &s, int64_t step, const frontend::PhaseSpec &phase, int64_t micro,
                   const std::vector<at::Tensor> &inputs) {
   c10::Dict<std::string, at::Tensor> named;
   for (size_t i = 0; i < inputs.size(); ++i)
     named.insert(phase.inputs[i].name, inputs[i].clone());
   return writeFileAtomically(s.options.dumpDir + "/inputs_step" + std::to_string(step) + "_" +
-                                 phase.name + ".pt",
+                                 phase.name + (micro ? "_micro" + std::to_string(micro) : "") +
+                                 ".pt",
                              torch::pickle_save(named));
 }
 

@@ -8,8 +8,9 @@
 
 namespace ganc::runtime {
 
-/// The phase's inputs (CPU only: on CUDA they are made inside the captured graph).
-Status dumpInputs(Session &session, int64_t step, const frontend::PhaseSpec &phase,
+/// The phase's inputs of micro-batch `micro` (CPU only: on CUDA they are made inside the
+/// captured graph).
+Status dumpInputs(Session &session, int64_t step, const frontend::PhaseSpec &phase, int64_t micro,
                   const std::vector<at::Tensor> &inputs);
 /// The phase's all-reduced gradients, read from its bucket slots after the step.
 Status dumpGradients(Session &session, int64_t step, const std::string &key,

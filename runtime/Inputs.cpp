@@ -1,6 +1,8 @@
 // Phase inputs: sharded data, staged batches, labels, noise, the fade-in weight.
 #include "runtime/Inputs.h"
 
+#include <algorithm>
+
 namespace ganc::runtime {
 
 namespace {
@@ -47,8 +49,6 @@ Expected<std::unique_ptr<PhaseInputs>> PhaseInputs::create(const Session &sessio
         return Status::error("--data " + o.data + ": labels span " + std::to_string(bottom) + ".." +
                              std::to_string(top) + ", the spec declares " +
                              std::to_string(spec.dataClasses) + " classes");
-      in->labelBatch_ = std::make_unique<backend::StagedBatch>(std::vector<int64_t>{spec.batchSize},
-                                                               torch::kLong, session.device);
     }
     in->batches_ = std::make_unique<ShardedBatches>(in->data_.size(0), session.rank.rank,
                                                     session.rank.worldSize, spec.batchSize, o.seed);
@@ -58,8 +58,17 @@ Expected<std::unique_ptr<PhaseInputs>> PhaseInputs::create(const Session &sessio
                            " ranks of batch " + std::to_string(spec.batchSize));
     std::vector<int64_t> shape = {spec.batchSize};
     shape.insert(shape.end(), spec.dataShape.begin(), spec.dataShape.end());
-    in->batch_ = std::make_unique<backend::StagedBatch>(shape, in->data_.scalar_type(),
-                                                        session.device, session.channelsLast);
+    int64_t micro = 1;
+    for (const frontend::PhaseSpec &p : spec.phases)
+      if (readsData(p))
+        micro = std::max(micro, p.accumulate);
+    for (int64_t j = 0; j < micro; ++j) {
+      in->batch_.push_back(std::make_unique<backend::StagedBatch>(
+          shape, in->data_.scalar_type(), session.device, session.channelsLast));
+      if (needsLabels)
+        in->labelBatch_.push_back(std::make_unique<backend::StagedBatch>(
+            std::vector<int64_t>{spec.batchSize}, torch::kLong, session.device));
+    }
   }
   in->noise_ =
       backend::noiseGenerator(session.device, o.seed + static_cast<uint64_t>(session.rank.rank));
@@ -67,29 +76,33 @@ Expected<std::unique_ptr<PhaseInputs>> PhaseInputs::create(const Session &sessio
 }
 
 int64_t PhaseInputs::prepare(const frontend::PhaseSpec &phase) {
-  if (staged_ || !readsData(phase))
+  if (!readsData(phase))
     return 0;
-  at::Tensor indices = batches_->next();
-  batch_->stage(data_.index_select(0, indices));
-  if (labelBatch_)
-    labelBatch_->stage(labels_.index_select(0, indices));
-  staged_ = true;
-  return session_.spec().batchSize * session_.rank.worldSize;
+  int64_t images = 0;
+  for (; staged_ < static_cast<size_t>(phase.accumulate); ++staged_) {
+    at::Tensor indices = batches_->next();
+    batch_[staged_]->stage(data_.index_select(0, indices));
+    if (!labelBatch_.empty())
+      labelBatch_[staged_]->stage(labels_.index_select(0, indices));
+    images += session_.spec().batchSize * session_.rank.worldSize;
+  }
+  return images;
 }
 
-std::vector<at::Tensor> PhaseInputs::make(const frontend::PhaseSpec &phase) {
+std::vector<at::Tensor> PhaseInputs::make(const frontend::PhaseSpec &phase, int64_t micro) {
+  const auto j = static_cast<size_t>(micro);
   const int64_t batch = session_.spec().batchSize;
   std::vector<at::Tensor> inputs;
   for (const frontend::InputSpec &in : phase.inputs) {
     switch (in.source) {
     case InputSource::Data:
-      inputs.push_back(batch_->tensor());
+      inputs.push_back(batch_.at(j)->tensor());
       break;
     case InputSource::Fade:
       inputs.push_back(fade_);
       break;
     case InputSource::Labels:
-      inputs.push_back(labelBatch_->tensor());
+      inputs.push_back(labelBatch_.at(j)->tensor());
       break;
     case InputSource::Categorical:
       inputs.push_back(torch::randint(in.classes, {batch}, noise_,

@@ -17,14 +17,16 @@ public:
   /// rank's noise generator with seed + rank.
   static Expected<std::unique_ptr<PhaseInputs>> create(const Session &session);
 
-  /// A new step: the next phase that reads data stages the next batch.
-  void beginStep() { staged_ = false; }
-  /// Before a phase runs, outside any capture: stages the step's batch if the phase reads
-  /// data and none is staged yet. Returns the images staged (0 if none).
+  /// A new step: the phases that read data stage the step's next batches.
+  void beginStep() { staged_ = 0; }
+  /// Before a phase runs, outside any capture: if it reads data, stages the step's batches
+  /// 0..accumulate-1 that are not staged yet (micro-batch j of every phase reads the step's
+  /// batch j). Returns the images staged (0 if none).
   int64_t prepare(const frontend::PhaseSpec &phase);
-  /// The phase's inputs in argument order. On CUDA this runs inside the captured graph: noise
-  /// is drawn anew by every replay, data and the fade weight are read at fixed addresses.
-  std::vector<at::Tensor> make(const frontend::PhaseSpec &phase);
+  /// The phase's inputs for micro-batch `micro`, in argument order. On CUDA this runs inside
+  /// the captured graph: noise is drawn anew by every replay, data and the fade weight are
+  /// read at fixed addresses.
+  std::vector<at::Tensor> make(const frontend::PhaseSpec &phase, int64_t micro);
   /// Sets the fade-in weight the `fade` inputs read (outside any capture).
   void setFade(double weight);
 
@@ -37,10 +39,12 @@ private:
   const Session &session_;
   at::Tensor data_, labels_;
   std::unique_ptr<ShardedBatches> batches_;
-  std::unique_ptr<backend::StagedBatch> batch_, labelBatch_;
+  /// One staged batch (and its labels) per micro-batch index, each at a fixed address.
+  std::vector<std::unique_ptr<backend::StagedBatch>> batch_, labelBatch_;
   at::Generator noise_;
   at::Tensor fade_;
-  bool staged_ = false;
+  /// Batches of this step staged so far.
+  size_t staged_ = 0;
 };
 
 } // namespace ganc::runtime

@@ -157,4 +157,19 @@ void Optimizer::loadStateDict(const c10::impl::GenericDict &dict) {
   }
 }
 
+void clipGradNorm(const std::vector<at::Tensor> &parameters, double maxNorm, double normType) {
+  torch::NoGradGuard noGrad;
+  std::vector<at::Tensor> grads;
+  for (const at::Tensor &p : parameters)
+    if (p.grad().defined())
+      grads.push_back(p.grad());
+  if (grads.empty())
+    return;
+  std::vector<at::Tensor> norms = at::_foreach_norm(grads, normType);
+  at::Tensor total = at::linalg_vector_norm(at::stack(norms), normType);
+  // Python's `max_norm / (total + 1e-6)` is Tensor.__rtruediv__: reciprocal, then multiply.
+  at::Tensor coefficient = at::clamp((total + 1e-6).reciprocal() * maxNorm, std::nullopt, 1.0);
+  at::_foreach_mul_(grads, coefficient);
+}
+
 } // namespace ganc::runtime

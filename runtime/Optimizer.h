@@ -45,4 +45,9 @@ private:
   std::map<std::string, ParamState> state_;
 };
 
+/// torch.nn.utils.clip_grad_norm_(parameters, maxNorm, normType) with its default foreach
+/// arithmetic: the total norm of the per-tensor norms, then every .grad times
+/// min(1, maxNorm / (total + 1e-6)). Device tensors only: no host synchronisation.
+void clipGradNorm(const std::vector<at::Tensor> &parameters, double maxNorm, double normType);
+
 } // namespace ganc::runtime

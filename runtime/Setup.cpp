@@ -4,6 +4,7 @@
 #include "backend/Device.h"
 #include "ir/Files.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -93,15 +94,28 @@ Status createExecutor(Session &s) {
 
 } // namespace
 
-void Session::optimizerStep(const backend::PhaseReducer &reducer) {
-  std::map<std::string, std::pair<std::vector<std::string>, std::vector<at::Tensor>>> byOwner;
+void Session::optimizerStep(const std::string &phase, const backend::PhaseReducer &reducer) {
+  // Per submodule, its used parameters in the model's order (the order of
+  // submodule.parameters(), which clip_grad_norm_'s sum of norms follows).
+  std::map<std::string, std::vector<std::pair<size_t, size_t>>> byOwner; // (model index, used)
   for (size_t i = 0; i < reducer.usedNames().size(); ++i) {
-    auto &entry = byOwner[ownerOf.at(reducer.usedNames()[i])];
-    entry.first.push_back(reducer.usedNames()[i]);
-    entry.second.push_back(reducer.usedParameters()[i]);
+    const std::string &name = reducer.usedNames()[i];
+    byOwner[ownerOf.at(name)].emplace_back(parameterIndex.at(name), i);
   }
-  for (auto &[owner, params] : byOwner)
-    optimizers.at(owner).step(params.first, params.second);
+  const ir::Phase *compiled = plan->findPhase(phase);
+  for (auto &[owner, entries] : byOwner) {
+    std::sort(entries.begin(), entries.end());
+    std::vector<std::string> names;
+    std::vector<at::Tensor> params;
+    for (const auto &[index, i] : entries) {
+      names.push_back(reducer.usedNames()[i]);
+      params.push_back(reducer.usedParameters()[i]);
+    }
+    for (const ir::ClipGradNorm &clip : compiled->clips)
+      if (clip.submodule == owner)
+        clipGradNorm(params, clip.maxNorm, clip.normType);
+    optimizers.at(owner).step(names, params);
+  }
 }
 
 Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
@@ -135,6 +149,8 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
   for (const auto &phase : s->plan->phases)
     for (const std::string &name : phase->used)
       s->ownerOf[name] = s->plan->findParameter(name)->owner;
+  for (size_t i = 0; i < s->plan->parameters.size(); ++i)
+    s->parameterIndex[s->plan->parameters[i].name] = i;
 
   if (s->isRankZero()) {
     std::error_code ec;

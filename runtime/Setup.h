@@ -32,12 +32,15 @@ struct Session {
   std::map<std::string, Optimizer> optimizers;
   /// The submodule that owns each used parameter.
   std::map<std::string, std::string> ownerOf;
+  /// Each parameter's position in the model's parameter order.
+  std::map<std::string, size_t> parameterIndex;
 
   const frontend::Spec &spec() const { return archive->spec; }
   torch::jit::Module &module() { return archive->module; }
   bool isRankZero() const { return rank.rank == 0; }
-  /// Steps the optimizers over the used parameters of the phase `reducer` belongs to.
-  void optimizerStep(const backend::PhaseReducer &reducer);
+  /// Clips (as the plan says) and steps the optimizers over the used parameters of phase
+  /// `phase` (its key), whose reducer is `reducer`.
+  void optimizerStep(const std::string &phase, const backend::PhaseReducer &reducer);
 };
 
 /// Sets up this rank from `options` and torchrun's environment variables; the state of rank

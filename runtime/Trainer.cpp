@@ -65,15 +65,15 @@ private:
     try {
       loss = s_.executor->run(
           key,
-          [&] {
-            std::vector<at::Tensor> inputs = inputs_.make(phase);
-            if (dumping && !s_.device.is_cuda())
-              dumped = dumpInputs(s_, step, phase, inputs);
+          [&](int64_t micro) {
+            std::vector<at::Tensor> inputs = inputs_.make(phase, micro);
+            if (dumping && !s_.device.is_cuda() && dumped)
+              dumped = dumpInputs(s_, step, phase, micro, inputs);
             return inputs;
           },
-          [&](const std::string &, const backend::PhaseReducer &reducer) {
+          [&](const std::string &key, const backend::PhaseReducer &reducer) {
             auto start = std::chrono::steady_clock::now();
-            s_.optimizerStep(reducer);
+            s_.optimizerStep(key, reducer);
             progress.addOptimizerSeconds(
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
           });

@@ -1,9 +1,12 @@
 // `ganc explain` and `--emit json|report`: views of a plan for people and for other tools.
 #include "tools/Report.h"
 
+#include "ir/TextFormat.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -70,6 +73,26 @@ void stageHeader(std::ostream &out, const ir::Module &plan, const std::string &s
     list("no longer trained since", dropped);
 }
 
+/// The phase's training-step features: autocast, accumulation, clipping.
+void stepFeatures(std::ostream &out, const ir::Phase &phase) {
+  if (!phase.autocast.empty())
+    out << "  autocast: forward in " << phase.autocast
+        << " (torch.autocast rules; parameters and optimizer state stay float32)\n";
+  if (phase.accumulate > 1)
+    out << "  accumulate: " << phase.accumulate << " micro-batches per step, each loss divided by "
+        << phase.accumulate
+        << "; gradients summed locally, all-reduced once, in the last backward\n";
+  for (const ir::ClipGradNorm &clip : phase.clips) {
+    out << "  clip_grad_norm: " << clip.submodule << " to " << ir::formatDouble(clip.maxNorm)
+        << " (";
+    if (std::isinf(clip.normType))
+      out << "max-";
+    else
+      out << ir::formatDouble(clip.normType) << "-";
+    out << "norm over its used, all-reduced gradients)\n";
+  }
+}
+
 } // namespace
 
 std::string explain(const ir::Module &plan) {
@@ -96,6 +119,7 @@ std::string explain(const ir::Module &plan) {
     for (size_t i = 0; i < phase->updates.size(); ++i)
       out << (i ? ", " : "") << phase->updates[i];
     out << "\n";
+    stepFeatures(out, *phase);
     if (phase->hasCaptureFacts)
       out << "  replay: "
           << (phase->eagerReason.empty() ? "CUDA Graph" : "eager (" + phase->eagerReason + ")")
@@ -161,10 +185,18 @@ std::string planJson(const ir::Module &plan) {
                {"method", phase->method},
                {"updates", phase->updates},
                {"interval", phase->interval},
+               {"accumulate", phase->accumulate},
+               {"autocast", phase->autocast.empty() ? "f32" : phase->autocast},
                {"used", phase->used},
                {"unused", phase->unused},
                {"ready_order", phase->readyOrder},
                {"eager_reason", phase->eagerReason}};
+    ph["clip_grad_norm"] = json::array();
+    for (const ir::ClipGradNorm &clip : phase->clips)
+      ph["clip_grad_norm"].push_back(
+          {{"submodule", clip.submodule},
+           {"max_norm", clip.maxNorm},
+           {"norm_type", std::isinf(clip.normType) ? json("inf") : json(clip.normType)}});
     ph["buckets"] = json::array();
     for (const ir::Bucket &b : phase->buckets) {
       json slots = json::array();

@@ -1,6 +1,7 @@
 // The eager executor: the phase method under autograd, all-reduces launched from hooks.
 #include "backend/cpu/EagerExecutor.h"
 
+#include <ATen/autocast_mode.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/utils/tensor_flatten.h>
 
@@ -98,38 +99,95 @@ void EagerExecutor::broadcastState() {
   broadcastCoalesced(all);
 }
 
+namespace {
+
+/// torch.autocast(device, dtype) for the scope of one forward: the same thread-local switches,
+/// nesting count and cast cache as the Python context manager, restored on exit.
+class AutocastScope {
+public:
+  AutocastScope(c10::DeviceType device, const std::string &dtype) : device_(device) {
+    if (dtype.empty())
+      return;
+    active_ = true;
+    wasEnabled_ = at::autocast::is_autocast_enabled(device);
+    previousType_ = at::autocast::get_autocast_dtype(device);
+    wasCacheEnabled_ = at::autocast::is_autocast_cache_enabled();
+    at::autocast::set_autocast_enabled(device, true);
+    at::autocast::set_autocast_dtype(device, dtype == "bf16" ? at::kBFloat16 : at::kHalf);
+    at::autocast::increment_nesting();
+    // The cast cache cannot outlive a CUDA Graph capture (torch.cuda.graphs asks for
+    // cache_enabled=False); without it every use casts again, to the same values.
+    at::autocast::set_autocast_cache_enabled(device != c10::DeviceType::CUDA);
+  }
+  ~AutocastScope() {
+    if (!active_)
+      return;
+    if (at::autocast::decrement_nesting() == 0)
+      at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(device_, wasEnabled_);
+    at::autocast::set_autocast_dtype(device_, previousType_);
+    at::autocast::set_autocast_cache_enabled(wasCacheEnabled_);
+  }
+  AutocastScope(const AutocastScope &) = delete;
+  AutocastScope &operator=(const AutocastScope &) = delete;
+
+private:
+  c10::DeviceType device_;
+  bool active_ = false;
+  bool wasEnabled_ = false;
+  bool wasCacheEnabled_ = true;
+  at::ScalarType previousType_ = at::kFloat;
+};
+
+} // namespace
+
+at::Tensor EagerExecutor::forward(PhaseState &state, const std::vector<at::Tensor> &inputs) {
+  AutocastScope autocast(options_.device.type(), state.plan->autocast);
+  std::vector<c10::IValue> args(inputs.begin(), inputs.end());
+  if (state.function) {
+    args.insert(args.begin(), module_._ivalue());
+    state.function->run(args);
+    return args.back().toTensor();
+  }
+  return module_.get_method(state.plan->method)(args).toTensor();
+}
+
 at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
-                                          const std::vector<at::Tensor> &inputs) {
+                                          const std::vector<at::Tensor> &inputs, int64_t micro) {
   auto it = phases_.find(phase);
   if (it == phases_.end())
     throw std::runtime_error("no phase '" + phase + "' in the plan");
   PhaseState &state = it->second;
-  for (auto &[tensor, requires] : state.requiresGrad)
-    tensor.requires_grad_(requires);
-  if (options_.broadcastBuffers)
-    broadcastBuffers();
-  state.reducer->prepare(parameters_);
+  const int64_t accumulate = state.plan->accumulate;
+  // Micro-batches before the last accumulate into .grad locally, like DDP under no_sync();
+  // the last one's hooks write the sums into the buckets and launch the all-reduces.
+  const bool last = micro + 1 == accumulate;
+  if (micro == 0) {
+    for (auto &[tensor, requires] : state.requiresGrad)
+      tensor.requires_grad_(requires);
+    state.reducer->prepare(parameters_);
+    // DDP broadcasts buffers before a forward only if the previous one synchronised: with
+    // no_sync() on the first micro-batches, that is before the first micro-batch only.
+    if (options_.broadcastBuffers)
+      broadcastBuffers();
+  }
   hooks_->clearUnexpected();
-  hooks_->setActive(state.reducer.get());
-  std::vector<c10::IValue> args(inputs.begin(), inputs.end());
+  hooks_->setActive(last ? state.reducer.get() : nullptr);
   at::Tensor loss;
   auto start = std::chrono::steady_clock::now();
   try {
-    if (state.function) {
-      args.insert(args.begin(), module_._ivalue());
-      state.function->run(args);
-      loss = args.back().toTensor();
-    } else {
-      loss = module_.get_method(state.plan->method)(args).toTensor();
-    }
+    loss = forward(state, inputs);
+    if (accumulate > 1)
+      loss = loss / static_cast<double>(accumulate); // the mean over micro-batches
     loss.backward();
   } catch (...) {
     hooks_->setActive(nullptr);
     throw;
   }
   hooks_->setActive(nullptr);
-  state.reducer->finish(parameters_);
-  lastWorkSeconds_ =
+  if (last)
+    state.reducer->finish(parameters_);
+  lastWorkSeconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!hooks_->unexpected().empty())
     throw std::runtime_error("phase '" + phase + "': parameter '" + hooks_->unexpected()[0] +
@@ -139,9 +197,17 @@ at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
 }
 
 at::Tensor EagerExecutor::run(const std::string &phase, const InputFn &inputs, const StepFn &step) {
-  at::Tensor loss = forwardBackward(phase, inputs());
+  auto it = phases_.find(phase);
+  if (it == phases_.end())
+    throw std::runtime_error("no phase '" + phase + "' in the plan");
+  lastWorkSeconds_ = 0;
+  at::Tensor loss;
+  for (int64_t micro = 0; micro < it->second.plan->accumulate; ++micro) {
+    at::Tensor part = forwardBackward(phase, inputs(micro), micro);
+    loss = micro == 0 ? part : loss + part;
+  }
   if (step)
-    step(phase, *phases_.at(phase).reducer);
+    step(phase, *it->second.reducer);
   return loss;
 }
 

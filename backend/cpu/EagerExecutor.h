@@ -20,9 +20,11 @@ public:
   std::string mode(const std::string &phase) const override { return "eager"; }
   const PhaseReducer &reducer(const std::string &phase) const override;
 
-  /// Forward, backward and all-reduces of one phase, without the step (the CUDA backend
-  /// captures this).
-  at::Tensor forwardBackward(const std::string &phase, const std::vector<at::Tensor> &inputs);
+  /// Forward and backward of micro-batch `micro` of a phase, under its autocast; the last
+  /// micro-batch's backward launches the all-reduces and waits for them. Returns the
+  /// micro-batch's loss divided by the phase's accumulate count, detached.
+  at::Tensor forwardBackward(const std::string &phase, const std::vector<at::Tensor> &inputs,
+                             int64_t micro);
   /// Copies rank 0's buffers to every rank (all of them, grouped by dtype).
   void broadcastBuffers();
   void broadcastState() override;
@@ -39,6 +41,8 @@ private:
   };
   EagerExecutor() = default;
   void broadcastCoalesced(std::vector<at::Tensor> tensors);
+  /// The phase method (or its stage graph) on `inputs`, under the phase's autocast.
+  at::Tensor forward(PhaseState &state, const std::vector<at::Tensor> &inputs);
 
   torch::jit::Module module_;
   c10::intrusive_ptr<c10d::Backend> group_;

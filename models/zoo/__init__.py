@@ -10,7 +10,7 @@ import torch
 
 from .conditional import ConditionalDCGAN, conditional_spec
 from .cyclegan import CycleGAN, cyclegan_spec
-from .dcgan import DCGAN, two_phase_spec
+from .dcgan import DCGAN, training_step_spec, two_phase_spec
 from .ema import EMAGAN, ema_spec
 from .mlp import MLPDiscriminator, MLPGAN, MLPGenerator, mlp, mlp_spec
 from .progressive import ProgressiveGAN, progressive_spec
@@ -22,6 +22,9 @@ from .wgan_gp import WGANGP, wgan_gp_spec
 ZOO = {
     "dcgan64": lambda: (DCGAN(64, 64), two_phase_spec("dcgan64", 64, [3, 64, 64], [100, 1, 1])),
     "dcgan32": lambda: (DCGAN(32, 32), two_phase_spec("dcgan32", 32, [3, 32, 32], [100, 1, 1])),
+    # bfloat16 autocast, D accumulating 2 micro-batches per step, G clipped to a 2-norm of 0.1.
+    "dcgan32_amp": lambda: (DCGAN(32, 32), training_step_spec("dcgan32_amp", 32, [3, 32, 32],
+                                                              [100, 1, 1])),
     "mlp": lambda: (MLPGAN(), mlp_spec("mlp")),
     "wgan_gp": lambda: (WGANGP(), wgan_gp_spec("wgan_gp")),
     "cyclegan": lambda: (CycleGAN(), cyclegan_spec("cyclegan")),

@@ -75,3 +75,17 @@ def two_phase_spec(name, batch, data_shape, z_shape, lr=2e-4, betas=(0.5, 0.999)
         "buffers": buffers,
         "sample": {"submodule": "generator", "noise_shape": list(z_shape)},
     }
+
+
+def training_step_spec(name, batch, data_shape, z_shape, precision="bfloat16", accumulate_d=2,
+                       clip_g=0.1):
+    """The two-phase spec with the training-step features of GPU recipes (ganc_spec 2):
+    autocast of every forward to `precision`, D accumulating `accumulate_d` micro-batches per
+    step, G's gradients clipped to a 2-norm of `clip_g` (None: no clipping)."""
+    spec = two_phase_spec(name, batch, data_shape, z_shape)
+    spec["ganc_spec"] = 2
+    spec["precision"] = precision
+    spec["phases"][0]["accumulate"] = accumulate_d
+    if clip_g is not None:
+        spec["optimizers"]["generator"]["clip_grad_norm"] = {"max_norm": clip_g, "norm_type": 2.0}
+    return spec

@@ -11,6 +11,7 @@ Optimizers are torch.optim's, single-tensor (foreach=False), as on CPU by defaul
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -121,6 +122,13 @@ class Inputs:
         return out
 
 
+def autocast(device: str, precision: str):
+    """torch.autocast for a phase's precision ("float32": none), as ganc applies it."""
+    if precision == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast("cuda" if device == "cuda" else "cpu", dtype=getattr(torch, precision))
+
+
 def cuda_determinism(deterministic: bool, benchmark: bool = True):
     """The cuDNN/cuBLAS settings ganc's --deterministic and --cudnn-benchmark choose."""
     if deterministic:
@@ -215,7 +223,7 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
         half_life = ema.get("half_life_images", 0)
         ema_beta = 0.5 ** (spec["batch_size"] * world / half_life) if half_life else ema.get("beta", 0.999)
     for step in range(steps):
-        batch = None
+        batches = []  # the step's batches: micro-batch j of every phase reads batch j
         fade = 1.0
         if stages is not None:
             set_stage(stage_at(stages, step)[0])
@@ -223,21 +231,40 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
         for phase in spec["phases"]:
             if step % phase.get("interval", 1) != 0:
                 continue
-            if batch is None and any(i["source"] in ("data", "labels") for i in phase["inputs"]):
-                batch = inputs.batch()
+            reads_data = any(i["source"] in ("data", "labels") for i in phase["inputs"])
             updates = set(phase["updates"])
             set_trainable(updates)
             for p in params.values():
                 p.grad = None
-            args = inputs.for_phase(phase, batch, fade)
-            loss = runners[phase["name"]](*args)
-            loss.backward()
+            runner = runners[phase["name"]]
+            micro_batches = phase.get("accumulate", 1)
+            precision = phase.get("precision", spec.get("precision", "float32"))
+            for micro in range(micro_batches):
+                while reads_data and len(batches) <= micro:
+                    batches.append(inputs.batch())
+                args = inputs.for_phase(phase, batches[micro] if reads_data else None, fade)
+                # DDP's no_sync() on every micro-batch but the last: gradients accumulate
+                # locally and the last backward all-reduces their sum.
+                last = micro == micro_batches - 1
+                sync = contextlib.nullcontext() if last or reducer_of(phase) == "manual" else runner.no_sync()
+                with sync:
+                    with autocast(device, precision):
+                        loss = runner(*args)
+                    if micro_batches > 1:
+                        loss = loss / micro_batches  # the mean over micro-batches
+                    loss.backward()
             if reducer_of(phase) == "manual":
                 # DDP's arithmetic without DDP: each gradient scaled by 1/world, then summed.
                 for n, p in params.items():
                     if _owner(n) in updates and p.grad is not None:
                         p.grad.mul_(1.0 / world)
                         dist.all_reduce(p.grad)
+            for sub in phase["updates"]:
+                clip = spec["optimizers"][sub].get("clip_grad_norm")
+                if clip is not None:
+                    norm_type = float(clip.get("norm_type", 2.0))
+                    torch.nn.utils.clip_grad_norm_([p for n, p in params.items() if _owner(n) == sub],
+                                                   clip["max_norm"], norm_type)
             if out_dir and rank == 0:
                 torch.save({n: p.grad.detach().cpu().clone() for n, p in params.items()
                             if _owner(n) in updates and p.grad is not None},

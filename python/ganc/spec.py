@@ -8,7 +8,13 @@ from __future__ import annotations
 import copy
 import json
 
-SPEC_VERSION = 1
+SPEC_VERSION = 2  # written by ganc.export; versions 1 and 2 are read
+READ_VERSIONS = (1, 2)
+# Fields version 2 added; a version 1 spec using one is refused (an older ganc would ignore it).
+V2_SPEC_FIELDS = ("precision",)
+V2_PHASE_FIELDS = ("accumulate", "precision")
+V2_OPTIMIZER_FIELDS = ("clip_grad_norm",)
+PRECISIONS = ("float32", "bfloat16", "float16")
 SOURCES = ("data", "labels", "normal", "uniform", "categorical", "fade")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 BUFFER_POLICIES = ("broadcast", "local")
@@ -31,8 +37,15 @@ def validate(spec: dict, module=None) -> dict:
     """
     spec = copy.deepcopy(spec)
     _require(isinstance(spec, dict), "spec: must be a JSON object")
-    _require(spec.get("ganc_spec") == SPEC_VERSION,
-             f"spec: 'ganc_spec' must be {SPEC_VERSION}, got {spec.get('ganc_spec')!r}")
+    _require(spec.get("ganc_spec") in READ_VERSIONS,
+             f"spec: 'ganc_spec' must be one of {READ_VERSIONS}, got {spec.get('ganc_spec')!r}")
+    v1 = spec["ganc_spec"] == 1
+    for field in V2_SPEC_FIELDS:
+        _require(not (v1 and field in spec), f"spec: {field!r} is a ganc_spec 2 field; set \"ganc_spec\": 2")
+    if not v1:  # a version 1 spec is written back as it was: no version 2 defaults
+        spec.setdefault("precision", "float32")
+    _require(spec.get("precision", "float32") in PRECISIONS,
+             f"spec: 'precision' must be one of {', '.join(PRECISIONS)}, got {spec.get('precision')!r}")
     _require(isinstance(spec.get("name"), str) and spec["name"], "spec: 'name' must be a string")
     _require(isinstance(spec.get("batch_size"), int) and spec["batch_size"] > 0,
              "spec: 'batch_size' must be a positive integer (per rank)")
@@ -56,6 +69,18 @@ def validate(spec: dict, module=None) -> dict:
                  f"{where}: 'interval' must be an integer >= 1, got {phase['interval']!r}")
         _require(isinstance(phase.get("updates"), list) and phase["updates"],
                  f"{where}: 'updates' must list the submodules the phase trains")
+        for field in V2_PHASE_FIELDS:
+            _require(not (v1 and field in phase), f"{where}: {field!r} is a ganc_spec 2 field; "
+                                                  "set \"ganc_spec\": 2")
+        if not v1:
+            phase.setdefault("accumulate", 1)
+            phase.setdefault("precision", spec["precision"])
+        accumulate = phase.get("accumulate", 1)
+        _require(isinstance(accumulate, int) and not isinstance(accumulate, bool) and accumulate >= 1,
+                 f"{where}: 'accumulate' must be an integer >= 1, got {accumulate!r}")
+        _require(phase.get("precision", "float32") in PRECISIONS,
+                 f"{where}: 'precision' must be one of {', '.join(PRECISIONS)}, "
+                 f"got {phase.get('precision')!r}")
         updated.update(phase["updates"])
         phase.setdefault("inputs", [])
         for inp in phase["inputs"]:
@@ -82,6 +107,12 @@ def validate(spec: dict, module=None) -> dict:
                 _require(isinstance(getattr(module, sub, None), torch_module()),
                          f"{where}: updates {sub!r}, which is not a submodule")
     opts = spec.setdefault("optimizers", {})
+    for sub, opt in opts.items():
+        for field in V2_OPTIMIZER_FIELDS:
+            _require(not (v1 and isinstance(opt, dict) and field in opt),
+                     f"spec: optimizer of {sub!r}: {field!r} is a ganc_spec 2 field; set \"ganc_spec\": 2")
+        _require(sub in updated or not (isinstance(opt, dict) and "clip_grad_norm" in opt),
+                 f"spec: optimizer of {sub!r}: clip_grad_norm, but no phase updates {sub!r}")
     for sub in sorted(updated):
         opt = opts.setdefault(sub, {"type": "adam"})
         _require(opt.get("type") in OPTIMIZERS,
@@ -95,6 +126,8 @@ def validate(spec: dict, module=None) -> dict:
         else:
             opt.setdefault("momentum", 0.0)
             opt.setdefault("weight_decay", 0.0)
+        if "clip_grad_norm" in opt:
+            _validate_clip(opt["clip_grad_norm"], f"spec: optimizer of {sub!r}")
     spec.setdefault("buffers", "local")
     _require(spec["buffers"] in BUFFER_POLICIES,
              f"spec: 'buffers' must be one of {', '.join(BUFFER_POLICIES)}")
@@ -115,6 +148,16 @@ def validate(spec: dict, module=None) -> dict:
         _require(isinstance(sample.get("submodule"), str) and isinstance(sample.get("noise_shape"), list),
                  "spec: 'sample' needs 'submodule' and 'noise_shape'")
     return spec
+
+
+def _validate_clip(clip, where) -> None:
+    _require(isinstance(clip, dict) and isinstance(clip.get("max_norm"), (int, float))
+             and not isinstance(clip.get("max_norm"), bool) and clip["max_norm"] > 0,
+             f"{where}: 'clip_grad_norm' needs a positive 'max_norm'")
+    clip.setdefault("norm_type", 2.0)
+    p = clip["norm_type"]
+    _require(p == "inf" or (isinstance(p, (int, float)) and not isinstance(p, bool) and p > 0),
+             f"{where}: 'clip_grad_norm.norm_type' must be a positive number or \"inf\", got {p!r}")
 
 
 def _resolve(module, path):

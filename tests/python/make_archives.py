@@ -43,6 +43,18 @@ def main(out):
     # than DDP's buckets and Adam amplifies the last-bit differences.
     gan, spec = zoo.build("dcgan32")
     ganc.export(gan.double(), os.path.join(out, "dcgan32_f64.pt"), dict(spec, dtype="float64"))
+    # One training-step feature at a time (dcgan32_amp has them all): accumulation alone,
+    # clipping alone (G by its 2-norm, D by its max norm, both low enough to clip), autocast
+    # alone.
+    gan, _ = zoo.build("dcgan32")
+    one = lambda **kw: zoo.training_step_spec("dcgan32", 32, [3, 32, 32], [100, 1, 1], **kw)
+    ganc.export(gan, os.path.join(out, "dcgan32_accumulate.pt"),
+                one(precision="float32", accumulate_d=3, clip_g=None))
+    spec = one(precision="float32", accumulate_d=1, clip_g=0.05)
+    spec["optimizers"]["discriminator"]["clip_grad_norm"] = {"max_norm": 0.01, "norm_type": "inf"}
+    ganc.export(gan, os.path.join(out, "dcgan32_clip.pt"), spec)
+    ganc.export(gan, os.path.join(out, "dcgan32_bf16.pt"),
+                one(precision="bfloat16", accumulate_d=1, clip_g=None))
 
     with open(os.path.join(out, "bad_not_archive.pt"), "w") as f:
         f.write("this is not a TorchScript archive\n")

@@ -43,6 +43,15 @@ MODELS = [
     # regularisers leave a bias without a gradient (DDP fails as on lazy R1): those two phases'
     # reference all-reduces by hand; Gmain and Dmain go through DDP.
     ("stylegan2", "digits", [2], {"Greg": "manual", "Dreg": "manual"}),
+    # Training-step features (ganc_spec 2), one at a time and together. Accumulation: D takes
+    # 3 micro-batches per step, reference DDP with no_sync() on the first two.
+    ("dcgan32_accumulate", "digits", [2]),
+    # Clipping: G to a 2-norm of 0.05, D to a max-norm of 0.01, after the all-reduce, against
+    # torch.nn.utils.clip_grad_norm_ (both bounds are far below the gradients' norms).
+    ("dcgan32_clip", "digits", [2]),
+    # bfloat16 autocast of every forward, against DDP under torch.autocast("cpu", bfloat16).
+    ("dcgan32_bf16", "digits", [2]),
+    ("dcgan32_amp", "digits", [2]),        # all three at once
 ]
 CASES = [(m[0], m[1], w, m[3] if len(m) > 3 else "ddp") for m in MODELS for w in m[2]]
 STEPS = 10
@@ -98,9 +107,29 @@ def compare(model, got_dir, ref_dir):
             assert err <= 1e-5, f"step {step}, phase {phase}: gradient of {p} differs by {err:.2e}"
             compared += 1
     assert compared > 0
+    check_clipping(spec, got_dir, ref_dir)
     got = ganc.load_checkpoint(os.path.join(got_dir, "params_final.pt"))
     ref = torch.load(os.path.join(ref_dir, "params_final.pt"))
     assert set(got) == set(ref)
     for p in ref:
         err = relative_error(got[p].double(), ref[p].double())
         assert err <= 1e-4, f"after {STEPS} steps {p} differs by {err:.2e}"
+
+
+def check_clipping(spec, got_dir, ref_dir):
+    """With clip_grad_norm, every clipped submodule's gradient norm is at most max_norm, and
+    equal to it on some step (the bound was active, so parity covered the clipping)."""
+    clipped = {sub: opt["clip_grad_norm"] for sub, opt in spec["optimizers"].items()
+               if "clip_grad_norm" in opt}
+    active = set()
+    for _, _, got, _ in gradient_dumps(spec, STEPS, got_dir, ref_dir):
+        for sub, clip in clipped.items():
+            grads = [g for name, g in got.items() if name.split(".", 1)[0] == sub]
+            if not grads:
+                continue
+            p = float(clip.get("norm_type", 2.0))
+            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g, p) for g in grads]), p).item()
+            assert norm <= clip["max_norm"] * (1 + 1e-4), f"{sub}: gradient norm {norm} over {clip['max_norm']}"
+            if abs(norm - clip["max_norm"]) <= 1e-3 * clip["max_norm"]:
+                active.add(sub)
+    assert active == set(clipped), f"clipping never took effect for {set(clipped) - active}"
