@@ -23,6 +23,10 @@ struct ExecutorOptions {
   /// The graphs of a progressive GAN's stage-specialised phases, by phase key ("d@8x8"),
   /// called with the module and the inputs; phases not listed run their method.
   std::map<std::string, std::shared_ptr<torch::jit::Graph>> stageGraphs;
+  /// The loss scale of each phase that uses dynamic loss scaling, by phase name: a 0-dim
+  /// device tensor the runtime's loss scaler updates in place; the loss is multiplied by it
+  /// before backward.
+  std::map<std::string, at::Tensor> lossScales;
   /// CUDA: capture each phase and replay it (false: run every phase eagerly on the GPU).
   bool useGraphs = true;
   /// CUDA: eager iterations of each phase before it is captured (allocator, cuDNN and NCCL

@@ -44,12 +44,19 @@ def unwrapped(gan, subs):
             gan._modules[s] = w
 
 
-def iteration(gan, spec, subs, inputs, optimizers, style, world, methods=None, step=0, manual=()):
+def grad_scalers(spec, device="cpu"):
+    """One torch.amp.GradScaler per loss scaler the spec names."""
+    return {name: torch.amp.GradScaler(device, **cfg) for name, cfg in spec.get("loss_scalers", {}).items()}
+
+
+def iteration(gan, spec, subs, inputs, optimizers, style, world, methods=None, step=0, manual=(),
+              scalers=None):
     """One training step: every phase with step % interval == 0, in spec order. `manual`
     names the phases the ``ddp`` style runs without DDP. The spec's training-step features
     run the way each style's users write them: micro-batches under no_sync() but the last
     (``flat``: one all-reduce after the last), each loss divided by their number, the forward
-    under torch.autocast, clip_grad_norm_ after the all-reduce."""
+    under torch.autocast, GradScaler (`scalers`, from grad_scalers()) around backward and
+    step, clip_grad_norm_ after the all-reduce (and the unscale)."""
     batches = []
     for phase in spec["phases"]:
         if step % phase.get("interval", 1):
@@ -62,6 +69,7 @@ def iteration(gan, spec, subs, inputs, optimizers, style, world, methods=None, s
                 p.grad = None
         method = methods[phase["name"]] if methods else getattr(gan, phase["method"])
         by_hand = style == "flat" or phase["name"] in manual
+        scaler = (scalers or {}).get(phase.get("loss_scaler"))
         micro_batches = phase.get("accumulate", 1)
         precision = phase.get("precision", spec.get("precision", "float32"))
         for micro in range(micro_batches):
@@ -82,12 +90,19 @@ def iteration(gan, spec, subs, inputs, optimizers, style, world, methods=None, s
                     loss = method(*args)
                 if micro_batches > 1:
                     loss = loss / micro_batches
-                loss.backward()
+                (scaler.scale(loss) if scaler else loss).backward()
         if by_hand:
             flat_all_reduce(gan, updates, world)
         for s in phase["updates"]:
             clip = spec["optimizers"][s].get("clip_grad_norm")
             if clip is not None:
+                if scaler:
+                    scaler.unscale_(optimizers[s])
                 torch.nn.utils.clip_grad_norm_(gan._modules[s].parameters(), clip["max_norm"],
                                                float(clip.get("norm_type", 2.0)))
-            optimizers[s].step()
+            if scaler:
+                scaler.step(optimizers[s])
+            else:
+                optimizers[s].step()
+        if scaler:
+            scaler.update()

@@ -1,8 +1,8 @@
 """CPU benchmark: ganc on 2 Gloo ranks against the two ways people train GANs with PyTorch.
 
 In one run, for the MLP GAN, DCGAN-32 and DCGAN-32 with the training-step features of GPU
-recipes (dcgan32_amp: bfloat16 autocast, D accumulating 2 micro-batches, G clipped; each
-baseline uses the same features its own way), on the same data, batch and optimizer:
+recipes (dcgan32_amp: bfloat16 autocast, a GradScaler, D accumulating 2 micro-batches, G
+clipped; each baseline uses the same features its own way), on the same data, batch and optimizer:
 
 - eager DDP, mmengine style: the Python model with one DistributedDataParallel per
   submodule (find_unused_parameters=True); submodules a phase does not update run with
@@ -61,10 +61,11 @@ def _baseline_worker(rank, world, port, model, data_path, steps, warmup, style, 
         wrapped = {s: DDP(getattr(gan, s), find_unused_parameters=True, broadcast_buffers=False) for s in subs}
         for s, w in wrapped.items():
             setattr(gan, s, w)  # the phase methods now call through DDP
+    scalers = baselines.grad_scalers(spec)
     times = []
     for step in range(steps):
         t0 = time.perf_counter()
-        baselines.iteration(gan, spec, subs, inputs, optimizers, style, world)
+        baselines.iteration(gan, spec, subs, inputs, optimizers, style, world, scalers=scalers)
         times.append(time.perf_counter() - t0)
     if rank == 0:
         with open(result_path, "w") as f:

@@ -307,6 +307,7 @@ private:
     phase->updates = spec_.updates;
     phase->interval = spec_.interval;
     phase->accumulate = spec_.accumulate;
+    phase->lossScaler = spec_.lossScaler;
     if (spec_.precision != Precision::Float32)
       phase->autocast = spec_.precision == Precision::BFloat16 ? "bf16" : "f16";
     for (const std::string &sub : spec_.updates) {
@@ -503,6 +504,9 @@ Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive) {
   if (archive.spec.stages)
     for (const StageSpec &stage : archive.spec.stages->list)
       module->stages.push_back({stage.name, stage.grows});
+  for (const auto &[name, l] : archive.spec.lossScalers)
+    module->lossScalers.push_back(
+        {name, l.initScale, l.growthFactor, l.backoffFactor, l.growthInterval});
   size_t stages = module->stages.size();
   for (size_t s = 0; s < std::max<size_t>(stages, 1); ++s) {
     for (const PhaseSpec &spec : archive.spec.phases) {

@@ -107,6 +107,33 @@ Status parseClip(const json &j, const std::string &where, OptimizerSpec &o) {
   return Status::ok();
 }
 
+/// 'loss_scalers': {"name": {init_scale, growth_factor, backoff_factor, growth_interval}}.
+Status parseLossScalers(const json &j, Spec &spec) {
+  GANC_TRY(need(j.is_object(), "'loss_scalers' must map scaler names to their settings"));
+  for (const auto &[name, v] : j.items()) {
+    std::string where = "loss scaler '" + name + "'";
+    GANC_TRY(need(!name.empty() && name.find_first_of("\" \t\n") == std::string::npos,
+                  where + ": a name cannot be empty or hold quotes or spaces"));
+    GANC_TRY(need(v.is_object(), where + " must be an object"));
+    LossScalerSpec scaler;
+    scaler.initScale = v.value("init_scale", scaler.initScale);
+    scaler.growthFactor = v.value("growth_factor", scaler.growthFactor);
+    scaler.backoffFactor = v.value("backoff_factor", scaler.backoffFactor);
+    if (v.contains("growth_interval"))
+      GANC_TRY(need(v["growth_interval"].is_number_integer(),
+                    where + ": 'growth_interval' must be an integer >= 1"));
+    scaler.growthInterval = v.value("growth_interval", scaler.growthInterval);
+    GANC_TRY(need(scaler.initScale > 0, where + ": 'init_scale' must be positive"));
+    GANC_TRY(need(scaler.growthFactor > 1, where + ": 'growth_factor' must be > 1"));
+    GANC_TRY(need(scaler.backoffFactor > 0 && scaler.backoffFactor < 1,
+                  where + ": 'backoff_factor' must be in (0, 1)"));
+    GANC_TRY(
+        need(scaler.growthInterval >= 1, where + ": 'growth_interval' must be an integer >= 1"));
+    spec.lossScalers[name] = scaler;
+  }
+  return Status::ok();
+}
+
 Status parseOptimizer(const std::string &submodule, const json &j, OptimizerSpec &o) {
   std::string where = "optimizer of '" + submodule + "'";
   GANC_TRY(need(j.is_object() && j.contains("type") && j["type"].is_string(),
@@ -241,6 +268,14 @@ Status parsePhase(const json &p, const Spec &spec, bool hasStages, PhaseSpec &ph
   }
   GANC_TRY(needVersion2(spec, p, "accumulate", where + ": "));
   GANC_TRY(needVersion2(spec, p, "precision", where + ": "));
+  GANC_TRY(needVersion2(spec, p, "loss_scaler", where + ": "));
+  if (p.contains("loss_scaler")) {
+    GANC_TRY(need(p["loss_scaler"].is_string() &&
+                      spec.lossScalers.count(p["loss_scaler"].get<std::string>()) > 0,
+                  where + ": 'loss_scaler' " + p["loss_scaler"].dump() +
+                      " is not one of the spec's 'loss_scalers'"));
+    phase.lossScaler = p["loss_scaler"].get<std::string>();
+  }
   if (p.contains("accumulate")) {
     GANC_TRY(need(p["accumulate"].is_number_integer() && p["accumulate"].get<int64_t>() >= 1,
                   where + ": 'accumulate' must be an integer >= 1, got " + p["accumulate"].dump()));
@@ -299,6 +334,9 @@ Status parseInto(const json &j, Spec &spec) {
                     std::to_string(kSpecVersion)));
   spec.version = j["ganc_spec"].get<int>();
   GANC_TRY(needVersion2(spec, j, "precision", ""));
+  GANC_TRY(needVersion2(spec, j, "loss_scalers", ""));
+  if (j.contains("loss_scalers"))
+    GANC_TRY(parseLossScalers(j["loss_scalers"], spec));
   if (j.contains("precision")) {
     auto precision = parsePrecision(j["precision"], "");
     if (!precision)

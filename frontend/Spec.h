@@ -12,7 +12,8 @@
 namespace ganc::frontend {
 
 /// The spec schema version this build writes; it reads versions 1 and 2 (docs/spec.md).
-/// Version 2 adds the training-step fields (precision, accumulate, clip_grad_norm); a version
+/// Version 2 adds the training-step fields (precision, accumulate, clip_grad_norm,
+/// loss_scalers, loss_scaler); a version
 /// 1 spec that uses one is refused, so an older ganc never silently ignores them.
 constexpr int kSpecVersion = 2;
 
@@ -91,6 +92,17 @@ struct PhaseSpec {
   int64_t accumulate = 1;
   /// Autocast dtype of the phase's forward (the spec's phase or model-wide "precision").
   Precision precision = Precision::Float32;
+  /// The dynamic loss scaler the phase's loss is scaled by ("" for none).
+  std::string lossScaler;
+};
+
+/// A dynamic loss scaler, torch.amp.GradScaler's hyper-parameters; phases naming the same
+/// scaler share it.
+struct LossScalerSpec {
+  double initScale = 65536.0;
+  double growthFactor = 2.0;
+  double backoffFactor = 0.5;
+  int64_t growthInterval = 2000;
 };
 
 /// torch.nn.utils.clip_grad_norm_ over a submodule's used, all-reduced gradients.
@@ -140,6 +152,8 @@ struct Spec {
   InputDtype inputDtype = InputDtype::Float32;
   /// Model-wide autocast dtype (a phase's own "precision" overrides it).
   Precision precision = Precision::Float32;
+  /// Dynamic loss scalers by name ("loss_scalers").
+  std::map<std::string, LossScalerSpec> lossScalers;
   std::vector<PhaseSpec> phases;
   std::map<std::string, OptimizerSpec> optimizers; // by submodule
   /// "broadcast" (rank 0's buffers before every phase, like DDP) or "local".

@@ -133,6 +133,16 @@ struct ClipGradNorm {
   double normType = 2.0;
 };
 
+/// A dynamic loss scaler (torch.amp.GradScaler): phases that name it scale their loss by it,
+/// unscale their all-reduced gradients, skip the step on inf/NaN and update it.
+struct LossScaler {
+  std::string name;
+  double initScale = 65536.0;
+  double growthFactor = 2.0;
+  double backoffFactor = 0.5;
+  int64_t growthInterval = 2000;
+};
+
 /// How a phase is named in a plan and at run time: "name", or "name@stage" for its
 /// specialisation for a stage of a progressively grown GAN.
 inline std::string phaseKey(const std::string &name, const std::string &stage) {
@@ -156,6 +166,8 @@ struct Phase {
   std::string autocast;
   /// Gradient clipping of updated submodules, applied after the all-reduce.
   std::vector<ClipGradNorm> clips;
+  /// The loss scaler of the phase ("" for none).
+  std::string lossScaler;
   std::vector<PhaseInput> inputs;
   Block body;
   Value *loss = nullptr;
@@ -208,6 +220,8 @@ struct Module {
   /// The stages of a progressively grown GAN in training order (empty: no stages); every
   /// phase is specialised once per stage.
   std::vector<Stage> stages;
+  /// Dynamic loss scalers the phases name.
+  std::vector<LossScaler> lossScalers;
   std::vector<std::unique_ptr<Phase>> phases;
 
   const Tensor *findParameter(const std::string &name) const;

@@ -33,6 +33,8 @@ public:
         GANC_TRY(expectWord("grows"));
         GANC_TRY(symbolList(stage.grows, false));
         module->stages.push_back(std::move(stage));
+      } else if (word == "loss_scaler") {
+        GANC_TRY(parseLossScaler(*module));
       } else if (word == "param" || word == "buffer") {
         Tensor t;
         GANC_TRY(symbol(t.name));
@@ -51,9 +53,9 @@ public:
         GANC_TRY(parsePhase(*phase, *module));
         module->phases.push_back(std::move(phase));
       } else {
-        return error(
-            "expected 'identity', 'bucket_cap', 'stage', 'param', 'buffer' or 'phase', got '" +
-            word + "'");
+        return error("expected 'identity', 'bucket_cap', 'stage', 'loss_scaler', 'param', 'buffer' "
+                     "or 'phase', got '" +
+                     word + "'");
       }
     }
     GANC_TRY(expect('}'));
@@ -184,6 +186,22 @@ private:
     return Status::ok();
   }
 
+  /// `loss_scaler "name" init_scale x growth_factor x backoff_factor x growth_interval n`.
+  Status parseLossScaler(Module &module) {
+    LossScaler l;
+    GANC_TRY(string(l.name));
+    GANC_TRY(expectWord("init_scale"));
+    GANC_TRY(number(l.initScale));
+    GANC_TRY(expectWord("growth_factor"));
+    GANC_TRY(number(l.growthFactor));
+    GANC_TRY(expectWord("backoff_factor"));
+    GANC_TRY(number(l.backoffFactor));
+    GANC_TRY(expectWord("growth_interval"));
+    GANC_TRY(integer(l.growthInterval));
+    module.lossScalers.push_back(l);
+    return Status::ok();
+  }
+
   /// A floating-point number as formatDouble prints it ("2.0", "1e-06", "inf").
   Status number(double &out) {
     skipSpace();
@@ -286,6 +304,8 @@ private:
         GANC_TRY(integer(p.interval));
       } else if (word == "stage") {
         GANC_TRY(string(p.stage));
+      } else if (word == "loss_scaler") {
+        GANC_TRY(string(p.lossScaler));
       } else if (word == "accumulate") {
         GANC_TRY(integer(p.accumulate));
       } else if (word == "autocast") {

@@ -80,6 +80,11 @@ public:
                   std::to_string(m.firstBucketCapBytes));
     for (const Stage &stage : m.stages)
       line(1, "stage " + quote(stage.name) + " grows " + symbolList(stage.grows, 0));
+    for (const LossScaler &l : m.lossScalers)
+      line(1, "loss_scaler " + quote(l.name) + " init_scale " + formatDouble(l.initScale) +
+                  " growth_factor " + formatDouble(l.growthFactor) + " backoff_factor " +
+                  formatDouble(l.backoffFactor) + " growth_interval " +
+                  std::to_string(l.growthInterval));
     for (const Tensor &p : m.parameters)
       line(1, tensorLine("param", p));
     for (const Tensor &b : m.buffers)
@@ -113,6 +118,8 @@ private:
       line(2, "accumulate " + std::to_string(p.accumulate));
     if (!p.autocast.empty())
       line(2, "autocast " + p.autocast);
+    if (!p.lossScaler.empty())
+      line(2, "loss_scaler " + quote(p.lossScaler));
     for (const ClipGradNorm &clip : p.clips)
       line(2, "clip_grad_norm " + clip.submodule + " max_norm " + formatDouble(clip.maxNorm) +
                   " norm_type " + formatDouble(clip.normType));

@@ -28,6 +28,16 @@ public:
       if (!names.insert(t.name).second)
         return Status::error("buffer @" + t.name + " is declared twice");
     GANC_TRY(verifyStages());
+    std::set<std::string> scalers;
+    for (const LossScaler &l : m_.lossScalers) {
+      if (!scalers.insert(l.name).second)
+        return Status::error("loss scaler \"" + l.name + "\" is declared twice");
+      if (!(l.initScale > 0) || !(l.growthFactor > 1) || !(l.backoffFactor > 0) ||
+          !(l.backoffFactor < 1) || l.growthInterval < 1)
+        return Status::error("loss scaler \"" + l.name +
+                             "\" needs init_scale > 0, growth_factor > 1, "
+                             "backoff_factor in (0, 1) and growth_interval >= 1");
+    }
     std::set<std::string> phaseNames;
     for (const auto &phase : m_.phases) {
       if (!phaseNames.insert(phase->key()).second)
@@ -66,6 +76,10 @@ private:
       return Status::error("accumulate must be at least 1, got " + std::to_string(p.accumulate));
     if (!p.autocast.empty() && p.autocast != "bf16" && p.autocast != "f16")
       return Status::error("autocast to " + p.autocast + ": only bf16 and f16 are autocast dtypes");
+    if (!p.lossScaler.empty() &&
+        std::none_of(m_.lossScalers.begin(), m_.lossScalers.end(),
+                     [&](const LossScaler &l) { return l.name == p.lossScaler; }))
+      return Status::error("uses undeclared loss scaler \"" + p.lossScaler + "\"");
     for (const ClipGradNorm &clip : p.clips) {
       if (std::find(p.updates.begin(), p.updates.end(), clip.submodule) == p.updates.end())
         return Status::error("clips '" + clip.submodule + "', which the phase does not update");

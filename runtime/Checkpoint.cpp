@@ -72,6 +72,10 @@ Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
   for (const auto &[sub, opt] : s.optimizers)
     optimizers.insert(sub, opt.stateDict());
   ckpt.insert("optimizers", optimizers);
+  c10::impl::GenericDict scalers = makeDict();
+  for (const auto &[name, scaler] : s.lossScalers)
+    scalers.insert(name, scaler.stateDict());
+  ckpt.insert("loss_scalers", scalers);
   c10::impl::GenericDict rng = makeDict();
   rng.insert("noise", c10::List<at::Tensor>(gathered[0]));
   rng.insert("world_size", int64_t{s.rank.worldSize});
@@ -116,6 +120,8 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
   auto optimizers = ckpt.at("optimizers").toGenericDict();
   for (auto &[sub, opt] : s.optimizers)
     opt.loadStateDict(optimizers.at(sub).toGenericDict());
+  for (auto &[name, scaler] : s.lossScalers)
+    scaler.loadStateDict(ckpt.at("loss_scalers").toGenericDict().at(name).toGenericDict());
   inputs.noise().set_state(rng.at("noise").toTensorList().get(s.rank.rank));
   if (ShardedBatches *batches = inputs.batches(); batches && rng.contains("data_epoch"))
     batches->seek(rng.at("data_epoch").toInt(), rng.at("data_cursor").toInt());

@@ -1,6 +1,8 @@
 // Gradient, input and final-state dumps.
 #include "runtime/Dumps.h"
 
+#include "runtime/Dict.h"
+
 #include "ir/Files.h"
 
 #include <torch/serialize.h>
@@ -34,7 +36,20 @@ Status dumpFinalState(Session &s) {
     state.insert(name, p.detach().cpu().clone());
   for (const auto &b : s.module().named_buffers(true))
     state.insert(b.name, b.value.detach().cpu().clone());
-  return writeFileAtomically(s.options.dumpDir + "/params_final.pt", torch::pickle_save(state));
+  GANC_TRY(writeFileAtomically(s.options.dumpDir + "/params_final.pt", torch::pickle_save(state)));
+  if (s.lossScalers.empty())
+    return Status::ok();
+  // As the reference writes them: {name: {"scale": float, "growth_tracker": int}}.
+  c10::impl::GenericDict scalers = makeDict();
+  for (const auto &[name, scaler] : s.lossScalers) {
+    c10::impl::GenericDict entry = makeDict();
+    entry.insert("scale", scaler.scale().item<double>());
+    entry.insert("growth_tracker",
+                 scaler.stateDict().at("growth_tracker").toTensor().item<int64_t>());
+    scalers.insert(name, entry);
+  }
+  return writeFileAtomically(s.options.dumpDir + "/loss_scalers_final.pt",
+                             torch::pickle_save(scalers));
 }
 
 } // namespace ganc::runtime

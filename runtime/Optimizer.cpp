@@ -6,12 +6,14 @@
 namespace ganc::runtime {
 
 void Optimizer::step(const std::vector<std::string> &names,
-                     const std::vector<at::Tensor> &parameters) {
+                     const std::vector<at::Tensor> &parameters, const at::Tensor &foundInf) {
   torch::NoGradGuard noGrad;
   if (!parameters.empty() && parameters.front().is_cuda()) {
-    fusedStep(names, parameters);
+    fusedStep(names, parameters, foundInf);
     return;
   }
+  if (foundInf.defined() && foundInf.item<float>() != 0)
+    return; // GradScaler skips the step: inf/NaN in the scaled gradients
   for (size_t i = 0; i < parameters.size(); ++i) {
     const at::Tensor &p = parameters[i];
     if (!p.grad().defined())
@@ -67,7 +69,7 @@ void Optimizer::sgd(const at::Tensor &param, ParamState &state) {
 }
 
 void Optimizer::fusedStep(const std::vector<std::string> &names,
-                          const std::vector<at::Tensor> &parameters) {
+                          const std::vector<at::Tensor> &parameters, const at::Tensor &foundInf) {
   std::vector<at::Tensor> params, grads, expAvgs, expAvgSqs, momenta, steps;
   bool firstSgdStep = false;
   for (size_t i = 0; i < parameters.size(); ++i) {
@@ -97,18 +99,25 @@ void Optimizer::fusedStep(const std::vector<std::string> &names,
   if (params.empty())
     return;
   at::_foreach_add_(steps, 1);
+  // With a loss scaler's flag the kernels leave parameters and state alone where it is set,
+  // and the step counts go back (torch.optim's _fused_adam does the same).
+  const std::optional<at::Tensor> found =
+      foundInf.defined() ? std::optional<at::Tensor>(foundInf) : std::nullopt;
   if (spec_.type == "sgd") {
     // torch.optim.SGD(fused=True): the first step copies the gradient into the momentum
     // buffer; later steps (the captured ones) update it.
     at::_fused_sgd_(params, grads, spec_.momentum != 0 ? at::TensorList(momenta) : at::TensorList(),
-                    spec_.weightDecay, spec_.momentum, spec_.lr, 0.0, false, false, firstSgdStep);
+                    spec_.weightDecay, spec_.momentum, spec_.lr, 0.0, false, false, firstSgdStep,
+                    std::nullopt, found);
   } else if (spec_.type == "adamw") {
     at::_fused_adamw_(params, grads, expAvgs, expAvgSqs, {}, steps, spec_.lr, spec_.beta1,
-                      spec_.beta2, spec_.weightDecay, spec_.eps, false, false);
+                      spec_.beta2, spec_.weightDecay, spec_.eps, false, false, std::nullopt, found);
   } else {
     at::_fused_adam_(params, grads, expAvgs, expAvgSqs, {}, steps, spec_.lr, spec_.beta1,
-                     spec_.beta2, spec_.weightDecay, spec_.eps, false, false);
+                     spec_.beta2, spec_.weightDecay, spec_.eps, false, false, std::nullopt, found);
   }
+  if (found)
+    at::_foreach_sub_(steps, std::vector<at::Tensor>(steps.size(), *found));
 }
 
 c10::impl::GenericDict Optimizer::stateDict() const {

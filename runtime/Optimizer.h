@@ -23,7 +23,11 @@ public:
   /// One step over `parameters` (their .grad holds the all-reduced gradient), exactly as
   /// torch.optim does it: its single-tensor code on CPU; on CUDA its fused kernels
   /// (fused=True), whose step counts live on the device so a captured graph stays valid.
-  void step(const std::vector<std::string> &names, const std::vector<at::Tensor> &parameters);
+  /// `foundInf`, when given, is a loss scaler's flag for these gradients: where it is set
+  /// the step is skipped (state and step counts unchanged), as GradScaler.step does — on CPU
+  /// by reading it (no device to synchronise with), on CUDA inside the fused kernels.
+  void step(const std::vector<std::string> &names, const std::vector<at::Tensor> &parameters,
+            const at::Tensor &foundInf = at::Tensor());
 
   /// State as {"state": {name: {...}}, "hyper": {...}}, loadable by torch.load.
   c10::impl::GenericDict stateDict() const;
@@ -38,7 +42,8 @@ private:
   };
   void adam(const at::Tensor &param, ParamState &state);
   void sgd(const at::Tensor &param, ParamState &state);
-  void fusedStep(const std::vector<std::string> &names, const std::vector<at::Tensor> &params);
+  void fusedStep(const std::vector<std::string> &names, const std::vector<at::Tensor> &params,
+                 const at::Tensor &foundInf);
 
   frontend::OptimizerSpec spec_;
   c10::Device device_;

@@ -75,6 +75,9 @@ Status createExecutor(Session &s) {
   options.broadcastBuffers = spec.buffers == "broadcast";
   options.useGraphs = s.options.cudaGraphs;
   options.warmupIterations = s.options.warmup;
+  for (const auto &phase : s.plan->phases)
+    if (!phase->lossScaler.empty())
+      options.lossScales[phase->name] = s.lossScalers.at(phase->lossScaler).scale();
   if (spec.stages) {
     // Every stage's phases are specialised now; switching stage later only picks them.
     for (size_t stage = 0; stage < spec.stages->list.size(); ++stage)
@@ -103,6 +106,9 @@ void Session::optimizerStep(const std::string &phase, const backend::PhaseReduce
     byOwner[ownerOf.at(name)].emplace_back(parameterIndex.at(name), i);
   }
   const ir::Phase *compiled = plan->findPhase(phase);
+  LossScaler *scaler =
+      compiled->lossScaler.empty() ? nullptr : &lossScalers.at(compiled->lossScaler);
+  std::vector<at::Tensor> foundInf;
   for (auto &[owner, entries] : byOwner) {
     std::sort(entries.begin(), entries.end());
     std::vector<std::string> names;
@@ -111,11 +117,20 @@ void Session::optimizerStep(const std::string &phase, const backend::PhaseReduce
       names.push_back(reducer.usedNames()[i]);
       params.push_back(reducer.usedParameters()[i]);
     }
+    // GradScaler's order: unscale_(optimizer), clip, step(optimizer) (skipped on inf/NaN),
+    // and update() once the phase's optimizers have stepped.
+    at::Tensor found;
+    if (scaler) {
+      found = scaler->unscale(params);
+      foundInf.push_back(found);
+    }
     for (const ir::ClipGradNorm &clip : compiled->clips)
       if (clip.submodule == owner)
         clipGradNorm(params, clip.maxNorm, clip.normType);
-    optimizers.at(owner).step(names, params);
+    optimizers.at(owner).step(names, params, found);
   }
+  if (scaler)
+    scaler->update(foundInf);
 }
 
 Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
@@ -141,6 +156,8 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
                          s->archive->identity + "); run ganc compile " + options.model + " again");
   s->inputType = frontend::inputScalarType(s->spec());
   GANC_TRY(setUpDevice(*s));
+  for (const ir::LossScaler &l : s->plan->lossScalers)
+    s->lossScalers.emplace(l.name, LossScaler(l, s->device));
   GANC_TRY(createExecutor(*s));
   s->executor->broadcastState();
 

@@ -6,6 +6,7 @@
 #include "frontend/Frontend.h"
 #include "ir/Module.h"
 #include "runtime/Distributed.h"
+#include "runtime/LossScaler.h"
 #include "runtime/Optimizer.h"
 #include "runtime/Trainer.h"
 
@@ -30,6 +31,8 @@ struct Session {
   std::unique_ptr<backend::PhaseExecutor> executor;
   /// One optimizer per trained submodule.
   std::map<std::string, Optimizer> optimizers;
+  /// The plan's dynamic loss scalers by name.
+  std::map<std::string, LossScaler> lossScalers;
   /// The submodule that owns each used parameter.
   std::map<std::string, std::string> ownerOf;
   /// Each parameter's position in the model's parameter order.

@@ -82,6 +82,10 @@ void stepFeatures(std::ostream &out, const ir::Phase &phase) {
     out << "  accumulate: " << phase.accumulate << " micro-batches per step, each loss divided by "
         << phase.accumulate
         << "; gradients summed locally, all-reduced once, in the last backward\n";
+  if (!phase.lossScaler.empty())
+    out << "  loss scaling: by scaler " << phase.lossScaler
+        << " (loss x scale; gradients unscaled after the all-reduce; on inf/NaN the step is "
+           "skipped and the scale backs off)\n";
   for (const ir::ClipGradNorm &clip : phase.clips) {
     out << "  clip_grad_norm: " << clip.submodule << " to " << ir::formatDouble(clip.maxNorm)
         << " (";
@@ -102,6 +106,11 @@ std::string explain(const ir::Module &plan) {
     out << ", bucket caps: first " << humanBytes(plan.firstBucketCapBytes) << ", then "
         << humanBytes(plan.bucketCapBytes);
   out << "\n";
+  for (const ir::LossScaler &l : plan.lossScalers)
+    out << "loss scaler " << l.name << ": scale " << ir::formatDouble(l.initScale) << " at first, x"
+        << ir::formatDouble(l.growthFactor) << " after " << l.growthInterval
+        << " steps without inf/NaN, x" << ir::formatDouble(l.backoffFactor)
+        << " and the step skipped on one\n";
   std::set<std::string> owners;
   for (const ir::Tensor &p : plan.parameters)
     owners.insert(p.owner);
@@ -187,6 +196,7 @@ std::string planJson(const ir::Module &plan) {
                {"interval", phase->interval},
                {"accumulate", phase->accumulate},
                {"autocast", phase->autocast.empty() ? "f32" : phase->autocast},
+               {"loss_scaler", phase->lossScaler},
                {"used", phase->used},
                {"unused", phase->unused},
                {"ready_order", phase->readyOrder},

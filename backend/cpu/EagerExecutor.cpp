@@ -179,7 +179,11 @@ at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
     loss = forward(state, inputs);
     if (accumulate > 1)
       loss = loss / static_cast<double>(accumulate); // the mean over micro-batches
-    loss.backward();
+    auto scale = options_.lossScales.find(state.plan->name);
+    if (scale != options_.lossScales.end())
+      (loss * scale->second).backward(); // GradScaler.scale(loss)
+    else
+      loss.backward();
   } catch (...) {
     hooks_->setActive(nullptr);
     throw;

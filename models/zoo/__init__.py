@@ -22,7 +22,8 @@ from .wgan_gp import WGANGP, wgan_gp_spec
 ZOO = {
     "dcgan64": lambda: (DCGAN(64, 64), two_phase_spec("dcgan64", 64, [3, 64, 64], [100, 1, 1])),
     "dcgan32": lambda: (DCGAN(32, 32), two_phase_spec("dcgan32", 32, [3, 32, 32], [100, 1, 1])),
-    # bfloat16 autocast, D accumulating 2 micro-batches per step, G clipped to a 2-norm of 0.1.
+    # bfloat16 autocast, a dynamic loss scaler shared by D and G, D accumulating 2
+    # micro-batches per step, G clipped to a 2-norm of 0.1.
     "dcgan32_amp": lambda: (DCGAN(32, 32), training_step_spec("dcgan32_amp", 32, [3, 32, 32],
                                                               [100, 1, 1])),
     "mlp": lambda: (MLPGAN(), mlp_spec("mlp")),

@@ -78,14 +78,19 @@ def two_phase_spec(name, batch, data_shape, z_shape, lr=2e-4, betas=(0.5, 0.999)
 
 
 def training_step_spec(name, batch, data_shape, z_shape, precision="bfloat16", accumulate_d=2,
-                       clip_g=0.1):
+                       clip_g=0.1, loss_scaling=True):
     """The two-phase spec with the training-step features of GPU recipes (ganc_spec 2):
     autocast of every forward to `precision`, D accumulating `accumulate_d` micro-batches per
-    step, G's gradients clipped to a 2-norm of `clip_g` (None: no clipping)."""
+    step, G's gradients clipped to a 2-norm of `clip_g` (None: no clipping), and one dynamic
+    loss scaler (GradScaler's defaults) shared by both phases."""
     spec = two_phase_spec(name, batch, data_shape, z_shape)
     spec["ganc_spec"] = 2
     spec["precision"] = precision
     spec["phases"][0]["accumulate"] = accumulate_d
+    if loss_scaling:
+        spec["loss_scalers"] = {"amp": {}}
+        for phase in spec["phases"]:
+            phase["loss_scaler"] = "amp"
     if clip_g is not None:
         spec["optimizers"]["generator"]["clip_grad_norm"] = {"max_norm": clip_g, "norm_type": 2.0}
     return spec

@@ -216,6 +216,12 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
                                      device_ids=[rank] if cuda else None,
                                      find_unused_parameters=True,
                                      broadcast_buffers=broadcast)
+    # torch.amp.GradScaler per named scaler; phases naming the same one share it.
+    scalers = {name: torch.amp.GradScaler("cuda" if cuda else "cpu", init_scale=cfg.get("init_scale", 65536.0),
+                                          growth_factor=cfg.get("growth_factor", 2.0),
+                                          backoff_factor=cfg.get("backoff_factor", 0.5),
+                                          growth_interval=cfg.get("growth_interval", 2000))
+               for name, cfg in spec.get("loss_scalers", {}).items()}
     ema = spec.get("ema")
     if ema is not None:
         src, dst = getattr(gan, ema["submodule"]), getattr(gan, ema["copy"])
@@ -237,6 +243,7 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
             for p in params.values():
                 p.grad = None
             runner = runners[phase["name"]]
+            scaler = scalers.get(phase.get("loss_scaler"))
             micro_batches = phase.get("accumulate", 1)
             precision = phase.get("precision", spec.get("precision", "float32"))
             for micro in range(micro_batches):
@@ -252,7 +259,7 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
                         loss = runner(*args)
                     if micro_batches > 1:
                         loss = loss / micro_batches  # the mean over micro-batches
-                    loss.backward()
+                    (scaler.scale(loss) if scaler else loss).backward()
             if reducer_of(phase) == "manual":
                 # DDP's arithmetic without DDP: each gradient scaled by 1/world, then summed.
                 for n, p in params.items():
@@ -260,6 +267,8 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
                         p.grad.mul_(1.0 / world)
                         dist.all_reduce(p.grad)
             for sub in phase["updates"]:
+                if scaler:
+                    scaler.unscale_(optimizers[sub])  # before clipping, as torch.amp's docs say
                 clip = spec["optimizers"][sub].get("clip_grad_norm")
                 if clip is not None:
                     norm_type = float(clip.get("norm_type", 2.0))
@@ -270,7 +279,12 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
                             if _owner(n) in updates and p.grad is not None},
                            os.path.join(out_dir, f"grads_step{step}_{phase['name']}.pt"))
             for s in phase["updates"]:
-                optimizers[s].step()
+                if scaler:
+                    scaler.step(optimizers[s])  # skipped on inf/NaN
+                else:
+                    optimizers[s].step()
+            if scaler:
+                scaler.update()
         if ema is not None:
             with torch.no_grad():  # StyleGAN2's update
                 for p_ema, p in zip(ema_pairs[0], ema_pairs[1]):
@@ -278,6 +292,8 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
                 for b_ema, b in zip(ema_pairs[2], ema_pairs[3]):
                     b_ema.copy_(b)
     if out_dir and rank == 0:
+        torch.save({name: {"scale": sc.get_scale(), "growth_tracker": sc._get_growth_tracker()}
+                    for name, sc in scalers.items()}, os.path.join(out_dir, "loss_scalers_final.pt"))
         final = {n: p.detach().cpu().clone() for n, p in params.items()}
         final.update({n: b.detach().cpu().clone() for n, b in gan.named_buffers()})
         torch.save(final, os.path.join(out_dir, "params_final.pt"))

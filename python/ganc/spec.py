@@ -11,8 +11,8 @@ import json
 SPEC_VERSION = 2  # written by ganc.export; versions 1 and 2 are read
 READ_VERSIONS = (1, 2)
 # Fields version 2 added; a version 1 spec using one is refused (an older ganc would ignore it).
-V2_SPEC_FIELDS = ("precision",)
-V2_PHASE_FIELDS = ("accumulate", "precision")
+V2_SPEC_FIELDS = ("precision", "loss_scalers")
+V2_PHASE_FIELDS = ("accumulate", "precision", "loss_scaler")
 V2_OPTIMIZER_FIELDS = ("clip_grad_norm",)
 PRECISIONS = ("float32", "bfloat16", "float16")
 SOURCES = ("data", "labels", "normal", "uniform", "categorical", "fade")
@@ -54,6 +54,10 @@ def validate(spec: dict, module=None) -> dict:
              "spec: 'data' must be an object with a 'shape' list (one sample, no batch dim)")
     spec.setdefault("dtype", "float32")
     _require(spec["dtype"] in DTYPES, f"spec: 'dtype' must be one of {', '.join(DTYPES)}")
+    scalers = spec.get("loss_scalers", {})
+    _require(isinstance(scalers, dict), "spec: 'loss_scalers' must map scaler names to their settings")
+    for name, scaler in scalers.items():
+        _validate_scaler(name, scaler)
     phases = spec.get("phases")
     _require(isinstance(phases, list) and phases, "spec: 'phases' must be a non-empty list")
     names = set()
@@ -75,6 +79,8 @@ def validate(spec: dict, module=None) -> dict:
         if not v1:
             phase.setdefault("accumulate", 1)
             phase.setdefault("precision", spec["precision"])
+        _require(phase.get("loss_scaler") is None or phase["loss_scaler"] in scalers,
+                 f"{where}: 'loss_scaler' {phase.get('loss_scaler')!r} is not one of the spec's 'loss_scalers'")
         accumulate = phase.get("accumulate", 1)
         _require(isinstance(accumulate, int) and not isinstance(accumulate, bool) and accumulate >= 1,
                  f"{where}: 'accumulate' must be an integer >= 1, got {accumulate!r}")
@@ -148,6 +154,22 @@ def validate(spec: dict, module=None) -> dict:
         _require(isinstance(sample.get("submodule"), str) and isinstance(sample.get("noise_shape"), list),
                  "spec: 'sample' needs 'submodule' and 'noise_shape'")
     return spec
+
+
+def _validate_scaler(name, scaler) -> None:
+    where = f"spec: loss scaler {name!r}"
+    _require(name and not any(c in name for c in "\" \t\n"),
+             f"{where}: a name cannot be empty or hold quotes or spaces")
+    _require(isinstance(scaler, dict), f"{where} must be an object")
+    scaler.setdefault("init_scale", 65536.0)
+    scaler.setdefault("growth_factor", 2.0)
+    scaler.setdefault("backoff_factor", 0.5)
+    scaler.setdefault("growth_interval", 2000)
+    _require(scaler["init_scale"] > 0, f"{where}: 'init_scale' must be positive")
+    _require(scaler["growth_factor"] > 1, f"{where}: 'growth_factor' must be > 1")
+    _require(0 < scaler["backoff_factor"] < 1, f"{where}: 'backoff_factor' must be in (0, 1)")
+    _require(isinstance(scaler["growth_interval"], int) and scaler["growth_interval"] >= 1,
+             f"{where}: 'growth_interval' must be an integer >= 1")
 
 
 def _validate_clip(clip, where) -> None:

@@ -47,7 +47,8 @@ def main(out):
     # clipping alone (G by its 2-norm, D by its max norm, both low enough to clip), autocast
     # alone.
     gan, _ = zoo.build("dcgan32")
-    one = lambda **kw: zoo.training_step_spec("dcgan32", 32, [3, 32, 32], [100, 1, 1], **kw)
+    one = lambda loss_scaling=False, **kw: zoo.training_step_spec("dcgan32", 32, [3, 32, 32], [100, 1, 1],
+                                                                  loss_scaling=loss_scaling, **kw)
     ganc.export(gan, os.path.join(out, "dcgan32_accumulate.pt"),
                 one(precision="float32", accumulate_d=3, clip_g=None))
     spec = one(precision="float32", accumulate_d=1, clip_g=0.05)
@@ -55,6 +56,12 @@ def main(out):
     ganc.export(gan, os.path.join(out, "dcgan32_clip.pt"), spec)
     ganc.export(gan, os.path.join(out, "dcgan32_bf16.pt"),
                 one(precision="bfloat16", accumulate_d=1, clip_g=None))
+    # float16 autocast with dynamic loss scaling, one scaler shared by both phases, starting so
+    # high (2^24) that the first steps overflow in float16, are skipped and back off; growth
+    # every 3 clean steps.
+    spec = one(precision="float16", accumulate_d=1, clip_g=None, loss_scaling=True)
+    spec["loss_scalers"] = {"amp": {"init_scale": 2.0 ** 24, "growth_interval": 3}}
+    ganc.export(gan, os.path.join(out, "dcgan32_scaled.pt"), spec)
 
     with open(os.path.join(out, "bad_not_archive.pt"), "w") as f:
         f.write("this is not a TorchScript archive\n")

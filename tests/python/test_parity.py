@@ -51,14 +51,32 @@ MODELS = [
     ("dcgan32_clip", "digits", [2]),
     # bfloat16 autocast of every forward, against DDP under torch.autocast("cpu", bfloat16).
     ("dcgan32_bf16", "digits", [2]),
-    ("dcgan32_amp", "digits", [2]),        # all three at once
+    ("dcgan32_amp", "digits", [2]),        # all of them at once, with a shared loss scaler
+    # float16 autocast with a dynamic loss scaler shared by D and G, starting at 2^24: the
+    # first steps overflow in float16 and are skipped, the scale backs off and grows again;
+    # against torch.amp.GradScaler step for step.
+    ("dcgan32_scaled", "digits", [2]),
 ]
+# Models whose loss scaler must overflow, skip a step and back off within STEPS steps.
+OVERFLOWING = {"dcgan32_scaled"}
 CASES = [(m[0], m[1], w, m[3] if len(m) > 3 else "ddp") for m in MODELS for w in m[2]]
 STEPS = 10
 SEED = 7
 
 
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| / max |b| over the finite elements; inf and NaN must sit in the same places
+    with the same values (a loss-scaled gradient that overflowed)."""
+    finite = torch.isfinite(b)
+    if not finite.all():
+        if not torch.equal(torch.isfinite(a), finite) or not torch.equal(a[~finite].isnan(), b[~finite].isnan()):
+            return float("inf")
+        infs = ~finite & ~b.isnan()
+        if not torch.equal(a[infs], b[infs]):
+            return float("inf")
+        a, b = a[finite], b[finite]
+        if b.numel() == 0:
+            return 0.0
     scale = b.abs().max().item()
     return (a - b).abs().max().item() / (scale if scale > 0 else 1.0)
 
@@ -108,6 +126,7 @@ def compare(model, got_dir, ref_dir):
             compared += 1
     assert compared > 0
     check_clipping(spec, got_dir, ref_dir)
+    check_loss_scaling(spec, got_dir, ref_dir, overflows=model in OVERFLOWING)
     got = ganc.load_checkpoint(os.path.join(got_dir, "params_final.pt"))
     ref = torch.load(os.path.join(ref_dir, "params_final.pt"))
     assert set(got) == set(ref)
@@ -133,3 +152,22 @@ def check_clipping(spec, got_dir, ref_dir):
             if abs(norm - clip["max_norm"]) <= 1e-3 * clip["max_norm"]:
                 active.add(sub)
     assert active == set(clipped), f"clipping never took effect for {set(clipped) - active}"
+
+
+def check_loss_scaling(spec, got_dir, ref_dir, overflows):
+    """With loss scalers: ganc's final scales and growth trackers equal GradScaler's; with
+    `overflows`, the run also covered a skipped step (an overflowed gradient) and a scale
+    below the initial one."""
+    scalers = spec.get("loss_scalers", {})
+    if not scalers:
+        return
+    got = ganc.load_checkpoint(os.path.join(got_dir, "loss_scalers_final.pt"))
+    ref = torch.load(os.path.join(ref_dir, "loss_scalers_final.pt"))
+    assert got == ref, f"loss scalers: ganc {got}, GradScaler {ref}"
+    if not overflows:
+        return
+    for name, cfg in scalers.items():
+        assert ref[name]["scale"] < cfg["init_scale"], f"scaler {name} never backed off"
+    overflowed = any(not torch.isfinite(g).all() for _, _, got_grads, _ in
+                     gradient_dumps(spec, STEPS, got_dir, ref_dir) for g in got_grads.values())
+    assert overflowed, "no step overflowed: the skip was not exercised"

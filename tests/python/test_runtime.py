@@ -37,8 +37,10 @@ def started_ranks(launcher, n):
 
 
 # pggan_quick: resumed at step 4, in the middle of the 16x16 fade-in, and trained on across
-# the switch to 32x32 at step 6.
-@pytest.mark.parametrize("model,steps,split", [("dcgan32", 8, 4), ("pggan_quick", 8, 4)])
+# the switch to 32x32 at step 6. dcgan32_scaled: resumed at step 5, with its loss scaler
+# backed off by the overflowing first steps (its scale and growth tracker are checkpointed).
+@pytest.mark.parametrize("model,steps,split", [("dcgan32", 8, 4), ("pggan_quick", 8, 4),
+                                               ("dcgan32_scaled", 10, 5)])
 def test_resume_continues_exactly(ganc_bin, datasets, tmp_path, model, steps, split):
     plan = compile_plan(ganc_bin, model, str(tmp_path))
     data = datasets["digits"]
@@ -63,6 +65,10 @@ def test_resume_continues_exactly(ganc_bin, datasets, tmp_path, model, steps, sp
         for name, state in opt["state"].items():
             for key, t in state.items():
                 assert torch.equal(t, b["optimizers"][sub]["state"][name][key])
+    assert a["loss_scalers"].keys() == b["loss_scalers"].keys()
+    for name, state in a["loss_scalers"].items():
+        for key, t in state.items():
+            assert torch.equal(t, b["loss_scalers"][name][key]), f"loss scaler {name}: {key} differs"
 
 
 def test_checkpoint_loads_into_python_modules(ganc_bin, datasets, tmp_path):
