@@ -57,6 +57,52 @@ Status need(bool condition, const std::string &message) {
   return condition ? Status::ok() : Status::error(message);
 }
 
+/// Levenshtein distance, for "did you mean" suggestions.
+size_t editDistance(const std::string &a, const std::string &b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+/// Every key of the object `j` must be one of `known`: a misspelled field is an error with a
+/// suggestion, never silently ignored. `where` names the object ("phase 'd'").
+Status knownKeys(const json &j, std::initializer_list<const char *> known,
+                 const std::string &where) {
+  if (!j.is_object())
+    return Status::ok(); // the caller's own check says what it must be
+  for (const auto &item : j.items()) {
+    const std::string &key = item.key();
+    std::string best;
+    size_t bestDistance = 3; // suggest only close names
+    bool found = false;
+    for (const char *k : known) {
+      if (key == k) {
+        found = true;
+        break;
+      }
+      size_t d = editDistance(key, k);
+      if (d < bestDistance) {
+        bestDistance = d;
+        best = k;
+      }
+    }
+    if (!found)
+      return Status::error(where + "unknown key '" + key + "'" +
+                           (best.empty() ? std::string() : " (did you mean '" + best + "'?)"));
+  }
+  return Status::ok();
+}
+
 Expected<std::vector<int64_t>> shapeOf(const json &j, const std::string &where) {
   if (!j.is_array())
     return Status::error(where + " must be a list of integers");
@@ -86,6 +132,7 @@ Expected<Precision> parsePrecision(const json &j, const std::string &where) {
 
 /// 'clip_grad_norm': {"max_norm": x, "norm_type": p}, as torch.nn.utils.clip_grad_norm_.
 Status parseClip(const json &j, const std::string &where, OptimizerSpec &o) {
+  GANC_TRY(knownKeys(j, {"max_norm", "norm_type"}, where + ": clip_grad_norm: "));
   GANC_TRY(need(j.is_object() && j.contains("max_norm") && j["max_norm"].is_number() &&
                     j["max_norm"].get<double>() > 0,
                 where + ": 'clip_grad_norm' needs a positive 'max_norm'"));
@@ -115,6 +162,8 @@ Status parseLossScalers(const json &j, Spec &spec) {
     GANC_TRY(need(!name.empty() && name.find_first_of("\" \t\n") == std::string::npos,
                   where + ": a name cannot be empty or hold quotes or spaces"));
     GANC_TRY(need(v.is_object(), where + " must be an object"));
+    GANC_TRY(knownKeys(v, {"init_scale", "growth_factor", "backoff_factor", "growth_interval"},
+                       where + ": "));
     LossScalerSpec scaler;
     scaler.initScale = v.value("init_scale", scaler.initScale);
     scaler.growthFactor = v.value("growth_factor", scaler.growthFactor);
@@ -136,6 +185,9 @@ Status parseLossScalers(const json &j, Spec &spec) {
 
 Status parseOptimizer(const std::string &submodule, const json &j, OptimizerSpec &o) {
   std::string where = "optimizer of '" + submodule + "'";
+  GANC_TRY(knownKeys(j,
+                     {"type", "lr", "betas", "eps", "weight_decay", "momentum", "clip_grad_norm"},
+                     where + ": "));
   GANC_TRY(need(j.is_object() && j.contains("type") && j["type"].is_string(),
                 where + " needs a 'type'"));
   o.type = j["type"].get<std::string>();
@@ -162,6 +214,7 @@ Status parseOptimizer(const std::string &submodule, const json &j, OptimizerSpec
 }
 
 Status parseStages(const json &j, Spec &spec) {
+  GANC_TRY(knownKeys(j, {"attributes", "list"}, "'stages': "));
   GANC_TRY(need(j.is_object() && j.contains("attributes") && j["attributes"].is_array() &&
                     !j["attributes"].empty(),
                 "'stages' needs 'attributes': the int module attributes that select the stage "
@@ -184,6 +237,7 @@ Status parseStages(const json &j, Spec &spec) {
     StageSpec stage;
     stage.name = s["name"].get<std::string>();
     std::string where = "stage '" + stage.name + "'";
+    GANC_TRY(knownKeys(s, {"name", "steps", "fade_steps", "grows"}, where + ": "));
     GANC_TRY(need(names.insert(stage.name).second, where + " is declared twice"));
     GANC_TRY(need(stage.name.find_first_of("@\" \t\n") == std::string::npos,
                   where + ": a stage name cannot hold '@', quotes or spaces"));
@@ -216,6 +270,8 @@ Status parseInput(const json &in, const Spec &spec, bool hasStages, const std::s
   GANC_TRY(need(in.is_object() && in.contains("name") && in["name"].is_string(),
                 where + ": every input needs a 'name'"));
   input.name = in["name"].get<std::string>();
+  GANC_TRY(knownKeys(in, {"name", "source", "shape", "classes"},
+                     where + ": input '" + input.name + "': "));
   const std::string source = in.value("source", "");
   const std::optional<InputSource> parsed = parseInputSource(source);
   GANC_TRY(need(parsed.has_value(),
@@ -248,6 +304,10 @@ Status parsePhase(const json &p, const Spec &spec, bool hasStages, PhaseSpec &ph
                 "every phase needs a 'name'"));
   phase.name = p["name"].get<std::string>();
   std::string where = "phase '" + phase.name + "'";
+  GANC_TRY(knownKeys(
+      p,
+      {"name", "method", "updates", "interval", "inputs", "accumulate", "precision", "loss_scaler"},
+      where + ": "));
   GANC_TRY(need(p.contains("method") && p["method"].is_string(), where + " needs a 'method'"));
   phase.method = p["method"].get<std::string>();
   if (p.contains("interval")) {
@@ -295,6 +355,7 @@ Status parsePhase(const json &p, const Spec &spec, bool hasStages, PhaseSpec &ph
 Status parseEma(const json &e, Spec &spec) {
   GANC_TRY(need(e.is_object() && e.contains("submodule") && e.contains("copy"),
                 "'ema' needs 'submodule' (the trained one) and 'copy' (its average)"));
+  GANC_TRY(knownKeys(e, {"submodule", "copy", "half_life_images", "beta"}, "'ema': "));
   EmaSpec ema;
   ema.submodule = e["submodule"].get<std::string>();
   ema.copy = e["copy"].get<std::string>();
@@ -314,6 +375,7 @@ Status parseEma(const json &e, Spec &spec) {
 Status parseSample(const json &s, Spec &spec) {
   GANC_TRY(need(s.is_object() && s.contains("submodule") && s.contains("noise_shape"),
                 "'sample' needs 'submodule' and 'noise_shape'"));
+  GANC_TRY(knownKeys(s, {"submodule", "noise_shape", "classes"}, "'sample': "));
   SampleSpec sample;
   sample.submodule = s["submodule"].get<std::string>();
   auto shape = shapeOf(s["noise_shape"], "'sample.noise_shape'");
@@ -328,6 +390,10 @@ Status parseSample(const json &s, Spec &spec) {
 Status parseInto(const json &j, Spec &spec) {
   GANC_TRY(need(j.is_object(), "must be a JSON object"));
   GANC_TRY(need(j.contains("ganc_spec"), "missing 'ganc_spec' (the schema version)"));
+  GANC_TRY(knownKeys(j,
+                     {"ganc_spec", "name", "batch_size", "data", "dtype", "precision",
+                      "loss_scalers", "phases", "optimizers", "buffers", "sample", "ema", "stages"},
+                     ""));
   GANC_TRY(need(j["ganc_spec"].is_number_integer() && j["ganc_spec"].get<int>() >= 1 &&
                     j["ganc_spec"].get<int>() <= kSpecVersion,
                 "'ganc_spec' is " + j["ganc_spec"].dump() + ", this ganc reads versions 1 to " +
@@ -351,6 +417,7 @@ Status parseInto(const json &j, Spec &spec) {
   spec.batchSize = j["batch_size"].get<int64_t>();
   GANC_TRY(need(j.contains("data") && j["data"].is_object() && j["data"].contains("shape"),
                 "missing 'data': {\"shape\": [...]}"));
+  GANC_TRY(knownKeys(j["data"], {"shape", "classes"}, "'data': "));
   auto dataShape = shapeOf(j["data"]["shape"], "'data.shape'");
   if (!dataShape)
     return dataShape.status();

@@ -21,6 +21,35 @@ BUFFER_POLICIES = ("broadcast", "local")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 
 
+# Every key each object may hold; anything else is a misspelling, refused with a suggestion.
+KEYS = {
+    "spec": ("ganc_spec", "name", "batch_size", "data", "dtype", "precision", "loss_scalers",
+             "phases", "optimizers", "buffers", "sample", "ema", "stages"),
+    "data": ("shape", "classes"),
+    "phase": ("name", "method", "updates", "interval", "inputs", "accumulate", "precision",
+              "loss_scaler"),
+    "input": ("name", "source", "shape", "classes"),
+    "optimizer": ("type", "lr", "betas", "eps", "weight_decay", "momentum", "clip_grad_norm"),
+    "clip": ("max_norm", "norm_type"),
+    "scaler": ("init_scale", "growth_factor", "backoff_factor", "growth_interval"),
+    "ema": ("submodule", "copy", "half_life_images", "beta"),
+    "sample": ("submodule", "noise_shape", "classes"),
+    "stages": ("attributes", "list"),
+    "stage": ("name", "steps", "fade_steps", "grows"),
+}
+
+
+def _known_keys(obj, kind: str, where: str) -> None:
+    if not isinstance(obj, dict):
+        return
+    import difflib
+    for key in obj:
+        if key not in KEYS[kind]:
+            close = difflib.get_close_matches(key, KEYS[kind], n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise SpecError(f"{where}unknown key {key!r}{hint}")
+
+
 class SpecError(ValueError):
     """A spec that ganc cannot compile; the message names the offending field."""
 
@@ -37,6 +66,7 @@ def validate(spec: dict, module=None) -> dict:
     """
     spec = copy.deepcopy(spec)
     _require(isinstance(spec, dict), "spec: must be a JSON object")
+    _known_keys(spec, "spec", "spec: ")
     _require(spec.get("ganc_spec") in READ_VERSIONS,
              f"spec: 'ganc_spec' must be one of {READ_VERSIONS}, got {spec.get('ganc_spec')!r}")
     v1 = spec["ganc_spec"] == 1
@@ -52,6 +82,7 @@ def validate(spec: dict, module=None) -> dict:
     data = spec.get("data")
     _require(isinstance(data, dict) and isinstance(data.get("shape"), list),
              "spec: 'data' must be an object with a 'shape' list (one sample, no batch dim)")
+    _known_keys(data, "data", "spec: 'data': ")
     spec.setdefault("dtype", "float32")
     _require(spec["dtype"] in DTYPES, f"spec: 'dtype' must be one of {', '.join(DTYPES)}")
     scalers = spec.get("loss_scalers", {})
@@ -65,6 +96,7 @@ def validate(spec: dict, module=None) -> dict:
     for i, phase in enumerate(phases):
         where = f"spec: phase {phase.get('name', i)!r}"
         _require(isinstance(phase.get("name"), str) and phase["name"], f"{where}: needs a 'name'")
+        _known_keys(phase, "phase", f"{where}: ")
         _require(phase["name"] not in names, f"{where}: name used twice")
         names.add(phase["name"])
         _require(isinstance(phase.get("method"), str), f"{where}: needs a 'method'")
@@ -91,6 +123,7 @@ def validate(spec: dict, module=None) -> dict:
         phase.setdefault("inputs", [])
         for inp in phase["inputs"]:
             _require(isinstance(inp.get("name"), str), f"{where}: an input has no 'name'")
+            _known_keys(inp, "input", f"{where}: input {inp['name']!r}: ")
             _require(inp.get("source") in SOURCES,
                      f"{where}: input {inp['name']!r} has source {inp.get('source')!r}, "
                      f"expected one of {', '.join(SOURCES)}")
@@ -114,6 +147,7 @@ def validate(spec: dict, module=None) -> dict:
                          f"{where}: updates {sub!r}, which is not a submodule")
     opts = spec.setdefault("optimizers", {})
     for sub, opt in opts.items():
+        _known_keys(opt, "optimizer", f"spec: optimizer of {sub!r}: ")
         for field in V2_OPTIMIZER_FIELDS:
             _require(not (v1 and isinstance(opt, dict) and field in opt),
                      f"spec: optimizer of {sub!r}: {field!r} is a ganc_spec 2 field; set \"ganc_spec\": 2")
@@ -141,6 +175,7 @@ def validate(spec: dict, module=None) -> dict:
     if ema is not None:
         _require(isinstance(ema.get("submodule"), str) and isinstance(ema.get("copy"), str),
                  "spec: 'ema' needs 'submodule' (the trained one) and 'copy' (its average)")
+        _known_keys(ema, "ema", "spec: 'ema': ")
         _require(ema["copy"] not in updated, f"spec: 'ema': {ema['copy']!r} is trained by a phase; "
                                              "it must only be averaged")
         if module is not None:
@@ -153,6 +188,7 @@ def validate(spec: dict, module=None) -> dict:
     if sample is not None:
         _require(isinstance(sample.get("submodule"), str) and isinstance(sample.get("noise_shape"), list),
                  "spec: 'sample' needs 'submodule' and 'noise_shape'")
+        _known_keys(sample, "sample", "spec: 'sample': ")
     return spec
 
 
@@ -161,6 +197,7 @@ def _validate_scaler(name, scaler) -> None:
     _require(name and not any(c in name for c in "\" \t\n"),
              f"{where}: a name cannot be empty or hold quotes or spaces")
     _require(isinstance(scaler, dict), f"{where} must be an object")
+    _known_keys(scaler, "scaler", f"{where}: ")
     scaler.setdefault("init_scale", 65536.0)
     scaler.setdefault("growth_factor", 2.0)
     scaler.setdefault("backoff_factor", 0.5)
@@ -173,6 +210,7 @@ def _validate_scaler(name, scaler) -> None:
 
 
 def _validate_clip(clip, where) -> None:
+    _known_keys(clip, "clip", f"{where}: clip_grad_norm: ")
     _require(isinstance(clip, dict) and isinstance(clip.get("max_norm"), (int, float))
              and not isinstance(clip.get("max_norm"), bool) and clip["max_norm"] > 0,
              f"{where}: 'clip_grad_norm' needs a positive 'max_norm'")
@@ -197,11 +235,13 @@ def _validate_stages(stages, module=None) -> None:
              "spec: 'stages' needs 'attributes': the int module attributes that select the stage")
     _require(isinstance(stages.get("list"), list) and stages["list"],
              "spec: 'stages.list' must be a non-empty list of stages")
+    _known_keys(stages, "stages", "spec: 'stages': ")
     names = set()
     for i, stage in enumerate(stages["list"]):
         last = i == len(stages["list"]) - 1
         _require(isinstance(stage.get("name"), str) and stage["name"], "spec: every stage needs a 'name'")
         where = f"spec: stage {stage['name']!r}"
+        _known_keys(stage, "stage", f"{where}: ")
         _require(stage["name"] not in names, f"{where}: name used twice")
         _require(not any(c in stage["name"] for c in "@\" \t\n"),
                  f"{where}: a stage name cannot hold '@', quotes or spaces")
