@@ -145,4 +145,29 @@ at::Generator noiseGenerator(c10::Device device, uint64_t seed) {
   return at::detail::createCPUGenerator(seed);
 }
 
+at::Generator phaseGenerator(c10::Device device, uint64_t seed) {
+  if (device.is_cuda())
+    return noiseGenerator(device, seed);
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_current_seed(seed);
+  return gen;
+}
+
+ForkedRng::ForkedRng(c10::Device device) : cpu_(at::detail::getDefaultCPUGenerator()) {
+  cpuState_ = cpu_.get_state();
+#ifdef GANC_WITH_CUDA
+  if (device.is_cuda()) {
+    device_ = at::cuda::detail::getDefaultCUDAGenerator(device.index());
+    deviceState_ = device_.get_state();
+  }
+#endif
+}
+
+ForkedRng::~ForkedRng() {
+  cpu_.set_state(cpuState_);
+  if (device_.defined())
+    device_.set_state(deviceState_);
+}
+
 } // namespace ganc::backend

@@ -62,4 +62,24 @@ bool toChannelsLast(torch::jit::Module &module);
 /// the default CUDA generator on GPUs (the one CUDA Graph capture keeps graph-safe).
 at::Generator noiseGenerator(c10::Device device, uint64_t seed);
 
+/// What random ops inside a phase method (dropout, randn_like, augmentation) draw from: the
+/// device's default generator. On CUDA that is the noise generator itself (graph-safe, seeded
+/// by noiseGenerator); on CPU the default CPU generator, seeded here with `seed`.
+at::Generator phaseGenerator(c10::Device device, uint64_t seed);
+
+/// The default generator of `device`, whose state a scope saves and restores (like
+/// torch.random.fork_rng), so that work outside training (sample grids) draws nothing from
+/// the training streams.
+class ForkedRng {
+public:
+  explicit ForkedRng(c10::Device device);
+  ~ForkedRng();
+  ForkedRng(const ForkedRng &) = delete;
+  ForkedRng &operator=(const ForkedRng &) = delete;
+
+private:
+  at::Generator cpu_, device_;
+  at::Tensor cpuState_, deviceState_;
+};
+
 } // namespace ganc::backend

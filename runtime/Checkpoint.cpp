@@ -21,11 +21,10 @@ std::pair<std::string, std::string> splitOwner(const std::string &name) {
   return {name.substr(0, dot), name.substr(dot + 1)};
 }
 
-} // namespace
-
-Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
+/// Every rank's state of `generator`, gathered to every rank (on the CPU).
+std::vector<at::Tensor> gatherStates(Session &s, at::Generator &generator) {
   // NCCL gathers device tensors only: the byte state travels through the device.
-  at::Tensor state = inputs.noise().get_state().to(s.device);
+  at::Tensor state = generator.get_state().to(s.device);
   std::vector<std::vector<at::Tensor>> gathered(1);
   for (int r = 0; r < s.rank.worldSize; ++r)
     gathered[0].push_back(torch::empty_like(state));
@@ -33,6 +32,16 @@ Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
   s.group.backend->allgather(gathered, input)->wait();
   for (at::Tensor &t : gathered[0])
     t = t.cpu();
+  return gathered[0];
+}
+
+} // namespace
+
+Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
+  std::vector<at::Tensor> noise = gatherStates(s, inputs.noise());
+  // On CUDA phase methods draw from the noise generator itself.
+  std::vector<at::Tensor> phase =
+      s.device.is_cuda() ? std::vector<at::Tensor>() : gatherStates(s, inputs.phaseRandom());
   if (!s.isRankZero())
     return Status::ok();
   // A checkpoint is never written from weights that are not finite: the last good one stays.
@@ -77,7 +86,9 @@ Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
     scalers.insert(name, scaler.stateDict());
   ckpt.insert("loss_scalers", scalers);
   c10::impl::GenericDict rng = makeDict();
-  rng.insert("noise", c10::List<at::Tensor>(gathered[0]));
+  rng.insert("noise", c10::List<at::Tensor>(noise));
+  if (!phase.empty())
+    rng.insert("phase", c10::List<at::Tensor>(phase));
   rng.insert("world_size", int64_t{s.rank.worldSize});
   rng.insert("seed", static_cast<int64_t>(s.options.seed));
   if (ShardedBatches *batches = inputs.batches()) {
@@ -123,6 +134,8 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
   for (auto &[name, scaler] : s.lossScalers)
     scaler.loadStateDict(ckpt.at("loss_scalers").toGenericDict().at(name).toGenericDict());
   inputs.noise().set_state(rng.at("noise").toTensorList().get(s.rank.rank));
+  if (rng.contains("phase") && !s.device.is_cuda())
+    inputs.phaseRandom().set_state(rng.at("phase").toTensorList().get(s.rank.rank));
   if (ShardedBatches *batches = inputs.batches(); batches && rng.contains("data_epoch"))
     batches->seek(rng.at("data_epoch").toInt(), rng.at("data_cursor").toInt());
   int64_t step = ckpt.at("step").toInt();

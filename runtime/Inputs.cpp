@@ -70,8 +70,12 @@ Expected<std::unique_ptr<PhaseInputs>> PhaseInputs::create(const Session &sessio
             std::vector<int64_t>{spec.batchSize}, torch::kLong, session.device));
     }
   }
-  in->noise_ =
-      backend::noiseGenerator(session.device, o.seed + static_cast<uint64_t>(session.rank.rank));
+  const auto rank = static_cast<uint64_t>(session.rank.rank);
+  in->noise_ = backend::noiseGenerator(session.device, o.seed + rank);
+  in->phaseRandom_ =
+      session.device.is_cuda()
+          ? in->noise_
+          : backend::phaseGenerator(session.device, o.seed + kPhaseSeedOffset + rank);
   return in;
 }
 

@@ -31,6 +31,10 @@ public:
   void setFade(double weight);
 
   at::Generator &noise() { return noise_; }
+  /// What random ops inside phase methods draw from (the noise generator itself on CUDA).
+  at::Generator &phaseRandom() { return phaseRandom_; }
+  /// The seed of phaseRandom() on CPU: seed + kPhaseSeedOffset + rank (docs/spec.md).
+  static constexpr uint64_t kPhaseSeedOffset = 1000003;
   /// The data order (null without data), for checkpoints.
   ShardedBatches *batches() { return batches_.get(); }
 
@@ -42,6 +46,7 @@ private:
   /// One staged batch (and its labels) per micro-batch index, each at a fixed address.
   std::vector<std::unique_ptr<backend::StagedBatch>> batch_, labelBatch_;
   at::Generator noise_;
+  at::Generator phaseRandom_;
   at::Tensor fade_;
   /// Batches of this step staged so far.
   size_t staged_ = 0;

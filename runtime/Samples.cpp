@@ -1,6 +1,7 @@
 // Sample grids.
 #include "runtime/Samples.h"
 
+#include "backend/Device.h"
 #include "runtime/Image.h"
 
 #include <filesystem>
@@ -13,6 +14,8 @@ Status writeSamples(Session &s, int64_t step, bool last) {
   if (!sample || !s.isRankZero())
     return Status::ok();
   const TrainOptions &o = s.options;
+  // Whatever the generator's forward draws must not move the training streams.
+  backend::ForkedRng fork(s.device);
   auto fixed = at::detail::createCPUGenerator(1234);
   std::vector<int64_t> shape = {o.samples};
   shape.insert(shape.end(), sample->noiseShape.begin(), sample->noiseShape.end());

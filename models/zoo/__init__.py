@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from .augment import AugmentedDCGAN
 from .conditional import ConditionalDCGAN, conditional_spec
 from .cyclegan import CycleGAN, cyclegan_spec
 from .dcgan import DCGAN, training_step_spec, two_phase_spec
@@ -26,6 +27,9 @@ ZOO = {
     # micro-batches per step, G clipped to a 2-norm of 0.1.
     "dcgan32_amp": lambda: (DCGAN(32, 32), training_step_spec("dcgan32_amp", 32, [3, 32, 32],
                                                               [100, 1, 1])),
+    # Randomness inside the phases: dropout in D, DiffAugment colour augmentation.
+    "dcgan32_augment": lambda: (AugmentedDCGAN(), two_phase_spec("dcgan32_augment", 32, [3, 32, 32],
+                                                                 [100, 1, 1])),
     "mlp": lambda: (MLPGAN(), mlp_spec("mlp")),
     "wgan_gp": lambda: (WGANGP(), wgan_gp_spec("wgan_gp")),
     "cyclegan": lambda: (CycleGAN(), cyclegan_spec("cyclegan")),

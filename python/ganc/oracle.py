@@ -24,6 +24,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from .spec import fade_at, stage_at
 
 
+# ganc seeds the generator random ops inside phases draw from with seed + this + rank.
+PHASE_SEED_OFFSET = 1000003
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -179,6 +183,10 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
             data = data["images"]
         data = data.float().to(getattr(torch, spec.get("dtype", "float32")))
     inputs = Inputs(spec, data, rank, world, seed, f"cuda:{rank}" if cuda else "cpu")
+    if not cuda:
+        # Random ops inside the phase methods draw from the default generator, seeded per rank
+        # as ganc seeds it (on CUDA it is the noise generator, seeded by Inputs).
+        torch.manual_seed(seed + PHASE_SEED_OFFSET + rank)
     inputs.channels_last = channels_last
     inputs.labels = labels.long() if labels is not None else None
     broadcast = spec.get("buffers", "local") == "broadcast"

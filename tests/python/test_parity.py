@@ -34,6 +34,7 @@ MODELS = [
     # is undefined, but still allreduced"): the reference all-reduces by hand, DDP's way.
     ("r1gan", "ring", [2], "manual"),
     ("sngan", "ring", [2]),                # spectral norm: buffers updated in forward
+    ("dcgan32_augment", "digits", [2]),    # dropout and augmentation draws inside the phases
     ("mlp_ema", "ring", [2]),              # generator EMA (StyleGAN2 rule) after every step
     ("cdcgan32", "digits", [2]),           # class-conditional: labels, projection D
     # Progressive growing, 8x8 -> 16x16 -> 32x32 in 3-step stages with 2-step fade-ins: ganc

@@ -39,8 +39,10 @@ def started_ranks(launcher, n):
 # pggan_quick: resumed at step 4, in the middle of the 16x16 fade-in, and trained on across
 # the switch to 32x32 at step 6. dcgan32_scaled: resumed at step 5, with its loss scaler
 # backed off by the overflowing first steps (its scale and growth tracker are checkpointed).
+# dcgan32_augment: dropout and augmentation inside the phases (the generator they draw from
+# is checkpointed per rank).
 @pytest.mark.parametrize("model,steps,split", [("dcgan32", 8, 4), ("pggan_quick", 8, 4),
-                                               ("dcgan32_scaled", 10, 5)])
+                                               ("dcgan32_scaled", 10, 5), ("dcgan32_augment", 8, 4)])
 def test_resume_continues_exactly(ganc_bin, datasets, tmp_path, model, steps, split):
     plan = compile_plan(ganc_bin, model, str(tmp_path))
     data = datasets["digits"]
