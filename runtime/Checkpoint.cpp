@@ -119,6 +119,17 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
     return Status::error("--resume " + path + ": written by " +
                          std::to_string(rng.at("world_size").toInt()) + " ranks, resuming on " +
                          std::to_string(s.rank.worldSize) + " would change the noise streams");
+  if (rng.contains("seed") && rng.at("seed").toInt() != static_cast<int64_t>(s.options.seed))
+    return Status::error("--resume " + path + ": written with --seed " +
+                         std::to_string(rng.at("seed").toInt()) + ", resuming with --seed " +
+                         std::to_string(s.options.seed) +
+                         " would change the noise and data streams");
+  const int64_t step = ckpt.at("step").toInt();
+  if (step >= s.options.steps)
+    return Status::error("--resume " + path + ": the checkpoint is at step " +
+                         std::to_string(step) + ", so --steps " +
+                         std::to_string(s.options.steps) +
+                         " leaves nothing to train (--steps counts from step 0)");
   torch::NoGradGuard noGrad;
   auto restore = [&](const std::string &name, at::Tensor t) {
     auto [owner, rest] = splitOwner(name);
@@ -138,7 +149,6 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
     inputs.phaseRandom().set_state(rng.at("phase").toTensorList().get(s.rank.rank));
   if (ShardedBatches *batches = inputs.batches(); batches && rng.contains("data_epoch"))
     batches->seek(rng.at("data_epoch").toInt(), rng.at("data_cursor").toInt());
-  int64_t step = ckpt.at("step").toInt();
   if (s.isRankZero())
     std::cout << "resumed from " << path << " at step " << step << std::endl;
   return step;

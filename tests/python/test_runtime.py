@@ -73,6 +73,24 @@ def test_resume_continues_exactly(ganc_bin, datasets, tmp_path, model, steps, sp
             assert torch.equal(t, b["loss_scalers"][name][key]), f"loss scaler {name}: {key} differs"
 
 
+def test_resume_refuses_what_would_not_continue_the_run(ganc_bin, datasets, tmp_path):
+    """A resume that would train nothing, or on other noise and data streams, is bad input."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    first = str(tmp_path / "first")
+    subprocess.run([ganc_bin, "run", "--nproc", "1", *train_args(plan, "mlp", datasets["ring"], first, 3,
+                    "--checkpoint-every", "3")], check=True)
+    checkpoint = os.path.join(first, "checkpoint.pt")
+    base = [plan, "--model", archive("mlp"), "--data", datasets["ring"], "--out", str(tmp_path / "again"),
+            "--sample-every", "0", "--resume", checkpoint]
+    cases = [(["--steps", "3"], "the checkpoint is at step 3, so --steps 3 leaves nothing to train"),
+             (["--steps", "6", "--seed", "5"], "written with --seed 0, resuming with --seed 5")]
+    for extra, message in cases:
+        result = subprocess.run([ganc_bin, "run", "--nproc", "1", *base, *extra], capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr, result.stderr
+
+
 def test_checkpoint_loads_into_python_modules(ganc_bin, datasets, tmp_path):
     import zoo
     plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
