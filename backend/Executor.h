@@ -20,9 +20,10 @@ struct ExecutorOptions {
   c10::Device device = c10::kCPU;
   /// Broadcast every buffer from rank 0 before each phase (DDP's broadcast_buffers=True).
   bool broadcastBuffers = false;
-  /// The graphs of a progressive GAN's stage-specialised phases, by phase key ("d@8x8"),
-  /// called with the module and the inputs; phases not listed run their method.
-  std::map<std::string, std::shared_ptr<torch::jit::Graph>> stageGraphs;
+  /// The graphs phases run instead of their method, by phase key ("d", "d@8x8"): a
+  /// progressive GAN's stage-specialised phases, phases with synchronised batch norm; called
+  /// with the module and the inputs. Phases not listed run their method.
+  std::map<std::string, std::shared_ptr<torch::jit::Graph>> phaseGraphs;
   /// The loss scale of each phase that uses dynamic loss scaling, by phase name: a 0-dim
   /// device tensor the runtime's loss scaler updates in place; the loss is multiplied by it
   /// before backward.

@@ -6,3 +6,4 @@
 #include "frontend/Lowering.h"
 #include "frontend/Shapes.h"
 #include "frontend/Stages.h"
+#include "frontend/SyncBatchNorm.h"

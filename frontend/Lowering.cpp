@@ -5,6 +5,7 @@
 #include "frontend/Archive.h"
 #include "frontend/Dtypes.h"
 #include "frontend/Shapes.h"
+#include "frontend/SyncBatchNorm.h"
 #include "frontend/TorchError.h"
 
 #include <torch/csrc/jit/passes/constant_propagation.h>
@@ -56,6 +57,14 @@ public:
     auto graph = archive_.module.get_method(spec_.method).graph()->copy();
     GANC_TRY(inlineAll(*graph));
     GANC_TRY(foldStage(graph));
+    if (!archive_.spec.syncBatchNorm.empty()) {
+      resolveAttributes(graph->block(), graph->inputs()[0], true);
+      std::map<jit::Value *, std::string> parameters;
+      for (const auto &[value, target] : targets_)
+        if (target.kind == AttrTarget::Kind::Parameter)
+          parameters[value] = target.path;
+      rewriteSyncBatchNorm(*graph, parameters, archive_.spec.syncBatchNorm, syncRewritten_);
+    }
     jit::ConstantPropagation(graph);
     jit::EliminateDeadCode(graph);
     return graph;
@@ -479,6 +488,10 @@ private:
   std::map<jit::Value *, ir::Type> shapes_;
   std::map<jit::Value *, ir::Value *> values_;
   std::vector<bool> gradModeStack_;
+
+public:
+  /// The submodules whose batch norms specialise() rewrote to ganc::sync_batch_norm.
+  std::set<std::string> syncRewritten_;
 };
 
 std::string ownerOf(const std::string &name) {
@@ -508,6 +521,7 @@ Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive) {
     module->lossScalers.push_back(
         {name, l.initScale, l.growthFactor, l.backoffFactor, l.growthInterval});
   size_t stages = module->stages.size();
+  std::set<std::string> synchronised;
   for (size_t s = 0; s < std::max<size_t>(stages, 1); ++s) {
     for (const PhaseSpec &spec : archive.spec.phases) {
       PhaseLowering lowering(archive, spec, module.get(), stages ? static_cast<int>(s) : -1);
@@ -519,14 +533,20 @@ Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive) {
       } catch (const std::exception &e) {
         return lowering.phaseError(firstLine(e)).inFile(archive.path);
       }
+      synchronised.insert(lowering.syncRewritten_.begin(), lowering.syncRewritten_.end());
     }
   }
+  for (const std::string &sub : archive.spec.syncBatchNorm)
+    if (!synchronised.count(sub))
+      return Status::error("ganc.json: 'sync_batch_norm' names '" + sub +
+                           "', but no phase runs a batch norm of it")
+          .inFile(archive.path);
   return module;
 }
 
-Expected<std::shared_ptr<torch::jit::Graph>> stageGraph(Archive &archive, const PhaseSpec &phase,
-                                                        size_t stage) {
-  PhaseLowering lowering(archive, phase, nullptr, static_cast<int>(stage));
+Expected<std::shared_ptr<torch::jit::Graph>> phaseGraph(Archive &archive, const PhaseSpec &phase,
+                                                        int stage) {
+  PhaseLowering lowering(archive, phase, nullptr, stage);
   try {
     auto graph = lowering.specialise();
     if (!graph)

@@ -15,11 +15,12 @@ namespace ganc::frontend {
 /// and shapes/dtypes recorded by running each phase once on example inputs.
 Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive);
 
-/// The graph phase `phase` runs in stage `stage` of a progressively grown GAN: its method
-/// inlined, every stage attribute replaced by the stage's index, and the branches and blocks
-/// that this makes dead removed. Called with `self` and the phase inputs. The runtime runs
-/// these, so that it executes exactly what each stage's plan was compiled from.
-Expected<std::shared_ptr<torch::jit::Graph>> stageGraph(Archive &archive, const PhaseSpec &phase,
-                                                        size_t stage);
+/// The graph the runtime runs for phase `phase` (in stage `stage` of a progressively grown
+/// GAN, or -1): its method inlined, every stage attribute replaced by the stage's index and
+/// the branches and blocks this makes dead removed, and the batch norms of the spec's
+/// `sync_batch_norm` submodules rewritten to ganc::sync_batch_norm. Called with `self` and
+/// the phase inputs, so that it executes exactly what the phase's plan was compiled from.
+Expected<std::shared_ptr<torch::jit::Graph>> phaseGraph(Archive &archive, const PhaseSpec &phase,
+                                                        int stage);
 
 } // namespace ganc::frontend

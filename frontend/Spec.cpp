@@ -390,10 +390,11 @@ Status parseSample(const json &s, Spec &spec) {
 Status parseInto(const json &j, Spec &spec) {
   GANC_TRY(need(j.is_object(), "must be a JSON object"));
   GANC_TRY(need(j.contains("ganc_spec"), "missing 'ganc_spec' (the schema version)"));
-  GANC_TRY(knownKeys(j,
-                     {"ganc_spec", "name", "batch_size", "data", "dtype", "precision",
-                      "loss_scalers", "phases", "optimizers", "buffers", "sample", "ema", "stages"},
-                     ""));
+  GANC_TRY(
+      knownKeys(j,
+                {"ganc_spec", "name", "batch_size", "data", "dtype", "precision", "loss_scalers",
+                 "sync_batch_norm", "phases", "optimizers", "buffers", "sample", "ema", "stages"},
+                ""));
   GANC_TRY(need(j["ganc_spec"].is_number_integer() && j["ganc_spec"].get<int>() >= 1 &&
                     j["ganc_spec"].get<int>() <= kSpecVersion,
                 "'ganc_spec' is " + j["ganc_spec"].dump() + ", this ganc reads versions 1 to " +
@@ -401,6 +402,16 @@ Status parseInto(const json &j, Spec &spec) {
   spec.version = j["ganc_spec"].get<int>();
   GANC_TRY(needVersion2(spec, j, "precision", ""));
   GANC_TRY(needVersion2(spec, j, "loss_scalers", ""));
+  GANC_TRY(needVersion2(spec, j, "sync_batch_norm", ""));
+  if (j.contains("sync_batch_norm")) {
+    GANC_TRY(need(j["sync_batch_norm"].is_array(),
+                  "'sync_batch_norm' must list submodules (\"discriminator\")"));
+    for (const json &sub : j["sync_batch_norm"]) {
+      GANC_TRY(need(sub.is_string() && !sub.get<std::string>().empty(),
+                    "'sync_batch_norm' must list submodule names"));
+      spec.syncBatchNorm.push_back(sub.get<std::string>());
+    }
+  }
   if (j.contains("loss_scalers"))
     GANC_TRY(parseLossScalers(j["loss_scalers"], spec));
   if (j.contains("precision")) {

@@ -13,7 +13,7 @@ namespace ganc::frontend {
 
 /// The spec schema version this build writes; it reads versions 1 and 2 (docs/spec.md).
 /// Version 2 adds the training-step fields (precision, accumulate, clip_grad_norm,
-/// loss_scalers, loss_scaler); a version
+/// loss_scalers, loss_scaler, sync_batch_norm); a version
 /// 1 spec that uses one is refused, so an older ganc never silently ignores them.
 constexpr int kSpecVersion = 2;
 
@@ -154,6 +154,8 @@ struct Spec {
   Precision precision = Precision::Float32;
   /// Dynamic loss scalers by name ("loss_scalers").
   std::map<std::string, LossScalerSpec> lossScalers;
+  /// Submodules whose batch norms use statistics over every rank's batch ("sync_batch_norm").
+  std::vector<std::string> syncBatchNorm;
   std::vector<PhaseSpec> phases;
   std::map<std::string, OptimizerSpec> optimizers; // by submodule
   /// "broadcast" (rank 0's buffers before every phase, like DDP) or "local".

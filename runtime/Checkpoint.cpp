@@ -127,8 +127,7 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
   const int64_t step = ckpt.at("step").toInt();
   if (step >= s.options.steps)
     return Status::error("--resume " + path + ": the checkpoint is at step " +
-                         std::to_string(step) + ", so --steps " +
-                         std::to_string(s.options.steps) +
+                         std::to_string(step) + ", so --steps " + std::to_string(s.options.steps) +
                          " leaves nothing to train (--steps counts from step 0)");
   torch::NoGradGuard noGrad;
   auto restore = [&](const std::string &name, at::Tensor t) {

@@ -82,12 +82,21 @@ Status createExecutor(Session &s) {
     // Every stage's phases are specialised now; switching stage later only picks them.
     for (size_t stage = 0; stage < spec.stages->list.size(); ++stage)
       for (const frontend::PhaseSpec &phase : spec.phases) {
-        auto graph = frontend::stageGraph(*s.archive, phase, stage);
+        auto graph = frontend::phaseGraph(*s.archive, phase, static_cast<int>(stage));
         if (!graph)
           return graph.status();
-        options.stageGraphs[ir::phaseKey(phase.name, spec.stages->list[stage].name)] = graph.take();
+        options.phaseGraphs[ir::phaseKey(phase.name, spec.stages->list[stage].name)] = graph.take();
       }
+  } else if (!spec.syncBatchNorm.empty()) {
+    // The phases run with their batch norms rewritten, as they were compiled.
+    for (const frontend::PhaseSpec &phase : spec.phases) {
+      auto graph = frontend::phaseGraph(*s.archive, phase, -1);
+      if (!graph)
+        return graph.status();
+      options.phaseGraphs[phase.name] = graph.take();
+    }
   }
+  frontend::setSyncBatchNormGroup(s.group.backend);
   auto executor = backend::createExecutor(*s.plan, s.module(), s.group.backend, options);
   if (!executor)
     return executor.status().withContext(s.options.plan);

@@ -86,6 +86,12 @@ void stepFeatures(std::ostream &out, const ir::Phase &phase) {
     out << "  loss scaling: by scaler " << phase.lossScaler
         << " (loss x scale; gradients unscaled after the all-reduce; on inf/NaN the step is "
            "skipped and the scale backs off)\n";
+  int syncBatchNorms = 0;
+  phase.walk([&](const ir::Op &op) { syncBatchNorms += op.name == "ganc::sync_batch_norm"; });
+  if (syncBatchNorms > 0)
+    out << "  synchronised batch norm: " << syncBatchNorms
+        << " batch norm op(s) rewritten to ganc::sync_batch_norm (statistics and backward sums "
+           "over every rank)\n";
   for (const ir::ClipGradNorm &clip : phase.clips) {
     out << "  clip_grad_norm: " << clip.submodule << " to " << ir::formatDouble(clip.maxNorm)
         << " (";

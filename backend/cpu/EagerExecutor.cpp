@@ -44,8 +44,8 @@ EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
       return Status::error("phase '" + phase->key() + "' has not been compiled (no buckets)");
     PhaseState state;
     state.plan = phase.get();
-    auto graph = options.stageGraphs.find(phase->key());
-    if (graph != options.stageGraphs.end())
+    auto graph = options.phaseGraphs.find(phase->key());
+    if (graph != options.phaseGraphs.end())
       state.function =
           std::make_unique<torch::jit::GraphFunction>(phase->key(), graph->second, nullptr);
     else if (!phase->stage.empty())

@@ -30,6 +30,10 @@ ZOO = {
     # Randomness inside the phases: dropout in D, DiffAugment colour augmentation.
     "dcgan32_augment": lambda: (AugmentedDCGAN(), two_phase_spec("dcgan32_augment", 32, [3, 32, 32],
                                                                  [100, 1, 1])),
+    # Synchronised batch norm: the generator's BatchNorm statistics over every rank's batch.
+    "dcgan32_syncbn": lambda: (DCGAN(32, 32), dict(two_phase_spec("dcgan32_syncbn", 32, [3, 32, 32],
+                                                                  [100, 1, 1]),
+                                                   ganc_spec=2, sync_batch_norm=["generator"])),
     "mlp": lambda: (MLPGAN(), mlp_spec("mlp")),
     "wgan_gp": lambda: (WGANGP(), wgan_gp_spec("wgan_gp")),
     "cyclegan": lambda: (CycleGAN(), cyclegan_spec("cyclegan")),

@@ -126,6 +126,31 @@ class Inputs:
         return out
 
 
+class GlobalInputs:
+    """The inputs of `world` ranks concatenated along the batch, for one process: what
+    synchronised batch norm over those ranks is defined to equal."""
+
+    def __init__(self, ranks):
+        self.ranks = ranks
+        self.dtype = ranks[0].dtype
+
+    def batch(self):
+        batches = [r.batch() for r in self.ranks]
+        labels = None if batches[0][1] is None else torch.cat([b[1] for b in batches])
+        return torch.cat([b[0] for b in batches]), labels
+
+    def for_phase(self, phase, batch, fade=1.0):
+        # Each rank draws its own noise; the data batch is already the concatenation.
+        per_rank = [r.for_phase(phase, batch, fade) for r in self.ranks]
+        out = []
+        for i, inp in enumerate(phase["inputs"]):
+            if inp["source"] in ("data", "labels", "fade"):
+                out.append(per_rank[0][i])
+            else:
+                out.append(torch.cat([args[i] for args in per_rank]))
+        return out
+
+
 def autocast(device: str, precision: str):
     """torch.autocast for a phase's precision ("float32": none), as ganc applies it."""
     if precision == "float32":
@@ -155,7 +180,7 @@ def to_channels_last(module) -> bool:
 
 
 def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device, reducer,
-            deterministic=False, benchmark=True, channels_last=False):
+            deterministic=False, benchmark=True, channels_last=False, global_batch_of=0):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
@@ -183,12 +208,15 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
             data = data["images"]
         data = data.float().to(getattr(torch, spec.get("dtype", "float32")))
     inputs = Inputs(spec, data, rank, world, seed, f"cuda:{rank}" if cuda else "cpu")
+    if global_batch_of:
+        inputs = GlobalInputs([Inputs(spec, data, r, global_batch_of, seed) for r in range(global_batch_of)])
     if not cuda:
         # Random ops inside the phase methods draw from the default generator, seeded per rank
         # as ganc seeds it (on CUDA it is the noise generator, seeded by Inputs).
         torch.manual_seed(seed + PHASE_SEED_OFFSET + rank)
-    inputs.channels_last = channels_last
-    inputs.labels = labels.long() if labels is not None else None
+    for r in getattr(inputs, "ranks", [inputs]):
+        r.channels_last = channels_last
+        r.labels = labels.long() if labels is not None else None
     broadcast = spec.get("buffers", "local") == "broadcast"
     params = dict(gan.named_parameters())
     subs = sorted({u for p in spec["phases"] for u in p["updates"]})
@@ -309,7 +337,7 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
 
 
 def run(archive, data_path, world, steps, seed, out_dir, device="cpu", reducer="ddp",
-        deterministic=False, benchmark=True, channels_last=False):
+        deterministic=False, benchmark=True, channels_last=False, global_batch=False):
     """Trains `steps` steps on `world` ranks (Gloo on CPU, NCCL with one GPU per rank on
     CUDA); rank 0 writes the all-reduced gradients of every step and phase, and the final
     parameters and buffers, to `out_dir`.
@@ -321,8 +349,12 @@ def run(archive, data_path, world, steps, seed, out_dir, device="cpu", reducer="
     A dict {phase name: "ddp" | "manual"} chooses per phase (default "ddp").
     On CUDA, `deterministic` and `benchmark` are ganc's --deterministic and --cudnn-benchmark;
     `channels_last` is its --memory-format channels_last (its default on CUDA).
+    `global_batch`: one process trains on the `world` ranks' data and noise concatenated,
+    the reference for synchronised batch norm (which is defined to equal it; eager
+    SyncBatchNorm refuses CPU tensors). The model must draw no randomness inside its phases.
     """
     os.makedirs(out_dir, exist_ok=True)
-    mp.spawn(_worker, args=(world, free_port(), archive, data_path, steps, seed, out_dir, device, reducer,
-                            deterministic, benchmark, channels_last),
-             nprocs=world, join=True)
+    procs = 1 if global_batch else world
+    mp.spawn(_worker, args=(procs, free_port(), archive, data_path, steps, seed, out_dir, device, reducer,
+                            deterministic, benchmark, channels_last, world if global_batch else 0),
+             nprocs=procs, join=True)

@@ -11,7 +11,7 @@ import json
 SPEC_VERSION = 2  # written by ganc.export; versions 1 and 2 are read
 READ_VERSIONS = (1, 2)
 # Fields version 2 added; a version 1 spec using one is refused (an older ganc would ignore it).
-V2_SPEC_FIELDS = ("precision", "loss_scalers")
+V2_SPEC_FIELDS = ("precision", "loss_scalers", "sync_batch_norm")
 V2_PHASE_FIELDS = ("accumulate", "precision", "loss_scaler")
 V2_OPTIMIZER_FIELDS = ("clip_grad_norm",)
 PRECISIONS = ("float32", "bfloat16", "float16")
@@ -24,7 +24,7 @@ DTYPES = ("float32", "float64", "bfloat16", "float16")
 # Every key each object may hold; anything else is a misspelling, refused with a suggestion.
 KEYS = {
     "spec": ("ganc_spec", "name", "batch_size", "data", "dtype", "precision", "loss_scalers",
-             "phases", "optimizers", "buffers", "sample", "ema", "stages"),
+             "sync_batch_norm", "phases", "optimizers", "buffers", "sample", "ema", "stages"),
     "data": ("shape", "classes"),
     "phase": ("name", "method", "updates", "interval", "inputs", "accumulate", "precision",
               "loss_scaler"),
@@ -85,6 +85,16 @@ def validate(spec: dict, module=None) -> dict:
     _known_keys(data, "data", "spec: 'data': ")
     spec.setdefault("dtype", "float32")
     _require(spec["dtype"] in DTYPES, f"spec: 'dtype' must be one of {', '.join(DTYPES)}")
+    sync = spec.get("sync_batch_norm", [])
+    _require(isinstance(sync, list) and all(isinstance(s, str) and s for s in sync),
+             "spec: 'sync_batch_norm' must list submodule names")
+    if module is not None:
+        import torch
+        for sub in sync:
+            _require(isinstance(getattr(module, sub, None), torch.nn.Module),
+                     f"spec: 'sync_batch_norm': {sub!r} is not a submodule")
+            _require(any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in getattr(module, sub).modules()),
+                     f"spec: 'sync_batch_norm': {sub!r} has no batch norm layer")
     scalers = spec.get("loss_scalers", {})
     _require(isinstance(scalers, dict), "spec: 'loss_scalers' must map scaler names to their settings")
     for name, scaler in scalers.items():

@@ -43,6 +43,10 @@ def main(out):
     # than DDP's buckets and Adam amplifies the last-bit differences.
     gan, spec = zoo.build("dcgan32")
     ganc.export(gan.double(), os.path.join(out, "dcgan32_f64.pt"), dict(spec, dtype="float64"))
+    # Synchronised batch norm against one process on the concatenated batch: the statistics
+    # are summed in another order, a last-bit difference Adam's first steps amplify in float32.
+    gan, spec = zoo.build("dcgan32_syncbn")
+    ganc.export(gan.double(), os.path.join(out, "dcgan32_syncbn_f64.pt"), dict(spec, dtype="float64"))
     # One training-step feature at a time (dcgan32_amp has them all): accumulation alone,
     # clipping alone (G by its 2-norm, D by its max norm, both low enough to clip), autocast
     # alone.
@@ -74,6 +78,9 @@ def main(out):
     save_raw(zoo.MLPGAN(), bad, os.path.join(out, "bad_missing_submodule.pt"))
     bad = dict(spec, phases=[spec["phases"][0], dict(spec["phases"][1], interval=0)])
     save_raw(zoo.MLPGAN(), bad, os.path.join(out, "bad_zero_interval.pt"))
+    sync_gan, sync_spec = zoo.build("dcgan32_syncbn")  # DCGAN's discriminator has no batch norm
+    save_raw(sync_gan, dict(sync_spec, sync_batch_norm=["discriminator"]),
+             os.path.join(out, "bad_sync_no_bn.pt"))
     save_raw(NotScalar(), spec, os.path.join(out, "bad_not_scalar.pt"))
     gan, spec = zoo.build("mlp_ema")
     save_raw(gan, dict(spec, ema=dict(spec["ema"], copy="generator_average")),

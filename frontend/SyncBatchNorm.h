@@ -1,0 +1,28 @@
+// Synchronised batch norm: the ganc::sync_batch_norm op (statistics over every rank's batch)
+// and the rewrite of a submodule's aten::batch_norm ops into it.
+#pragma once
+
+#include "ir/Status.h"
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <set>
+#include <string>
+
+namespace ganc::frontend {
+
+/// The process group ganc::sync_batch_norm all-reduces over (one per process; the runtime
+/// sets it at start-up). Without one, or at world size 1, the op uses the local batch.
+void setSyncBatchNormGroup(c10::intrusive_ptr<c10d::Backend> group);
+
+/// Replaces every aten::batch_norm of `graph` whose weight is a parameter under one of
+/// `submodules` ("generator" covers "generator.main.1.weight") by ganc::sync_batch_norm.
+/// `paths` maps each value of `graph` produced by a GetAttr chain to the attribute path it
+/// reads. Adds the submodules that had a batch norm rewritten to `rewritten`.
+void rewriteSyncBatchNorm(torch::jit::Graph &graph,
+                          const std::map<torch::jit::Value *, std::string> &paths,
+                          const std::vector<std::string> &submodules,
+                          std::set<std::string> &rewritten);
+
+} // namespace ganc::frontend
