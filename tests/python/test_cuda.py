@@ -2,8 +2,9 @@
 
 They need a CUDA GPU and are reported as skipped, with the reason, on machines without one
 (CI has none). On a GPU machine, for DCGAN-32, the MLP GAN, WGAN-GP, StyleGAN2 (all four
-phases: path length and R1 by double backward inside the graph) and the progressive GAN
-across its stage switches:
+phases: path length and R1 by double backward inside the graph), the progressive GAN
+across its stage switches, DCGAN-32 with the training-step features (autocast, loss
+scaling, accumulation, clipping) and DCGAN-32 with dropout and augmentation in its phases:
 
 - replay: N iterations replayed from the captured graphs equal N eager iterations of the
   same plan (both with --deterministic, so cuDNN picks the same algorithms on both sides);
@@ -40,6 +41,12 @@ MODELS = [
     # Eager DDP fails on Greg and Dreg (a bias without a gradient): DDP's arithmetic by hand.
     ("stylegan2", "digits", 33, {"Greg": "manual", "Dreg": "manual"}),
     ("pggan_quick", "digits", 10, "ddp"),
+    # Training-step features inside the captured graphs: bfloat16 autocast, a loss scaler,
+    # D accumulating 2 micro-batches, G clipped (the reference: torch.autocast("cuda"),
+    # GradScaler, no_sync(), clip_grad_norm_); and dropout and augmentation drawn inside the
+    # phases from the graph-safe CUDA generator.
+    ("dcgan32_amp", "digits", 10, "ddp"),
+    ("dcgan32_augment", "digits", 10, "ddp"),
 ]
 IDS = [m[0] for m in MODELS]
 SEED = 7
