@@ -387,19 +387,8 @@ Status parseSample(const json &s, Spec &spec) {
   return Status::ok();
 }
 
-Status parseInto(const json &j, Spec &spec) {
-  GANC_TRY(need(j.is_object(), "must be a JSON object"));
-  GANC_TRY(need(j.contains("ganc_spec"), "missing 'ganc_spec' (the schema version)"));
-  GANC_TRY(
-      knownKeys(j,
-                {"ganc_spec", "name", "batch_size", "data", "dtype", "precision", "loss_scalers",
-                 "sync_batch_norm", "phases", "optimizers", "buffers", "sample", "ema", "stages"},
-                ""));
-  GANC_TRY(need(j["ganc_spec"].is_number_integer() && j["ganc_spec"].get<int>() >= 1 &&
-                    j["ganc_spec"].get<int>() <= kSpecVersion,
-                "'ganc_spec' is " + j["ganc_spec"].dump() + ", this ganc reads versions 1 to " +
-                    std::to_string(kSpecVersion)));
-  spec.version = j["ganc_spec"].get<int>();
+/// The model-wide training-step fields (version 2): precision, loss_scalers, sync_batch_norm.
+Status parseModelWideTrainingStep(const json &j, Spec &spec) {
   GANC_TRY(needVersion2(spec, j, "precision", ""));
   GANC_TRY(needVersion2(spec, j, "loss_scalers", ""));
   GANC_TRY(needVersion2(spec, j, "sync_batch_norm", ""));
@@ -420,6 +409,23 @@ Status parseInto(const json &j, Spec &spec) {
       return precision.status();
     spec.precision = *precision;
   }
+  return Status::ok();
+}
+
+Status parseInto(const json &j, Spec &spec) {
+  GANC_TRY(need(j.is_object(), "must be a JSON object"));
+  GANC_TRY(need(j.contains("ganc_spec"), "missing 'ganc_spec' (the schema version)"));
+  GANC_TRY(
+      knownKeys(j,
+                {"ganc_spec", "name", "batch_size", "data", "dtype", "precision", "loss_scalers",
+                 "sync_batch_norm", "phases", "optimizers", "buffers", "sample", "ema", "stages"},
+                ""));
+  GANC_TRY(need(j["ganc_spec"].is_number_integer() && j["ganc_spec"].get<int>() >= 1 &&
+                    j["ganc_spec"].get<int>() <= kSpecVersion,
+                "'ganc_spec' is " + j["ganc_spec"].dump() + ", this ganc reads versions 1 to " +
+                    std::to_string(kSpecVersion)));
+  spec.version = j["ganc_spec"].get<int>();
+  GANC_TRY(parseModelWideTrainingStep(j, spec));
   GANC_TRY(need(j.contains("name") && j["name"].is_string(), "missing 'name'"));
   spec.name = j["name"].get<std::string>();
   GANC_TRY(need(j.contains("batch_size") && j["batch_size"].is_number_integer() &&
