@@ -9,9 +9,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -52,7 +55,7 @@ void onStopSignal(int signal) { stopSignal = signal; }
 /// Forks rank `rank` of `nproc` and execs `ganc train` in it with torchrun's environment.
 /// Returns its pid, or -1 when it could not be started.
 pid_t startRank(const std::string &self, int rank, int nproc, int port,
-                const std::vector<std::string> &rest) {
+                const std::vector<std::string> &rest, const std::string &errorDir) {
   const pid_t launcher = getpid();
   pid_t pid = fork();
   if (pid != 0)
@@ -67,6 +70,8 @@ pid_t startRank(const std::string &self, int rank, int nproc, int port,
   setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  if (!errorDir.empty())
+    setenv(kErrorFileVariable, (errorDir + "/rank" + std::to_string(rank) + ".err").c_str(), 1);
   std::vector<std::string> argvStrings = {self, "train"};
   argvStrings.insert(argvStrings.end(), rest.begin(), rest.end());
   std::vector<char *> argv;
@@ -135,13 +140,40 @@ int superviseRanks(const std::vector<pid_t> &children) {
   return result;
 }
 
+/// Prints the ranks' error lines once each: the same error from several ranks (bad input
+/// every rank finds) is one line, not one per rank. Removes the files and their directory.
+void reportRankErrors(const std::string &errorDir, int nproc) {
+  std::vector<std::pair<std::string, std::vector<int>>> errors; // first-seen order
+  for (int r = 0; r < nproc; ++r) {
+    std::string path = errorDir + "/rank" + std::to_string(r) + ".err";
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+      auto same = std::find_if(errors.begin(), errors.end(),
+                               [&](const auto &e) { return e.first == line; });
+      if (same == errors.end())
+        errors.push_back({line, {r}});
+      else
+        same->second.push_back(r);
+    }
+    std::remove(path.c_str());
+  }
+  rmdir(errorDir.c_str());
+  for (const auto &[line, ranks] : errors)
+    std::cerr << "ganc: error: " << line << std::endl;
+}
+
 } // namespace
 
 int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::string> &rest) {
   const int port = freePort();
+  // Each rank writes its final error line to a file here; the launcher prints them once.
+  std::string errorDir = (std::filesystem::temp_directory_path() / "ganc-run-XXXXXX").string();
+  if (!mkdtemp(errorDir.data()))
+    errorDir.clear(); // then the ranks print their errors themselves
   std::vector<pid_t> children;
   for (int r = 0; r < nproc; ++r) {
-    pid_t pid = startRank(self, r, nproc, port, rest);
+    pid_t pid = startRank(self, r, nproc, port, rest, errorDir);
     if (pid < 0) {
       std::cerr << "ganc: error: run: cannot start rank " << r << std::endl;
       for (pid_t child : children)
@@ -150,7 +182,10 @@ int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::
     }
     children.push_back(pid);
   }
-  return superviseRanks(children);
+  int result = superviseRanks(children);
+  if (!errorDir.empty())
+    reportRankErrors(errorDir, nproc);
+  return result;
 }
 
 } // namespace ganc::runtime

@@ -5,6 +5,8 @@
 #include "runtime/Trainer.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -46,8 +48,19 @@ const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
 ranks come from RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun's contract).
 )";
 
+/// A rank's final error: to the launcher's error file under `ganc run` (it prints each
+/// distinct line once), else to stderr.
+void reportError(const std::string &message) {
+  if (const char *path = std::getenv(runtime::kErrorFileVariable)) {
+    std::ofstream out(path, std::ios::app);
+    if (out << message << "\n" && out.flush())
+      return;
+  }
+  std::cerr << "ganc: error: " << message << std::endl;
+}
+
 int usageError(const std::string &message) {
-  std::cerr << "ganc: error: " << message << "\n";
+  reportError(message);
   return 2;
 }
 
@@ -191,7 +204,7 @@ int trainCommand(const std::vector<std::string> &args) {
     return usageError("train: " + error);
   Status status = runtime::train(options);
   if (!status)
-    std::cerr << "ganc: error: " << status.message() << std::endl;
+    reportError(status.message());
   return status.exitCode();
 }
 

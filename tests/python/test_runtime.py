@@ -91,6 +91,18 @@ def test_resume_refuses_what_would_not_continue_the_run(ganc_bin, datasets, tmp_
         assert message in result.stderr, result.stderr
 
 
+def test_run_prints_an_input_error_once(ganc_bin, tmp_path):
+    """Every rank finds the same bad input; `ganc run` says it once, not once per rank."""
+    plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
+    missing = str(tmp_path / "missing.pt")
+    result = subprocess.run([ganc_bin, "run", "--nproc", "2",
+                             *train_args(plan, "dcgan32", missing, str(tmp_path / "out"), 2)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("ganc: error:") == 1, result.stderr
+    assert missing in result.stderr, result.stderr
+
+
 def test_checkpoint_loads_into_python_modules(ganc_bin, datasets, tmp_path):
     import zoo
     plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
