@@ -10,6 +10,9 @@
 #endif
 
 #include <cstdlib>
+#include <future>
+#include <memory>
+#include <thread>
 
 namespace ganc::runtime {
 
@@ -59,6 +62,29 @@ c10::intrusive_ptr<c10d::Store> connectStore(const RankInfo &rank,
   return c10::make_intrusive<c10d::TCPStore>(rank.masterAddr, options);
 }
 
+/// connectStore, bounded: c10d's TCPStore client waits without a deadline for a listener that
+/// accepts the connection but never answers its first message (a port held by something
+/// else). The connection runs on a helper thread; past `timeout` (plus a grace for a slow
+/// server) the rank gives up with an error. The helper, stuck in a blocking read, is left
+/// behind; the process exits soon after with that error.
+c10::intrusive_ptr<c10d::Store> connectStoreWithin(const RankInfo &rank,
+                                                   std::chrono::milliseconds timeout) {
+  auto promise = std::make_shared<std::promise<c10::intrusive_ptr<c10d::Store>>>();
+  std::future<c10::intrusive_ptr<c10d::Store>> connected = promise->get_future();
+  std::thread([promise, rank, timeout] {
+    try {
+      promise->set_value(connectStore(rank, timeout));
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  }).detach();
+  if (connected.wait_for(timeout + std::chrono::seconds(5)) != std::future_status::ready)
+    throw std::runtime_error("no answer from the rendezvous store within " +
+                             std::to_string(timeout.count() / 1000) +
+                             " s (--timeout-s); is something else listening on that port?");
+  return connected.get();
+}
+
 Status joinError(const RankInfo &rank, const std::exception &e) {
   std::string what = e.what();
   return Status::error("rank " + std::to_string(rank.rank) + ": cannot join the process group at " +
@@ -73,7 +99,7 @@ Expected<ProcessGroup> createNcclGroup(const RankInfo &rank, std::chrono::millis
   ProcessGroup group;
   try {
     c10::cuda::set_device(static_cast<c10::DeviceIndex>(rank.localRank));
-    group.store = connectStore(rank, timeout);
+    group.store = connectStoreWithin(rank, timeout);
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = timeout;
     group.backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(group.store, rank.rank,
@@ -92,7 +118,7 @@ Expected<ProcessGroup> createNcclGroup(const RankInfo &rank, std::chrono::millis
 Expected<ProcessGroup> createGlooGroup(const RankInfo &rank, std::chrono::milliseconds timeout) {
   ProcessGroup group;
   try {
-    group.store = connectStore(rank, timeout);
+    group.store = connectStoreWithin(rank, timeout);
     auto gloo = c10d::ProcessGroupGloo::Options::create();
     gloo->timeout = timeout;
     // Loopback rendezvous: bind Gloo to loopback too (the host name may not resolve in a

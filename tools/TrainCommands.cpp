@@ -5,6 +5,8 @@
 #include "runtime/Trainer.h"
 
 #include <algorithm>
+#include <c10/util/Logging.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -202,6 +204,10 @@ int trainCommand(const std::vector<std::string> &args) {
   std::string error;
   if (!parseTrain(args, options, error))
     return usageError("train: " + error);
+  // c10d logs every failed rendezvous attempt with a stack trace; ganc reports the failure
+  // in one line. PyTorch's own TORCH_CPP_LOG_LEVEL brings those logs back.
+  if (!std::getenv("TORCH_CPP_LOG_LEVEL"))
+    FLAGS_caffe2_log_level = 3; // FATAL only
   Status status = runtime::train(options);
   if (!status)
     reportError(status.message());

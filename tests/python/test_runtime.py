@@ -91,6 +91,32 @@ def test_resume_refuses_what_would_not_continue_the_run(ganc_bin, datasets, tmp_
         assert message in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("peer", ["silent listener", "nobody"])
+def test_rendezvous_gives_up_with_one_line(ganc_bin, datasets, tmp_path, peer):
+    """Rank 1 waiting for a rendezvous store that never answers (a port held by a listener
+    that accepts and says nothing) or that is not there gives up after --timeout-s with one
+    line and exit 2: no hang, no c10d stack traces."""
+    import socket
+    plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    if peer == "silent listener":
+        listener.listen(8)
+    else:
+        listener.close()
+    env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port))
+    env.pop("TORCH_CPP_LOG_LEVEL", None)
+    result = subprocess.run([ganc_bin, "train", *train_args(plan, "dcgan32", datasets["digits"],
+                                                            str(tmp_path / "out"), 2, "--timeout-s", "3")],
+                            env=env, capture_output=True, text=True, timeout=60)
+    listener.close()
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert f"rank 1: cannot join the process group at 127.0.0.1:{port}" in result.stderr
+
+
 def test_run_prints_an_input_error_once(ganc_bin, tmp_path):
     """Every rank finds the same bad input; `ganc run` says it once, not once per rank."""
     plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
