@@ -21,6 +21,12 @@ class NotScalar(zoo.MLPGAN):
         return -self.discriminator(self.generator(z))  # per-sample losses, not a scalar
 
 
+class WrongShapes(zoo.MLPGAN):
+    def phase_g(self, z):
+        w = torch.zeros(3, 5)
+        return (self.discriminator(self.generator(z)) @ w).mean()  # fails in the interpreter
+
+
 def save_raw(module, spec, path):
     """Saves without the helper's validation, as a careless exporter would."""
     methods = [p["method"] for p in spec["phases"] if hasattr(module, p["method"])]
@@ -82,6 +88,7 @@ def main(out):
     save_raw(sync_gan, dict(sync_spec, sync_batch_norm=["discriminator"]),
              os.path.join(out, "bad_sync_no_bn.pt"))
     save_raw(NotScalar(), spec, os.path.join(out, "bad_not_scalar.pt"))
+    save_raw(WrongShapes(), spec, os.path.join(out, "bad_interpreter.pt"))
     gan, spec = zoo.build("mlp_ema")
     save_raw(gan, dict(spec, ema=dict(spec["ema"], copy="generator_average")),
              os.path.join(out, "bad_ema_copy.pt"))
