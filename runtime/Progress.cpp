@@ -61,6 +61,13 @@ void Progress::addLoss(int64_t step, const std::string &phase, const at::Tensor 
   pending_.push_back({step, phase, loss.clone()});
 }
 
+bool Progress::hasLossScaler(const std::string &phase) const {
+  for (const frontend::PhaseSpec &p : session_.spec().phases)
+    if (p.name == phase)
+      return !p.lossScaler.empty();
+  return false;
+}
+
 Status Progress::endStep(int64_t done, int64_t images) {
   stepSeconds_.push_back(secondsSince(stepStart_));
   workSeconds_.push_back(stepWork_);
@@ -72,7 +79,9 @@ Status Progress::endStep(int64_t done, int64_t images) {
     lastLoss_[p.phase] = p.loss.item<double>();
     if (history_.is_open())
       history_ << p.step << "," << p.phase << "," << lastLoss_[p.phase] << "\n";
-    if (!std::isfinite(lastLoss_[p.phase])) {
+    // A phase with a loss scaler leaves non-finite values to it (GradScaler's contract: the
+    // step is skipped on inf/NaN gradients and the scale backs off).
+    if (!std::isfinite(lastLoss_[p.phase]) && !hasLossScaler(p.phase)) {
       history_.flush();
       return Status::failure("rank " + std::to_string(session_.rank.rank) + ": phase '" + p.phase +
                              "', step " + std::to_string(p.step) + ": the loss is " +

@@ -35,6 +35,9 @@ public:
   Status finish();
 
 private:
+  /// Whether phase `phase` (its name) scales its loss (then non-finite values are its
+  /// scaler's to handle).
+  bool hasLossScaler(const std::string &phase) const;
   using Clock = std::chrono::steady_clock;
   Session &session_;
   int64_t firstStep_;

@@ -59,6 +59,26 @@ class HostSyncGAN(MLPGAN):
         return loss
 
 
+class OverflowingGAN(MLPGAN):
+    """A D phase whose float16 loss overflows to inf on every step (a term scaled past
+    float16's range): with a loss scaler, that is the scaler's business (GradScaler skips or
+    steps on the gradients), not a reason to stop training."""
+
+    def phase_d(self, real, z):
+        fake = self.generator(z).detach()
+        h = self.discriminator(real)
+        return F.softplus(self.discriminator(fake)).mean() + F.softplus(-h).mean() + (h * 262016.0).abs().mean()
+
+
+def overflowing_spec(name):
+    from zoo.mlp import mlp_spec
+    spec = dict(mlp_spec(name, 16), ganc_spec=2, precision="float16",
+                loss_scalers={"amp": {"init_scale": 1024.0, "growth_interval": 2}})
+    for phase in spec["phases"]:
+        phase["loss_scaler"] = "amp"
+    return spec
+
+
 def register() -> None:
     """Adds the probes to the zoo, so that make_archives.py exports them with the rest."""
     import zoo
@@ -66,3 +86,4 @@ def register() -> None:
     zoo.register("probe_nograd", lambda: (NoGradGAN(), mlp_spec("probe_nograd", 16)))
     zoo.register("probe_aux", lambda: (ProbeGAN(), mlp_spec("probe_aux", 16)))
     zoo.register("probe_sync", lambda: (HostSyncGAN(), mlp_spec("probe_sync", 16)))
+    zoo.register("probe_overflow", lambda: (OverflowingGAN(), overflowing_spec("probe_overflow")))

@@ -57,6 +57,9 @@ MODELS = [
     # first steps overflow in float16 and are skipped, the scale backs off and grows again;
     # against torch.amp.GradScaler step for step.
     ("dcgan32_scaled", "digits", [2]),
+    # A float16 loss that is inf on every D step: with a loss scaler ganc trains on, as eager
+    # training with GradScaler does, instead of stopping on the non-finite loss.
+    ("probe_overflow", "ring", [2]),
     # Synchronised batch norm in G, on Gloo: against one process training on both ranks' data
     # and noise concatenated, which SyncBatchNorm is defined to equal (eager SyncBatchNorm
     # refuses CPU tensors). The statistics are summed in another order, so, as at 3 ranks, the
