@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <limits>
 #include <set>
+#include <type_traits>
 
 namespace ganc::frontend {
 
@@ -55,6 +56,30 @@ namespace {
 
 Status need(bool condition, const std::string &message) {
   return condition ? Status::ok() : Status::error(message);
+}
+
+/// Reads the optional field `key` of `j` into `out` (left as it is when absent), checking its
+/// JSON type: a number for double, an integer for int64_t, a string for std::string. The
+/// error names the field.
+template <typename T>
+Status field(const json &j, const char *key, T &out, const std::string &where) {
+  if (!j.is_object() || !j.contains(key))
+    return Status::ok();
+  const json &v = j[key];
+  bool ok = false;
+  if constexpr (std::is_same_v<T, double>)
+    ok = v.is_number();
+  else if constexpr (std::is_same_v<T, int64_t>)
+    ok = v.is_number_integer();
+  else
+    ok = v.is_string();
+  const char *expected = std::is_same_v<T, double>    ? "a number"
+                         : std::is_same_v<T, int64_t> ? "an integer"
+                                                      : "a string";
+  if (!ok)
+    return Status::error(where + "'" + key + "' must be " + expected + ", got " + v.dump());
+  out = v.get<T>();
+  return Status::ok();
 }
 
 /// Levenshtein distance, for "did you mean" suggestions.
@@ -165,9 +190,9 @@ Status parseLossScalers(const json &j, Spec &spec) {
     GANC_TRY(knownKeys(v, {"init_scale", "growth_factor", "backoff_factor", "growth_interval"},
                        where + ": "));
     LossScalerSpec scaler;
-    scaler.initScale = v.value("init_scale", scaler.initScale);
-    scaler.growthFactor = v.value("growth_factor", scaler.growthFactor);
-    scaler.backoffFactor = v.value("backoff_factor", scaler.backoffFactor);
+    GANC_TRY(field(v, "init_scale", scaler.initScale, where + ": "));
+    GANC_TRY(field(v, "growth_factor", scaler.growthFactor, where + ": "));
+    GANC_TRY(field(v, "backoff_factor", scaler.backoffFactor, where + ": "));
     if (v.contains("growth_interval"))
       GANC_TRY(need(v["growth_interval"].is_number_integer(),
                     where + ": 'growth_interval' must be an integer >= 1"));
@@ -195,19 +220,20 @@ Status parseOptimizer(const std::string &submodule, const json &j, OptimizerSpec
                 where + " has type '" + o.type + "', expected adam, adamw or sgd"));
   o.weightDecay = o.type == "adamw" ? 1e-2 : 0.0;
   o.lr = o.type == "sgd" ? 1e-2 : 2e-4;
-  o.lr = j.value("lr", o.lr);
+  GANC_TRY(field(j, "lr", o.lr, where + ": "));
   GANC_TRY(need(o.lr > 0, where + ": lr must be positive"));
   if (j.contains("betas")) {
-    GANC_TRY(need(j["betas"].is_array() && j["betas"].size() == 2,
+    GANC_TRY(need(j["betas"].is_array() && j["betas"].size() == 2 && j["betas"][0].is_number() &&
+                      j["betas"][1].is_number(),
                   where + ": betas must be two numbers"));
     o.beta1 = j["betas"][0].get<double>();
     o.beta2 = j["betas"][1].get<double>();
     GANC_TRY(need(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
                   where + ": betas must be in [0, 1)"));
   }
-  o.eps = j.value("eps", o.eps);
-  o.weightDecay = j.value("weight_decay", o.weightDecay);
-  o.momentum = j.value("momentum", o.momentum);
+  GANC_TRY(field(j, "eps", o.eps, where + ": "));
+  GANC_TRY(field(j, "weight_decay", o.weightDecay, where + ": "));
+  GANC_TRY(field(j, "momentum", o.momentum, where + ": "));
   if (j.contains("clip_grad_norm"))
     GANC_TRY(parseClip(j["clip_grad_norm"], where, o));
   return Status::ok();
@@ -272,7 +298,8 @@ Status parseInput(const json &in, const Spec &spec, bool hasStages, const std::s
   input.name = in["name"].get<std::string>();
   GANC_TRY(knownKeys(in, {"name", "source", "shape", "classes"},
                      where + ": input '" + input.name + "': "));
-  const std::string source = in.value("source", "");
+  std::string source;
+  GANC_TRY(field(in, "source", source, where + ": input '" + input.name + "': "));
   const std::optional<InputSource> parsed = parseInputSource(source);
   GANC_TRY(need(parsed.has_value(),
                 where + ": input '" + input.name + "' has source '" + source +
@@ -282,7 +309,8 @@ Status parseInput(const json &in, const Spec &spec, bool hasStages, const std::s
     GANC_TRY(need(hasStages, where + ": input '" + input.name +
                                  "' reads the fade-in weight: declare 'stages'"));
   } else if (input.isClassIds()) {
-    input.classes = in.value("classes", spec.dataClasses);
+    input.classes = spec.dataClasses;
+    GANC_TRY(field(in, "classes", input.classes, where + ": input '" + input.name + "': "));
     GANC_TRY(need(input.classes > 0,
                   where + ": input '" + input.name + "' needs 'classes' (or 'data.classes')"));
     GANC_TRY(need(input.source != InputSource::Labels || spec.dataClasses > 0,
@@ -359,8 +387,8 @@ Status parseEma(const json &e, Spec &spec) {
   EmaSpec ema;
   ema.submodule = e["submodule"].get<std::string>();
   ema.copy = e["copy"].get<std::string>();
-  ema.halfLifeImages = e.value("half_life_images", 0.0);
-  ema.beta = e.value("beta", 0.999);
+  GANC_TRY(field(e, "half_life_images", ema.halfLifeImages, "'ema': "));
+  GANC_TRY(field(e, "beta", ema.beta, "'ema': "));
   GANC_TRY(need(ema.halfLifeImages >= 0 && ema.beta >= 0 && ema.beta < 1,
                 "'ema': half_life_images must be >= 0 and beta in [0, 1)"));
   for (const PhaseSpec &p : spec.phases)
@@ -382,7 +410,7 @@ Status parseSample(const json &s, Spec &spec) {
   if (!shape)
     return shape.status();
   sample.noiseShape = shape.take();
-  sample.classes = s.value("classes", int64_t{0});
+  GANC_TRY(field(s, "classes", sample.classes, "'sample': "));
   spec.sample = sample;
   return Status::ok();
 }
@@ -439,9 +467,10 @@ Status parseInto(const json &j, Spec &spec) {
   if (!dataShape)
     return dataShape.status();
   spec.dataShape = dataShape.take();
-  spec.dataClasses = j["data"].value("classes", int64_t{0});
+  GANC_TRY(field(j["data"], "classes", spec.dataClasses, "'data': "));
   GANC_TRY(need(spec.dataClasses >= 0, "'data.classes' must be >= 0"));
-  const std::string dtype = j.value("dtype", "float32");
+  std::string dtype = "float32";
+  GANC_TRY(field(j, "dtype", dtype, ""));
   static const std::map<std::string, InputDtype> kDtypes = {{"float32", InputDtype::Float32},
                                                             {"float64", InputDtype::Float64},
                                                             {"bfloat16", InputDtype::BFloat16},
@@ -472,7 +501,7 @@ Status parseInto(const json &j, Spec &spec) {
     GANC_TRY(parseOptimizer(sub, optimizers.value(sub, json{{"type", "adam"}}), o));
     spec.optimizers[sub] = o;
   }
-  spec.buffers = j.value("buffers", "local");
+  GANC_TRY(field(j, "buffers", spec.buffers, ""));
   GANC_TRY(need(spec.buffers == "broadcast" || spec.buffers == "local",
                 "'buffers' must be broadcast or local, got '" + spec.buffers + "'"));
   if (j.contains("ema"))

@@ -54,6 +54,17 @@ class SpecError(ValueError):
     """A spec that ganc cannot compile; the message names the offending field."""
 
 
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _numbers(obj: dict, fields, where: str) -> None:
+    """The optional numeric fields of `obj` must be numbers; the error names the field."""
+    for f in fields:
+        if f in obj:
+            _require(_is_number(obj[f]), f"{where}{f!r} must be a number, got {obj[f]!r}")
+
+
 def _require(cond: bool, message: str) -> None:
     if not cond:
         raise SpecError(message)
@@ -168,6 +179,11 @@ def validate(spec: dict, module=None) -> dict:
         _require(opt.get("type") in OPTIMIZERS,
                  f"spec: optimizer of {sub!r} has type {opt.get('type')!r}, "
                  f"expected one of {', '.join(OPTIMIZERS)}")
+        _numbers(opt, ("lr", "eps", "weight_decay", "momentum"), f"spec: optimizer of {sub!r}: ")
+        if "betas" in opt:
+            _require(isinstance(opt["betas"], list) and len(opt["betas"]) == 2
+                     and all(_is_number(b) for b in opt["betas"]),
+                     f"spec: optimizer of {sub!r}: betas must be two numbers")
         opt.setdefault("lr", 2e-4 if opt["type"] != "sgd" else 1e-2)
         if opt["type"] in ("adam", "adamw"):
             opt.setdefault("betas", [0.9, 0.999])
@@ -186,6 +202,7 @@ def validate(spec: dict, module=None) -> dict:
         _require(isinstance(ema.get("submodule"), str) and isinstance(ema.get("copy"), str),
                  "spec: 'ema' needs 'submodule' (the trained one) and 'copy' (its average)")
         _known_keys(ema, "ema", "spec: 'ema': ")
+        _numbers(ema, ("half_life_images", "beta"), "spec: 'ema': ")
         _require(ema["copy"] not in updated, f"spec: 'ema': {ema['copy']!r} is trained by a phase; "
                                              "it must only be averaged")
         if module is not None:
@@ -208,6 +225,7 @@ def _validate_scaler(name, scaler) -> None:
              f"{where}: a name cannot be empty or hold quotes or spaces")
     _require(isinstance(scaler, dict), f"{where} must be an object")
     _known_keys(scaler, "scaler", f"{where}: ")
+    _numbers(scaler, ("init_scale", "growth_factor", "backoff_factor"), f"{where}: ")
     scaler.setdefault("init_scale", 65536.0)
     scaler.setdefault("growth_factor", 2.0)
     scaler.setdefault("backoff_factor", 0.5)
