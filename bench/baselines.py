@@ -17,6 +17,8 @@ import torch.distributed as dist
 
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from ganc.oracle import autocast
+
 
 def flat_all_reduce(gan, updates, world):
     grads = [p for s in updates for p in gan._modules[s].parameters() if p.grad is not None]
@@ -44,18 +46,13 @@ def unwrapped(gan, subs):
             gan._modules[s] = w
 
 
-def grad_scalers(spec, device="cpu"):
-    """One torch.amp.GradScaler per loss scaler the spec names."""
-    return {name: torch.amp.GradScaler(device, **cfg) for name, cfg in spec.get("loss_scalers", {}).items()}
-
-
 def iteration(gan, spec, subs, inputs, optimizers, style, world, methods=None, step=0, manual=(),
               scalers=None):
     """One training step: every phase with step % interval == 0, in spec order. `manual`
     names the phases the ``ddp`` style runs without DDP. The spec's training-step features
     run the way each style's users write them: micro-batches under no_sync() but the last
     (``flat``: one all-reduce after the last), each loss divided by their number, the forward
-    under torch.autocast, GradScaler (`scalers`, from grad_scalers()) around backward and
+    under torch.autocast, GradScaler (`scalers`, from ganc.oracle.grad_scalers()) around backward and
     step, clip_grad_norm_ after the all-reduce (and the unscale)."""
     batches = []
     for phase in spec["phases"]:
@@ -84,9 +81,7 @@ def iteration(gan, spec, subs, inputs, optimizers, style, world, methods=None, s
                     for s in subs:
                         if s not in updates or not last:
                             stack.enter_context(gan._modules[s].no_sync())
-                with contextlib.ExitStack() as autocast:
-                    if precision != "float32":
-                        autocast.enter_context(torch.autocast(inputs.device.type, dtype=getattr(torch, precision)))
+                with autocast(inputs.device.type, precision):
                     loss = method(*args)
                 if micro_batches > 1:
                     loss = loss / micro_batches

@@ -35,7 +35,7 @@ import torch.multiprocessing as mp  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import ganc  # noqa: E402
-from ganc.oracle import Inputs, free_port, _optimizer  # noqa: E402
+from ganc.oracle import Inputs, free_port, grad_scalers, _optimizer  # noqa: E402
 import zoo  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -61,7 +61,7 @@ def _baseline_worker(rank, world, port, model, data_path, steps, warmup, style, 
         wrapped = {s: DDP(getattr(gan, s), find_unused_parameters=True, broadcast_buffers=False) for s in subs}
         for s, w in wrapped.items():
             setattr(gan, s, w)  # the phase methods now call through DDP
-    scalers = baselines.grad_scalers(spec)
+    scalers = grad_scalers(spec)
     times = []
     for step in range(steps):
         t0 = time.perf_counter()

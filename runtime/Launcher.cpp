@@ -143,23 +143,18 @@ int superviseRanks(const std::vector<pid_t> &children) {
 /// Prints the ranks' error lines once each: the same error from several ranks (bad input
 /// every rank finds) is one line, not one per rank. Removes the files and their directory.
 void reportRankErrors(const std::string &errorDir, int nproc) {
-  std::vector<std::pair<std::string, std::vector<int>>> errors; // first-seen order
+  std::vector<std::string> errors; // distinct lines, first-seen order
   for (int r = 0; r < nproc; ++r) {
     std::string path = errorDir + "/rank" + std::to_string(r) + ".err";
     std::ifstream in(path);
     std::string line;
-    while (std::getline(in, line)) {
-      auto same = std::find_if(errors.begin(), errors.end(),
-                               [&](const auto &e) { return e.first == line; });
-      if (same == errors.end())
-        errors.push_back({line, {r}});
-      else
-        same->second.push_back(r);
-    }
+    while (std::getline(in, line))
+      if (std::find(errors.begin(), errors.end(), line) == errors.end())
+        errors.push_back(line);
     std::remove(path.c_str());
   }
   rmdir(errorDir.c_str());
-  for (const auto &[line, ranks] : errors)
+  for (const std::string &line : errors)
     std::cerr << "ganc: error: " << line << std::endl;
 }
 

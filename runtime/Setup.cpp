@@ -106,7 +106,11 @@ Status createExecutor(Session &s) {
 
 } // namespace
 
-void Session::optimizerStep(const std::string &phase, const backend::PhaseReducer &reducer) {
+const std::vector<Session::StepGroup> &Session::stepGroups(const std::string &phase,
+                                                           const backend::PhaseReducer &reducer) {
+  auto cached = stepGroups_.find(phase);
+  if (cached != stepGroups_.end())
+    return cached->second;
   // Per submodule, its used parameters in the model's order (the order of
   // submodule.parameters(), which clip_grad_norm_'s sum of norms follows).
   std::map<std::string, std::vector<std::pair<size_t, size_t>>> byOwner; // (model index, used)
@@ -115,28 +119,39 @@ void Session::optimizerStep(const std::string &phase, const backend::PhaseReduce
     byOwner[ownerOf.at(name)].emplace_back(parameterIndex.at(name), i);
   }
   const ir::Phase *compiled = plan->findPhase(phase);
+  std::vector<StepGroup> groups;
+  for (auto &[owner, entries] : byOwner) {
+    std::sort(entries.begin(), entries.end());
+    StepGroup group;
+    group.optimizer = &optimizers.at(owner);
+    for (const auto &[index, i] : entries) {
+      group.names.push_back(reducer.usedNames()[i]);
+      group.parameters.push_back(reducer.usedParameters()[i]);
+    }
+    for (const ir::ClipGradNorm &clip : compiled->clips)
+      if (clip.submodule == owner)
+        group.clip = &clip;
+    groups.push_back(std::move(group));
+  }
+  return stepGroups_.emplace(phase, std::move(groups)).first->second;
+}
+
+void Session::optimizerStep(const std::string &phase, const backend::PhaseReducer &reducer) {
+  const ir::Phase *compiled = plan->findPhase(phase);
   LossScaler *scaler =
       compiled->lossScaler.empty() ? nullptr : &lossScalers.at(compiled->lossScaler);
   std::vector<at::Tensor> foundInf;
-  for (auto &[owner, entries] : byOwner) {
-    std::sort(entries.begin(), entries.end());
-    std::vector<std::string> names;
-    std::vector<at::Tensor> params;
-    for (const auto &[index, i] : entries) {
-      names.push_back(reducer.usedNames()[i]);
-      params.push_back(reducer.usedParameters()[i]);
-    }
+  for (const StepGroup &group : stepGroups(phase, reducer)) {
     // GradScaler's order: unscale_(optimizer), clip, step(optimizer) (skipped on inf/NaN),
     // and update() once the phase's optimizers have stepped.
     at::Tensor found;
     if (scaler) {
-      found = scaler->unscale(params);
+      found = scaler->unscale(group.parameters);
       foundInf.push_back(found);
     }
-    for (const ir::ClipGradNorm &clip : compiled->clips)
-      if (clip.submodule == owner)
-        clipGradNorm(params, clip.maxNorm, clip.normType);
-    optimizers.at(owner).step(names, params, found);
+    if (group.clip)
+      clipGradNorm(group.parameters, group.clip->maxNorm, group.clip->normType);
+    group.optimizer->step(group.names, group.parameters, found);
   }
   if (scaler)
     scaler->update(foundInf);

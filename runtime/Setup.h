@@ -44,6 +44,21 @@ struct Session {
   /// Clips (as the plan says) and steps the optimizers over the used parameters of phase
   /// `phase` (its key), whose reducer is `reducer`.
   void optimizerStep(const std::string &phase, const backend::PhaseReducer &reducer);
+
+private:
+  /// One optimizer's share of a phase's step: its used parameters in model order, and the
+  /// clipping the plan asks for.
+  struct StepGroup {
+    Optimizer *optimizer = nullptr;
+    std::vector<std::string> names;
+    std::vector<at::Tensor> parameters;
+    const ir::ClipGradNorm *clip = nullptr;
+  };
+  /// The phase's step groups, worked out on its first step and kept (a phase's used
+  /// parameters never change).
+  const std::vector<StepGroup> &stepGroups(const std::string &phase,
+                                           const backend::PhaseReducer &reducer);
+  std::map<std::string, std::vector<StepGroup>> stepGroups_;
 };
 
 /// Sets up this rank from `options` and torchrun's environment variables; the state of rank

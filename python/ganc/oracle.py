@@ -151,6 +151,12 @@ class GlobalInputs:
         return out
 
 
+def grad_scalers(spec, device="cpu"):
+    """One torch.amp.GradScaler per loss scaler the spec names (its settings are GradScaler's
+    keyword arguments); phases naming the same scaler share it."""
+    return {name: torch.amp.GradScaler(device, **cfg) for name, cfg in spec.get("loss_scalers", {}).items()}
+
+
 def autocast(device: str, precision: str):
     """torch.autocast for a phase's precision ("float32": none), as ganc applies it."""
     if precision == "float32":
@@ -252,12 +258,7 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
                                      device_ids=[rank] if cuda else None,
                                      find_unused_parameters=True,
                                      broadcast_buffers=broadcast)
-    # torch.amp.GradScaler per named scaler; phases naming the same one share it.
-    scalers = {name: torch.amp.GradScaler("cuda" if cuda else "cpu", init_scale=cfg.get("init_scale", 65536.0),
-                                          growth_factor=cfg.get("growth_factor", 2.0),
-                                          backoff_factor=cfg.get("backoff_factor", 0.5),
-                                          growth_interval=cfg.get("growth_interval", 2000))
-               for name, cfg in spec.get("loss_scalers", {}).items()}
+    scalers = grad_scalers(spec, "cuda" if cuda else "cpu")
     ema = spec.get("ema")
     if ema is not None:
         src, dst = getattr(gan, ema["submodule"]), getattr(gan, ema["copy"])
