@@ -3,12 +3,14 @@
 
 #include "frontend/Dtypes.h"
 #include "frontend/TorchError.h"
+#include "ir/Files.h"
 
 #include <caffe2/serialize/inline_container.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 namespace ganc::frontend {
 
@@ -98,16 +100,16 @@ std::string modelIdentity(const std::string &path, const torch::jit::Module &mod
 }
 
 Expected<Archive> loadArchive(const std::string &path) {
-  {
-    std::ifstream probe(path, std::ios::binary);
-    if (!probe)
-      return Status::error(path + ": cannot open the file");
-  }
+  auto bytes = readFile(path);
+  if (!bytes)
+    return bytes.status();
+  GANC_TRY(checkZipArchive(*bytes).withContext(path));
   Archive archive;
   archive.path = path;
   jit::ExtraFilesMap extra{{"ganc.json", ""}};
   try {
-    archive.module = jit::load(path, c10::kCPU, extra);
+    std::istringstream in(std::string(bytes->begin(), bytes->end()));
+    archive.module = jit::load(in, c10::kCPU, extra);
   } catch (const std::exception &e) {
     return Status::error(path + ": not a TorchScript archive (" + firstLine(e) + ")");
   }

@@ -415,11 +415,16 @@ Status parseSample(const json &s, Spec &spec) {
   return Status::ok();
 }
 
-/// The model-wide training-step fields (version 2): precision, loss_scalers, sync_batch_norm.
+/// The model-wide training-step fields (version 2): precision, loss_scalers, sync_batch_norm,
+/// non_finite.
 Status parseModelWideTrainingStep(const json &j, Spec &spec) {
   GANC_TRY(needVersion2(spec, j, "precision", ""));
   GANC_TRY(needVersion2(spec, j, "loss_scalers", ""));
   GANC_TRY(needVersion2(spec, j, "sync_batch_norm", ""));
+  GANC_TRY(needVersion2(spec, j, "non_finite", ""));
+  GANC_TRY(field(j, "non_finite", spec.nonFinite, ""));
+  GANC_TRY(need(spec.nonFinite == "stop" || spec.nonFinite == "skip",
+                "'non_finite' must be stop or skip, got '" + spec.nonFinite + "'"));
   if (j.contains("sync_batch_norm")) {
     GANC_TRY(need(j["sync_batch_norm"].is_array(),
                   "'sync_batch_norm' must list submodules (\"discriminator\")"));
@@ -443,11 +448,11 @@ Status parseModelWideTrainingStep(const json &j, Spec &spec) {
 Status parseInto(const json &j, Spec &spec) {
   GANC_TRY(need(j.is_object(), "must be a JSON object"));
   GANC_TRY(need(j.contains("ganc_spec"), "missing 'ganc_spec' (the schema version)"));
-  GANC_TRY(
-      knownKeys(j,
-                {"ganc_spec", "name", "batch_size", "data", "dtype", "precision", "loss_scalers",
-                 "sync_batch_norm", "phases", "optimizers", "buffers", "sample", "ema", "stages"},
-                ""));
+  GANC_TRY(knownKeys(j,
+                     {"ganc_spec", "name", "batch_size", "data", "dtype", "precision",
+                      "loss_scalers", "sync_batch_norm", "non_finite", "phases", "optimizers",
+                      "buffers", "sample", "ema", "stages"},
+                     ""));
   GANC_TRY(need(j["ganc_spec"].is_number_integer() && j["ganc_spec"].get<int>() >= 1 &&
                     j["ganc_spec"].get<int>() <= kSpecVersion,
                 "'ganc_spec' is " + j["ganc_spec"].dump() + ", this ganc reads versions 1 to " +

@@ -13,7 +13,7 @@ namespace ganc::frontend {
 
 /// The spec schema version this build writes; it reads versions 1 and 2 (docs/spec.md).
 /// Version 2 adds the training-step fields (precision, accumulate, clip_grad_norm,
-/// loss_scalers, loss_scaler, sync_batch_norm); a version
+/// loss_scalers, loss_scaler, sync_batch_norm, non_finite); a version
 /// 1 spec that uses one is refused, so an older ganc never silently ignores them.
 constexpr int kSpecVersion = 2;
 
@@ -156,6 +156,9 @@ struct Spec {
   std::map<std::string, LossScalerSpec> lossScalers;
   /// Submodules whose batch norms use statistics over every rank's batch ("sync_batch_norm").
   std::vector<std::string> syncBatchNorm;
+  /// What a non-finite loss or gradient does in a phase without a loss scaler ("non_finite"):
+  /// "stop" training, or "skip" the optimizer step (counted), as a loss scaler would.
+  std::string nonFinite = "stop";
   std::vector<PhaseSpec> phases;
   std::map<std::string, OptimizerSpec> optimizers; // by submodule
   /// "broadcast" (rank 0's buffers before every phase, like DDP) or "local".

@@ -1,41 +1,83 @@
-// Reading and atomically writing files; reading a plan.
+// Reading and atomically writing files; checking zip containers; reading and stamping plans.
 #include "ir/Files.h"
 
+#include <zlib.h>
+
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace ganc {
 
+namespace {
+
+std::string osReason() { return std::strerror(errno); }
+
+/// Writes all of `bytes` to `fd`, retrying short writes and interrupted calls.
+bool writeAll(int fd, const char *data, size_t size) {
+  while (size > 0) {
+    ssize_t n = ::write(fd, data, size);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+} // namespace
+
 Expected<std::vector<char>> readFile(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return Status::error(path + ": cannot open");
-  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return Status::error(path + ": cannot open (" + osReason() + ")");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::error(path + ": not a regular file");
+  }
+  std::vector<char> bytes(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      std::string reason = n < 0 ? osReason() : "the file shrank while it was read";
+      ::close(fd);
+      return Status::error(path + ": cannot read (" + reason + ")");
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return bytes;
 }
 
 Status writeFileAtomically(const std::string &path, const std::vector<char> &bytes) {
   const std::string tmp = path + ".tmp";
-  bool written = false;
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (out) {
-      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-      written = static_cast<bool>(out.flush());
-    }
-  }
-  if (!written) {
-    const std::string reason = std::strerror(errno);
+  auto fail = [&](int fd) {
+    const std::string reason = osReason();
+    if (fd >= 0)
+      ::close(fd);
     std::remove(tmp.c_str());
     return Status::failure("cannot write " + path + " (" + reason + ")");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    std::remove(tmp.c_str());
-    return Status::failure("cannot write " + path + " (" + reason + ")");
-  }
+  };
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return fail(-1);
+  // fsync before the rename: after a crash the name holds the old file or the whole new one.
+  if (!writeAll(fd, bytes.data(), bytes.size()) || ::fsync(fd) != 0)
+    return fail(fd);
+  if (::close(fd) != 0)
+    return fail(-1);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    return fail(-1);
   return Status::ok();
 }
 
@@ -43,13 +85,234 @@ Status writeFileAtomically(const std::string &path, const std::string &text) {
   return writeFileAtomically(path, std::vector<char>(text.begin(), text.end()));
 }
 
+namespace {
+
+/// Little-endian reads, bounded by the buffer: a zip archive's numbers are all in its bytes.
+class ZipReader {
+public:
+  ZipReader(const std::vector<char> &bytes) : bytes_(bytes) {}
+  bool has(uint64_t offset, uint64_t size) const {
+    return offset <= bytes_.size() && size <= bytes_.size() - offset;
+  }
+  uint64_t le(uint64_t offset, int width) const {
+    uint64_t v = 0;
+    for (int i = width - 1; i >= 0; --i)
+      v = (v << 8) | static_cast<unsigned char>(bytes_[offset + static_cast<uint64_t>(i)]);
+    return v;
+  }
+  uint32_t crc(uint64_t offset, uint64_t size) const {
+    uLong c = crc32(0L, Z_NULL, 0);
+    const auto *p = reinterpret_cast<const Bytef *>(bytes_.data() + offset);
+    while (size > 0) {
+      uInt chunk = static_cast<uInt>(std::min<uint64_t>(size, 1u << 30));
+      c = crc32(c, p, chunk);
+      p += chunk;
+      size -= chunk;
+    }
+    return static_cast<uint32_t>(c);
+  }
+  uint64_t size() const { return bytes_.size(); }
+
+private:
+  const std::vector<char> &bytes_;
+};
+
+constexpr uint32_t kEndSignature = 0x06054b50;
+constexpr uint32_t kZip64EndSignature = 0x06064b50;
+constexpr uint32_t kZip64LocatorSignature = 0x07064b50;
+constexpr uint32_t kCentralSignature = 0x02014b50;
+constexpr uint32_t kLocalSignature = 0x04034b50;
+constexpr uint64_t kEndSize = 22;
+constexpr uint64_t kCentralSize = 46;
+constexpr uint64_t kLocalSize = 30;
+
+/// Where the central directory is and how many entries it has, and the archive's comment.
+struct Directory {
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  uint64_t entries = 0;
+  uint64_t comment = 0;
+};
+
+/// The comment sealZipArchive writes: the CRC-32 of every byte before it.
+constexpr const char *kSealPrefix = "ganc-crc32 ";
+constexpr uint64_t kSealSize = 19;
+
+Expected<Directory> findDirectory(const ZipReader &zip) {
+  if (zip.size() < kEndSize)
+    return Status::error("not a zip archive (the container torch writes), or truncated: "
+                         "too short");
+  // The end record is the last thing in the file, before a comment of at most 64 KiB.
+  uint64_t lowest = zip.size() > kEndSize + 0xffff ? zip.size() - kEndSize - 0xffff : 0;
+  for (uint64_t at = zip.size() - kEndSize + 1; at-- > lowest;) {
+    if (zip.le(at, 4) != kEndSignature || at + kEndSize + zip.le(at + 20, 2) != zip.size())
+      continue;
+    Directory dir{zip.le(at + 16, 4), zip.le(at + 12, 4), zip.le(at + 10, 2), at + kEndSize};
+    bool zip64 = dir.offset == 0xffffffff || dir.size == 0xffffffff || dir.entries == 0xffff;
+    if (zip64) {
+      if (at < 20 || zip.le(at - 20, 4) != kZip64LocatorSignature)
+        return Status::error("damaged file: zip64 end record is missing");
+      uint64_t end64 = zip.le(at - 12, 8);
+      if (!zip.has(end64, 56) || zip.le(end64, 4) != kZip64EndSignature)
+        return Status::error("damaged file: zip64 end record is out of bounds");
+      dir = Directory{zip.le(end64 + 48, 8), zip.le(end64 + 40, 8), zip.le(end64 + 32, 8),
+                      dir.comment};
+    }
+    if (!zip.has(dir.offset, dir.size))
+      return Status::error("damaged file: the central directory lies beyond the end of the file");
+    return dir;
+  }
+  return Status::error("not a zip archive (the container torch writes), or truncated: "
+                       "no end-of-archive record");
+}
+
+/// An entry's sizes and local-header offset, with zip64's 64-bit values where the 32-bit
+/// fields say 0xffffffff.
+struct Entry {
+  uint64_t compressed = 0;
+  uint64_t uncompressed = 0;
+  uint64_t local = 0;
+  uint32_t crc = 0;
+  uint16_t method = 0;
+  std::string name;
+};
+
+Status readZip64Extra(const ZipReader &zip, uint64_t extra, uint64_t extraSize, Entry &entry) {
+  for (uint64_t at = extra; at + 4 <= extra + extraSize;) {
+    uint64_t id = zip.le(at, 2), size = zip.le(at + 2, 2);
+    if (at + 4 + size > extra + extraSize)
+      return Status::error("entry '" + entry.name + "': extra field out of bounds");
+    if (id == 0x0001) {
+      uint64_t field = at + 4;
+      for (uint64_t *value : {&entry.uncompressed, &entry.compressed, &entry.local}) {
+        if (*value != 0xffffffff)
+          continue;
+        if (field + 8 > at + 4 + size)
+          return Status::error("entry '" + entry.name + "': zip64 field out of bounds");
+        *value = zip.le(field, 8);
+        field += 8;
+      }
+    }
+    at += 4 + size;
+  }
+  return Status::ok();
+}
+
+Status checkEntry(const ZipReader &zip, const Entry &entry) {
+  const std::string where = "entry '" + entry.name + "'";
+  if (!zip.has(entry.local, kLocalSize) || zip.le(entry.local, 4) != kLocalSignature)
+    return Status::error(where + ": local header out of bounds or damaged");
+  uint64_t data =
+      entry.local + kLocalSize + zip.le(entry.local + 26, 2) + zip.le(entry.local + 28, 2);
+  if (!zip.has(data, entry.compressed))
+    return Status::error(where + ": data runs past the end of the file (truncated?)");
+  // Stored entries (what torch writes) are checked against their CRC-32; torch records 0 when
+  // CRC computation was switched off (torch.serialization.set_crc32_options).
+  if (entry.method == 0) {
+    if (entry.compressed != entry.uncompressed)
+      return Status::error(where + ": stored sizes disagree");
+    if (entry.crc != 0 && zip.crc(data, entry.compressed) != entry.crc)
+      return Status::error(where + ": CRC-32 mismatch (the file is corrupted)");
+  }
+  return Status::ok();
+}
+
+} // namespace
+
+Status checkZipArchive(const std::vector<char> &bytes) {
+  ZipReader zip(bytes);
+  auto bad = [](const Status &s) { return Status::error("damaged file: " + s.message()); };
+  auto dir = findDirectory(zip);
+  if (!dir)
+    return dir.status();
+  if (bytes.size() - dir->comment == kSealSize) {
+    if (std::memcmp(bytes.data() + dir->comment, kSealPrefix, std::strlen(kSealPrefix)) != 0)
+      return bad(Status::error("the seal (the archive's comment) is damaged"));
+    char hex[9];
+    std::snprintf(hex, sizeof(hex), "%08x", zip.crc(0, dir->comment));
+    if (std::memcmp(bytes.data() + dir->comment + std::strlen(kSealPrefix), hex, 8) != 0)
+      return bad(
+          Status::error("the file's CRC-32 does not match its seal (the file is corrupted)"));
+  }
+  uint64_t at = dir->offset, end = dir->offset + dir->size;
+  for (uint64_t i = 0; i < dir->entries; ++i) {
+    if (at + kCentralSize > end || zip.le(at, 4) != kCentralSignature)
+      return bad(Status::error("central directory entry " + std::to_string(i) + " is damaged"));
+    Entry entry;
+    entry.method = static_cast<uint16_t>(zip.le(at + 10, 2));
+    entry.crc = static_cast<uint32_t>(zip.le(at + 16, 4));
+    entry.compressed = zip.le(at + 20, 4);
+    entry.uncompressed = zip.le(at + 24, 4);
+    entry.local = zip.le(at + 42, 4);
+    uint64_t nameSize = zip.le(at + 28, 2), extraSize = zip.le(at + 30, 2);
+    uint64_t next = at + kCentralSize + nameSize + extraSize + zip.le(at + 32, 2);
+    if (next > end)
+      return bad(Status::error("central directory entry " + std::to_string(i) + " is damaged"));
+    entry.name.assign(bytes.data() + at + kCentralSize, nameSize);
+    if (Status s = readZip64Extra(zip, at + kCentralSize + nameSize, extraSize, entry); !s)
+      return bad(s);
+    if (Status s = checkEntry(zip, entry); !s)
+      return bad(s);
+    at = next;
+  }
+  return Status::ok();
+}
+
+std::vector<char> sealZipArchive(std::vector<char> bytes) {
+  ZipReader zip(bytes);
+  auto dir = findDirectory(zip);
+  if (!dir || dir->comment != bytes.size())
+    return bytes; // not a fresh torch archive: left as it is, checked entry by entry on load
+  // The end record's comment length first: the CRC covers every byte before the comment.
+  bytes[bytes.size() - 2] = static_cast<char>(kSealSize);
+  bytes[bytes.size() - 1] = 0;
+  char seal[kSealSize + 1];
+  std::snprintf(seal, sizeof(seal), "%s%08x", kSealPrefix, zip.crc(0, bytes.size()));
+  bytes.insert(bytes.end(), seal, seal + kSealSize);
+  return bytes;
+}
+
 namespace ir {
+
+namespace {
+
+constexpr const char *kChecksumPrefix = "// checksum crc32 ";
+
+std::string crcHex(const std::string &text) {
+  uLong c = crc32(0L, reinterpret_cast<const Bytef *>(text.data()), static_cast<uInt>(text.size()));
+  char hex[9];
+  std::snprintf(hex, sizeof(hex), "%08lx", static_cast<unsigned long>(c));
+  return hex;
+}
+
+} // namespace
+
+std::string stampPlan(const std::string &text) {
+  return text + kChecksumPrefix + crcHex(text) + "\n";
+}
+
+Status checkPlanStamp(const std::string &text) {
+  size_t last = text.rfind(kChecksumPrefix);
+  if (last == std::string::npos || (last != 0 && text[last - 1] != '\n'))
+    return Status::error("the plan has no checksum line; plans are written by `ganc compile -o` "
+                         "or `ganc-opt -o`, which verify them first");
+  std::string body = text.substr(0, last);
+  std::string stamped = text.substr(last + std::strlen(kChecksumPrefix));
+  while (!stamped.empty() && (stamped.back() == '\n' || stamped.back() == '\r'))
+    stamped.pop_back();
+  if (stamped != crcHex(body))
+    return Status::error("the plan was changed after it was written (checksum mismatch); "
+                         "recompile it, or check an edited plan with `ganc-opt FILE -o FILE`");
+  return Status::ok();
+}
 
 Expected<std::unique_ptr<Module>> readPlan(const std::string &path) {
   auto bytes = readFile(path);
   if (!bytes)
-    return Status::error(path + ": cannot open the plan");
-  auto plan = parse(std::string(bytes->begin(), bytes->end()));
+    return bytes.status().withContext("the plan");
+  std::string text(bytes->begin(), bytes->end());
+  GANC_TRY(checkPlanStamp(text).withContext(path));
+  auto plan = parse(text);
   if (!plan)
     return plan.status().withContext(path + ": not a ganc plan");
   GANC_TRY(verify(**plan).withContext(path + ": invalid plan"));

@@ -1,4 +1,5 @@
-// File helpers every command shares: read a whole file, write one atomically, read a plan.
+// File helpers every command shares: read a whole file, write one atomically, check a zip
+// container before LibTorch parses it, stamp and read a plan.
 #pragma once
 
 #include "ir/Module.h"
@@ -10,18 +11,42 @@
 
 namespace ganc {
 
-/// The bytes of `path`.
+/// The bytes of `path` (a regular file); errors give the OS reason.
 Expected<std::vector<char>> readFile(const std::string &path);
 
 /// Writes `bytes` to `path` through a temporary file beside it and a rename, so a failed
 /// write never leaves a truncated file where a good one was; the temporary file is removed
-/// when anything fails.
+/// when anything fails, and the error gives the OS reason ("No space left on device"). The
+/// data is synced before the rename, so after a crash `path` holds the old or the new file.
 Status writeFileAtomically(const std::string &path, const std::vector<char> &bytes);
 Status writeFileAtomically(const std::string &path, const std::string &text);
 
+/// Checks that `bytes` are a whole, undamaged zip archive, the container torch.save,
+/// torch.jit.save and LibTorch's pickle_save write: the end record and the central directory
+/// lie inside the file, every entry's local header and data do too, and every stored entry
+/// matches its CRC-32. LibTorch's reader trusts these fields: it reads past the buffer on a
+/// truncated file and loads flipped bytes without a word. Callers name the file.
+/// A sealed archive (sealZipArchive) is also checked against its whole-file CRC-32, which
+/// covers the zip's own records too.
+Status checkZipArchive(const std::vector<char> &bytes);
+
+/// `bytes` (a zip archive just written by LibTorch, with no comment) with the CRC-32 of all
+/// its bytes stored as the archive's comment, a field every zip reader (torch.load
+/// included) skips: what ganc's checkpoints carry.
+std::vector<char> sealZipArchive(std::vector<char> bytes);
+
 namespace ir {
 
-/// Reads, parses and verifies the plan at `path` (every error names the file).
+/// `text` (a printed plan) with its checksum line appended: what `ganc compile -o` and
+/// `ganc-opt -o` write after verifying the plan.
+std::string stampPlan(const std::string &text);
+
+/// Checks the checksum line stampPlan wrote: a plan edited by hand after it was verified, or
+/// damaged, is refused before anything parses it.
+Status checkPlanStamp(const std::string &text);
+
+/// Reads the plan at `path`, checks its checksum, parses and verifies it (every error names
+/// the file).
 Expected<std::unique_ptr<Module>> readPlan(const std::string &path);
 
 } // namespace ir

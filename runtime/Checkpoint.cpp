@@ -96,13 +96,15 @@ Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
     rng.insert("data_cursor", batches->cursor());
   }
   ckpt.insert("rng", rng);
-  return writeFileAtomically(s.options.outDir + "/checkpoint.pt", torch::pickle_save(ckpt));
+  return writeFileAtomically(s.options.outDir + "/checkpoint.pt",
+                             sealZipArchive(torch::pickle_save(ckpt)));
 }
 
 Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::string &path) {
   auto bytes = readFile(path);
   if (!bytes)
     return bytes.status().withContext("--resume");
+  GANC_TRY(checkZipArchive(*bytes).withContext("--resume " + path));
   c10::impl::GenericDict ckpt = makeDict();
   try {
     ckpt = torch::pickle_load(*bytes).toGenericDict();

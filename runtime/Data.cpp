@@ -1,6 +1,8 @@
 // Dataset loading (torch.save files, image folders through stb_image) and rank sharding.
 #include "runtime/Data.h"
 
+#include "ir/Files.h"
+
 #include <torch/serialize.h>
 
 #include <algorithm>
@@ -70,13 +72,13 @@ Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t
       return images.status();
     return Dataset{images.take(), at::Tensor()};
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return Status::error("--data " + path + ": cannot open");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto bytes = readFile(path);
+  if (!bytes)
+    return bytes.status().withContext("--data");
+  GANC_TRY(checkZipArchive(*bytes).withContext("--data " + path));
   c10::IValue value;
   try {
-    value = torch::pickle_load(bytes);
+    value = torch::pickle_load(*bytes);
   } catch (const std::exception &e) {
     std::string what = e.what();
     return Status::error("--data " + path + ": not a torch.save file or image folder (" +

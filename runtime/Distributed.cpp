@@ -85,11 +85,20 @@ c10::intrusive_ptr<c10d::Store> connectStoreWithin(const RankInfo &rank,
   return connected.get();
 }
 
-Status joinError(const RankInfo &rank, const std::exception &e) {
+/// The one line a rank says when it cannot join: it reached the store but the group did not
+/// form in time (a peer never came: c10d's store wait or the server's wait for clients timed
+/// out), or it could not reach the store at all.
+Status joinError(const RankInfo &rank, const std::exception &e, std::chrono::milliseconds timeout) {
   std::string what = e.what();
-  return Status::error("rank " + std::to_string(rank.rank) + ": cannot join the process group at " +
-                       rank.masterAddr + ":" + std::to_string(rank.masterPort) + " (" +
-                       what.substr(0, what.find('\n')) + ")");
+  what = what.substr(0, what.find('\n'));
+  const std::string prefix = "rank " + std::to_string(rank.rank) + ": ";
+  const std::string at = rank.masterAddr + ":" + std::to_string(rank.masterPort);
+  if (what.find("wait timeout") != std::string::npos ||
+      what.find("waiting for clients") != std::string::npos)
+    return Status::error(prefix + "the process group at " + at + " did not form within " +
+                         std::to_string(timeout.count() / 1000) +
+                         " s (--timeout-s): a rank never joined (" + what + ")");
+  return Status::error(prefix + "cannot join the process group at " + at + " (" + what + ")");
 }
 
 } // namespace
@@ -105,7 +114,7 @@ Expected<ProcessGroup> createNcclGroup(const RankInfo &rank, std::chrono::millis
     group.backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(group.store, rank.rank,
                                                                 rank.worldSize, options);
   } catch (const std::exception &e) {
-    return joinError(rank, e);
+    return joinError(rank, e, timeout);
   }
   return group;
 #else
@@ -134,7 +143,7 @@ Expected<ProcessGroup> createGlooGroup(const RankInfo &rank, std::chrono::millis
     group.backend =
         c10::make_intrusive<c10d::ProcessGroupGloo>(group.store, rank.rank, rank.worldSize, gloo);
   } catch (const std::exception &e) {
-    return joinError(rank, e);
+    return joinError(rank, e, timeout);
   }
   return group;
 }

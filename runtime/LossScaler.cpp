@@ -33,6 +33,20 @@ void LossScaler::update(const std::vector<at::Tensor> &foundInf) {
                          spec_.growthInterval);
 }
 
+at::Tensor nonFiniteFlag(const std::vector<at::Tensor> &parameters, c10::Device device) {
+  torch::NoGradGuard noGrad;
+  auto options = at::TensorOptions(device).dtype(torch::kFloat32);
+  at::Tensor found = torch::zeros({}, options);
+  std::vector<at::Tensor> grads;
+  for (const at::Tensor &p : parameters)
+    if (p.grad().defined())
+      grads.push_back(p.grad());
+  // GradScaler's check with a scale of 1: the multiply leaves every value as it was.
+  if (!grads.empty())
+    at::_amp_foreach_non_finite_check_and_unscale_(grads, found, torch::ones({}, options));
+  return found;
+}
+
 c10::impl::GenericDict LossScaler::stateDict() const {
   c10::impl::GenericDict out = makeDict();
   out.insert("scale", scale_.cpu());

@@ -38,4 +38,8 @@ private:
   at::Tensor growthTracker_;
 };
 
+/// 1.0 (a 0-dim float32 tensor on `device`) if any defined gradient of `parameters` holds an
+/// inf or NaN, else 0.0; computed on the device, nothing read on the host.
+at::Tensor nonFiniteFlag(const std::vector<at::Tensor> &parameters, c10::Device device);
+
 } // namespace ganc::runtime

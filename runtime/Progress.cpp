@@ -61,13 +61,6 @@ void Progress::addLoss(int64_t step, const std::string &phase, const at::Tensor 
   pending_.push_back({step, phase, loss.clone()});
 }
 
-bool Progress::hasLossScaler(const std::string &phase) const {
-  for (const frontend::PhaseSpec &p : session_.spec().phases)
-    if (p.name == phase)
-      return !p.lossScaler.empty();
-  return false;
-}
-
 Status Progress::endStep(int64_t done, int64_t images) {
   stepSeconds_.push_back(secondsSince(stepStart_));
   workSeconds_.push_back(stepWork_);
@@ -79,9 +72,9 @@ Status Progress::endStep(int64_t done, int64_t images) {
     lastLoss_[p.phase] = p.loss.item<double>();
     if (history_.is_open())
       history_ << p.step << "," << p.phase << "," << lastLoss_[p.phase] << "\n";
-    // A phase with a loss scaler leaves non-finite values to it (GradScaler's contract: the
-    // step is skipped on inf/NaN gradients and the scale backs off).
-    if (!std::isfinite(lastLoss_[p.phase]) && !hasLossScaler(p.phase)) {
+    // A phase with a loss scaler, or under `non_finite: skip`, leaves non-finite values to
+    // its optimizer step (GradScaler's contract: the step is skipped on inf/NaN gradients).
+    if (!std::isfinite(lastLoss_[p.phase]) && !session_.skipsNonFinite(p.phase)) {
       history_.flush();
       return Status::failure("rank " + std::to_string(session_.rank.rank) + ": phase '" + p.phase +
                              "', step " + std::to_string(p.step) + ": the loss is " +
@@ -100,6 +93,8 @@ Status Progress::endStep(int64_t done, int64_t images) {
     char buffer[64];
     std::snprintf(buffer, sizeof(buffer), "  %s %.4f", name.c_str(), value);
     line << buffer;
+    if (int64_t skipped = session_.skippedSteps.at(name).item<int64_t>())
+      line << " (" << skipped << " skipped)";
   }
   char rate[64];
   std::snprintf(rate, sizeof(rate), "  %.1f img/s", seconds > 0 ? imagesSinceLog_ / seconds : 0.0);
@@ -126,6 +121,14 @@ Status Progress::finish() {
   }
   if (!session_.isRankZero())
     return Status::ok();
+  std::ostringstream skipped;
+  for (const auto &[name, counter] : session_.skippedSteps) {
+    int64_t n = counter.item<int64_t>();
+    skipped << (skipped.tellp() > 0 ? ", " : "") << "\"" << name << "\": " << n;
+    if (n > 0)
+      std::cout << "phase '" << name << "': " << n << " optimizer step" << (n == 1 ? "" : "s")
+                << " skipped (non-finite gradients)" << std::endl;
+  }
   std::vector<double> overhead;
   for (size_t i = 0; i < stepSeconds_.size(); ++i)
     overhead.push_back(std::max(0.0, stepSeconds_[i] - work[i]));
@@ -144,6 +147,7 @@ Status Progress::finish() {
   writeList(out, replayHostSeconds_);
   out << ", \"replay_launch_seconds\": ";
   writeList(out, replayLaunchSeconds_);
+  out << ", \"skipped_steps\": {" << skipped.str() << "}";
   out << ", \"wall_seconds\": " << wall << "}\n";
   return out ? Status::ok() : Status::failure("cannot write " + path);
 }

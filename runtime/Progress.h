@@ -28,16 +28,14 @@ public:
   /// so the host never waits for the GPU between steps.
   void addLoss(int64_t step, const std::string &phase, const at::Tensor &loss);
   /// After step `done - 1`: records its time; at a log point writes the losses to the history
-  /// and rank 0 prints the progress line. `images` were staged in the step. A loss that is
-  /// not finite stops training (a runtime failure naming the phase, step and rank).
+  /// and rank 0 prints the progress line (with each phase's skipped steps). `images` were
+  /// staged in the step. A loss that is not finite stops training (a runtime failure naming
+  /// the phase, step and rank) unless the phase skips non-finite steps.
   Status endStep(int64_t done, int64_t images);
   /// Writes timing.json (rank 0), after waiting for the device time of the last steps.
   Status finish();
 
 private:
-  /// Whether phase `phase` (its name) scales its loss (then non-finite values are its
-  /// scaler's to handle).
-  bool hasLossScaler(const std::string &phase) const;
   using Clock = std::chrono::steady_clock;
   Session &session_;
   int64_t firstStep_;

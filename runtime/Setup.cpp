@@ -136,25 +136,43 @@ const std::vector<Session::StepGroup> &Session::stepGroups(const std::string &ph
   return stepGroups_.emplace(phase, std::move(groups)).first->second;
 }
 
+bool Session::skipsNonFinite(const std::string &phaseName) const {
+  if (options.nonFinite == "skip")
+    return true;
+  for (const frontend::PhaseSpec &p : spec().phases)
+    if (p.name == phaseName)
+      return !p.lossScaler.empty();
+  return false;
+}
+
 void Session::optimizerStep(const std::string &phase, const backend::PhaseReducer &reducer) {
   const ir::Phase *compiled = plan->findPhase(phase);
+  const std::string name = phase.substr(0, phase.find('@'));
   LossScaler *scaler =
       compiled->lossScaler.empty() ? nullptr : &lossScalers.at(compiled->lossScaler);
+  const bool skip = scaler || options.nonFinite == "skip";
   std::vector<at::Tensor> foundInf;
   for (const StepGroup &group : stepGroups(phase, reducer)) {
     // GradScaler's order: unscale_(optimizer), clip, step(optimizer) (skipped on inf/NaN),
-    // and update() once the phase's optimizers have stepped.
+    // and update() once the phase's optimizers have stepped. Without a scaler, `skip` flags
+    // the all-reduced gradients the same way (scale 1), so every rank skips the same steps.
     at::Tensor found;
-    if (scaler) {
+    if (scaler)
       found = scaler->unscale(group.parameters);
+    else if (skip)
+      found = nonFiniteFlag(group.parameters, device);
+    if (found.defined())
       foundInf.push_back(found);
-    }
     if (group.clip)
       clipGradNorm(group.parameters, group.clip->maxNorm, group.clip->normType);
     group.optimizer->step(group.names, group.parameters, found);
   }
   if (scaler)
     scaler->update(foundInf);
+  if (!foundInf.empty()) {
+    torch::NoGradGuard noGrad;
+    skippedSteps.at(name).add_((torch::stack(foundInf).sum() > 0).to(torch::kLong));
+  }
 }
 
 Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
@@ -185,6 +203,11 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
   GANC_TRY(createExecutor(*s));
   s->executor->broadcastState();
 
+  if (s->options.nonFinite.empty())
+    s->options.nonFinite = s->spec().nonFinite;
+  for (const frontend::PhaseSpec &phase : s->spec().phases)
+    s->skippedSteps[phase.name] =
+        torch::zeros({}, at::TensorOptions(s->device).dtype(torch::kLong));
   for (const auto &[sub, optSpec] : s->spec().optimizers)
     s->optimizers.emplace(sub, Optimizer(optSpec, s->device));
   for (const auto &phase : s->plan->phases)

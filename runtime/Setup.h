@@ -37,12 +37,19 @@ struct Session {
   std::map<std::string, std::string> ownerOf;
   /// Each parameter's position in the model's parameter order.
   std::map<std::string, size_t> parameterIndex;
+  /// Per phase name, the steps whose optimizer step was skipped for non-finite gradients (by
+  /// a loss scaler, or under `non_finite: skip`): an int64 device counter, read at log steps.
+  std::map<std::string, at::Tensor> skippedSteps;
 
   const frontend::Spec &spec() const { return archive->spec; }
   torch::jit::Module &module() { return archive->module; }
   bool isRankZero() const { return rank.rank == 0; }
+  /// Whether a phase's non-finite values are handled by skipping its step (a loss scaler,
+  /// or `non_finite: skip`) rather than by stopping the run.
+  bool skipsNonFinite(const std::string &phaseName) const;
   /// Clips (as the plan says) and steps the optimizers over the used parameters of phase
-  /// `phase` (its key), whose reducer is `reducer`.
+  /// `phase` (its key), whose reducer is `reducer`; a step whose gradients are not finite is
+  /// skipped where skipsNonFinite says so.
   void optimizerStep(const std::string &phase, const backend::PhaseReducer &reducer);
 
 private:

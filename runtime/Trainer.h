@@ -39,6 +39,9 @@ struct TrainOptions {
   int64_t samples = 64;
   uint64_t seed = 0;
   int timeoutSeconds = 120;
+  /// A non-finite loss or gradient in a phase without a loss scaler: "stop" training, or
+  /// "skip" the optimizer step and count it; "" takes the spec's `non_finite`.
+  std::string nonFinite;
   int threads = 0; // 0: cores / local ranks
 };
 

@@ -16,7 +16,8 @@ log() { echo "[ganc setup] $*"; }
 
 # --- Debian packages ----------------------------------------------------------------------
 APT_PACKAGES=(cmake ninja-build g++ python3 python3-venv libgtest-dev libbenchmark-dev
-              nlohmann-json3-dev libstb-dev libgloo-dev llvm-14-tools clang-format-14 clang-tidy-14)
+              nlohmann-json3-dev libstb-dev libgloo-dev zlib1g-dev llvm-14-tools clang-format-14
+              clang-tidy-14 clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

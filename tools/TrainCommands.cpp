@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <map>
 
 namespace ganc::tools {
@@ -45,6 +46,9 @@ const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
                           layout of 4-D weights, buffers and data (default auto:
                           channels_last on CUDA, contiguous on CPU)
   --timeout-s S           give up on a silent peer after S seconds (default 120)
+  --non-finite stop|skip  a non-finite loss or gradient (phases without a loss scaler): stop
+                          with exit 1, or skip the optimizer step and count it (default: the
+                          spec's non_finite, else stop)
   --threads N             intra-op threads per rank (default: cores / local ranks)
   --dump-grads DIR        rank 0 writes every all-reduced gradient (parity tests)
 ranks come from RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun's contract).
@@ -77,7 +81,8 @@ public:
       throw std::invalid_argument(flag + " needs a value");
     return next();
   }
-  int64_t number(const std::string &flag) {
+  /// A non-negative integer, at most `maximum`.
+  int64_t number(const std::string &flag, int64_t maximum = std::numeric_limits<int64_t>::max()) {
     std::string v = value(flag);
     size_t used = 0;
     int64_t n = -1;
@@ -85,8 +90,9 @@ public:
       n = std::stoll(v, &used);
     } catch (const std::exception &) {
     }
-    if (used != v.size() || n < 0)
-      throw std::invalid_argument(flag + " takes a non-negative integer, not '" + v + "'");
+    if (used != v.size() || n < 0 || n > maximum)
+      throw std::invalid_argument(flag + " takes an integer from 0 to " + std::to_string(maximum) +
+                                  ", not '" + v + "'");
     return n;
   }
   /// One of `allowed` ("a, b or c" in the error).
@@ -128,7 +134,7 @@ const std::map<std::string, OptionHandler> &trainOptions() {
        [](R &r, S &f, O &o) {
          o.cudaGraphs = r.choice(f, {"on", "off"}) == "on";
        }},
-      {"--warmup", [](R &r, S &f, O &o) { o.warmup = static_cast<int>(r.number(f)); }},
+      {"--warmup", [](R &r, S &f, O &o) { o.warmup = static_cast<int>(r.number(f, 1000000)); }},
       {"--memory-format",
        [](R &r, S &f, O &o) {
          o.memoryFormat = r.choice(f, {"auto", "channels_last", "contiguous"});
@@ -140,9 +146,13 @@ const std::map<std::string, OptionHandler> &trainOptions() {
        }},
       {"--timeout-s",
        [](R &r, S &f, O &o) {
-         o.timeoutSeconds = static_cast<int>(std::max<int64_t>(1, r.number(f)));
+         o.timeoutSeconds = static_cast<int>(std::max<int64_t>(1, r.number(f, 1000000000)));
        }},
-      {"--threads", [](R &r, S &f, O &o) { o.threads = static_cast<int>(r.number(f)); }},
+      {"--threads", [](R &r, S &f, O &o) { o.threads = static_cast<int>(r.number(f, 4096)); }},
+      {"--non-finite",
+       [](R &r, S &f, O &o) {
+         o.nonFinite = r.choice(f, {"stop", "skip"});
+       }},
       {"--dump-grads", [](R &r, S &f, O &o) { o.dumpDir = r.value(f); }},
   };
   return options;

@@ -1,7 +1,12 @@
-// ganc-opt: runs named passes over ganc IR text and prints the result (for FileCheck tests).
+// ganc-opt: runs named passes over ganc IR text and prints the result (for FileCheck tests), or
+// writes it as a checksummed plan.
+#include "ir/Files.h"
 #include "ir/Module.h"
 #include "passes/Pass.h"
 
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -19,6 +24,8 @@ void usage(std::ostream &out) {
          "  --bucket-cap-mb=N     bucket cap in MiB (default 25)\n"
          "  --first-bucket-mb=N   first bucket cap in MiB (default 1)\n"
          "  --no-verify           do not run the verifier after each pass\n"
+         "  -o FILE               write the verified result as a plan, with its checksum line\n"
+         "                        (what `ganc train` reads after a plan was edited by hand)\n"
          "passes:\n";
   for (const passes::PassInfo &info : passes::allPasses())
     out << "  " << info.name << std::string(18 - std::string(info.name).size(), ' ')
@@ -32,19 +39,30 @@ bool flagValue(const std::string &arg, const std::string &flag, std::string &val
   return true;
 }
 
-/// Processes one input; returns false after printing its error.
-bool processOne(const std::string &text, const std::vector<std::string> &pipeline,
-                passes::PipelineOptions options, bool splitMode) {
+/// What the command line asks for.
+struct Options {
+  std::vector<std::string> pipeline;
+  std::string file, printAfter, output;
+  bool split = false;
+  passes::PipelineOptions pipelineOptions;
+};
+
+/// Processes one input; returns false after printing its error. The result goes to stdout,
+/// or, stamped with its checksum, to `options.output`.
+bool processOne(const std::string &text, const Options &options) {
   auto module = ir::parse(text);
   Status status = module ? ir::verify(**module) : module.status();
   if (status)
-    status = passes::runPipeline(**module, pipeline, options);
+    status = passes::runPipeline(**module, options.pipeline, options.pipelineOptions);
+  if (status && !options.output.empty())
+    status = writeFileAtomically(options.output, ir::stampPlan(ir::print(**module)));
   if (!status) {
     // In split mode the error goes to stdout too, in order, so one FileCheck sees every case.
-    (splitMode ? std::cout : std::cerr) << "ganc-opt: error: " << status.message() << "\n";
+    (options.split ? std::cout : std::cerr) << "ganc-opt: error: " << status.message() << "\n";
     return false;
   }
-  std::cout << ir::print(**module);
+  if (options.output.empty())
+    std::cout << ir::print(**module);
   return true;
 }
 
@@ -65,72 +83,93 @@ std::vector<std::string> splitInput(const std::string &text) {
   return inputs;
 }
 
-} // namespace
+/// A bucket cap in MiB as bytes: a finite number in [0, 1 TiB).
+Status parseMiB(const std::string &flag, const std::string &value, int64_t &bytes) {
+  char *end = nullptr;
+  errno = 0;
+  double mib = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || errno != 0 || !std::isfinite(mib) || mib < 0 ||
+      mib >= 1024.0 * 1024.0)
+    return Status::error(flag + " must be a number of MiB in [0, 1048576), got '" + value + "'");
+  bytes = static_cast<int64_t>(mib * 1024 * 1024);
+  return Status::ok();
+}
 
-int main(int argc, char **argv) {
-  std::vector<std::string> pipeline;
-  std::string file, printAfter, value;
-  bool split = false;
-  passes::PipelineOptions options;
+/// Reads the command line into `o`; `help` is set by --help.
+Status parseArgs(int argc, char **argv, Options &o, bool &help) {
+  std::string value;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
-      usage(std::cout);
-      return 0;
+      help = true;
     } else if (flagValue(arg, "--pass", value)) {
-      if (!passes::findPass(value)) {
-        std::cerr << "ganc-opt: error: unknown pass '" << value << "' (see --help)\n";
-        return 2;
-      }
-      pipeline.push_back(value);
+      if (!passes::findPass(value))
+        return Status::error("unknown pass '" + value + "' (see --help)");
+      o.pipeline.push_back(value);
     } else if (arg == "--pipeline") {
       for (const std::string &name : passes::defaultPipeline())
-        pipeline.push_back(name);
+        o.pipeline.push_back(name);
     } else if (flagValue(arg, "--print-ir-after", value)) {
-      printAfter = value;
+      o.printAfter = value;
     } else if (arg == "--split-input-file") {
-      split = true;
+      o.split = true;
     } else if (flagValue(arg, "--bucket-cap-mb", value)) {
-      options.pass.bucketCapBytes = static_cast<int64_t>(std::stod(value) * 1024 * 1024);
+      GANC_TRY(parseMiB("--bucket-cap-mb", value, o.pipelineOptions.pass.bucketCapBytes));
     } else if (flagValue(arg, "--first-bucket-mb", value)) {
-      options.pass.firstBucketCapBytes = static_cast<int64_t>(std::stod(value) * 1024 * 1024);
+      GANC_TRY(parseMiB("--first-bucket-mb", value, o.pipelineOptions.pass.firstBucketCapBytes));
     } else if (arg == "--no-verify") {
-      options.verifyEach = false;
+      o.pipelineOptions.verifyEach = false;
+    } else if (arg == "-o" && i + 1 < argc) {
+      o.output = argv[++i];
     } else if (!arg.empty() && arg[0] == '-' && arg != "-") {
-      std::cerr << "ganc-opt: error: unknown option '" << arg << "' (see --help)\n";
-      return 2;
+      return Status::error("unknown option '" + arg + "' (see --help)");
     } else {
-      file = arg;
+      o.file = arg;
     }
   }
-  if (file.empty()) {
-    usage(std::cerr);
+  if (!o.output.empty() && (o.split || !o.pipelineOptions.verifyEach))
+    return Status::error("-o writes one verified plan: not with --split-input-file or --no-verify");
+  return Status::ok();
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Options options;
+  bool help = false;
+  if (Status s = parseArgs(argc, argv, options, help); !s) {
+    std::cerr << "ganc-opt: error: " << s.message() << "\n";
     return 2;
   }
-  std::stringstream buffer;
-  if (file == "-") {
+  if (help || options.file.empty()) {
+    usage(help ? std::cout : std::cerr);
+    return help ? 0 : 2;
+  }
+  std::string text;
+  if (options.file == "-") {
+    std::stringstream buffer;
     buffer << std::cin.rdbuf();
+    text = buffer.str();
   } else {
-    std::ifstream in(file);
-    if (!in) {
-      std::cerr << "ganc-opt: error: cannot read " << file << "\n";
+    auto bytes = readFile(options.file);
+    if (!bytes) {
+      std::cerr << "ganc-opt: error: " << bytes.status().message() << "\n";
       return 2;
     }
-    buffer << in.rdbuf();
+    text.assign(bytes->begin(), bytes->end());
   }
-  if (!printAfter.empty())
-    options.afterPass = [&](const std::string &name, const ir::Module &m) {
-      if (name == printAfter)
+  if (!options.printAfter.empty())
+    options.pipelineOptions.afterPass = [&](const std::string &name, const ir::Module &m) {
+      if (name == options.printAfter)
         std::cout << "// IR after " << name << "\n" << ir::print(m);
     };
-
   std::vector<std::string> inputs =
-      split ? splitInput(buffer.str()) : std::vector<std::string>{buffer.str()};
+      options.split ? splitInput(text) : std::vector<std::string>{text};
   bool ok = true;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (i)
       std::cout << "// -----\n";
-    ok &= processOne(inputs[i], pipeline, options, split);
+    ok &= processOne(inputs[i], options);
   }
   return ok ? 0 : 2;
 }

@@ -131,7 +131,7 @@ int compile(const std::vector<std::string> &args) {
     return fail(status.inFile(c.model).message());
   std::string text = ir::print(**module);
   if (!c.output.empty()) {
-    if (Status s = writeFileAtomically(c.output, text); !s)
+    if (Status s = writeFileAtomically(c.output, ir::stampPlan(text)); !s)
       return fail(s.message());
   }
   if (c.emit == "ir")

@@ -303,6 +303,13 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
                     if _owner(n) in updates and p.grad is not None:
                         p.grad.mul_(1.0 / world)
                         dist.all_reduce(p.grad)
+            # non_finite: skip, without a loss scaler: a step whose all-reduced gradients hold
+            # an inf or NaN is skipped, optimizer by optimizer, as GradScaler would skip it.
+            skipped = set()
+            if not scaler and spec.get("non_finite", "stop") == "skip":
+                skipped = {sub for sub in phase["updates"]
+                           if any(not torch.isfinite(p.grad).all() for n, p in params.items()
+                                  if _owner(n) == sub and p.grad is not None)}
             for sub in phase["updates"]:
                 if scaler:
                     scaler.unscale_(optimizers[sub])  # before clipping, as torch.amp's docs say
@@ -318,7 +325,7 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
             for s in phase["updates"]:
                 if scaler:
                     scaler.step(optimizers[s])  # skipped on inf/NaN
-                else:
+                elif s not in skipped:
                     optimizers[s].step()
             if scaler:
                 scaler.update()

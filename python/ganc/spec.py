@@ -11,7 +11,7 @@ import json
 SPEC_VERSION = 2  # written by ganc.export; versions 1 and 2 are read
 READ_VERSIONS = (1, 2)
 # Fields version 2 added; a version 1 spec using one is refused (an older ganc would ignore it).
-V2_SPEC_FIELDS = ("precision", "loss_scalers", "sync_batch_norm")
+V2_SPEC_FIELDS = ("precision", "loss_scalers", "sync_batch_norm", "non_finite")
 V2_PHASE_FIELDS = ("accumulate", "precision", "loss_scaler")
 V2_OPTIMIZER_FIELDS = ("clip_grad_norm",)
 PRECISIONS = ("float32", "bfloat16", "float16")
@@ -24,7 +24,8 @@ DTYPES = ("float32", "float64", "bfloat16", "float16")
 # Every key each object may hold; anything else is a misspelling, refused with a suggestion.
 KEYS = {
     "spec": ("ganc_spec", "name", "batch_size", "data", "dtype", "precision", "loss_scalers",
-             "sync_batch_norm", "phases", "optimizers", "buffers", "sample", "ema", "stages"),
+             "sync_batch_norm", "non_finite", "phases", "optimizers", "buffers", "sample", "ema",
+             "stages"),
     "data": ("shape", "classes"),
     "phase": ("name", "method", "updates", "interval", "inputs", "accumulate", "precision",
               "loss_scaler"),
@@ -87,6 +88,8 @@ def validate(spec: dict, module=None) -> dict:
         spec.setdefault("precision", "float32")
     _require(spec.get("precision", "float32") in PRECISIONS,
              f"spec: 'precision' must be one of {', '.join(PRECISIONS)}, got {spec.get('precision')!r}")
+    _require(spec.get("non_finite", "stop") in ("stop", "skip"),
+             f"spec: 'non_finite' must be stop or skip, got {spec.get('non_finite')!r}")
     _require(isinstance(spec.get("name"), str) and spec["name"], "spec: 'name' must be a string")
     _require(isinstance(spec.get("batch_size"), int) and spec["batch_size"] > 0,
              "spec: 'batch_size' must be a positive integer (per rank)")

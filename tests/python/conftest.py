@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -57,3 +58,27 @@ def gradient_dumps(spec, steps, got_dir, ref_dir, ref_loader=None):
             ref = ref_loader(os.path.join(ref_dir, name))
             assert set(got) == set(ref), f"{name}: the parameters with a gradient differ"
             yield step, phase["name"], got, ref
+
+
+def compile_plan(ganc_bin, model, out):
+    plan = os.path.join(out, model + ".plan")
+    subprocess.run([ganc_bin, "compile", archive(model), "-o", plan], check=True)
+    return plan
+
+
+def train_args(plan, model, data, out, steps, *extra):
+    return [plan, "--model", archive(model), "--data", data, "--steps", str(steps), "--out", out,
+            "--sample-every", "0", "--log-every", "1000", *extra]
+
+
+def started_ranks(launcher, n):
+    """The pids of the `n` ranks `ganc run` started, once they have been training a while."""
+    children = []
+    deadline = time.time() + 60
+    while len(children) < n and time.time() < deadline:
+        out = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True, text=True).stdout
+        children = [int(p) for p in out.split()]
+        time.sleep(0.2)
+    assert len(children) == n, "the ranks did not start"
+    time.sleep(3)  # let training get going
+    return children

@@ -73,6 +73,10 @@ def main(out):
     spec["loss_scalers"] = {"amp": {"init_scale": 2.0 ** 24, "growth_interval": 3}}
     ganc.export(gan, os.path.join(out, "dcgan32_scaled.pt"), spec)
 
+    # non_finite: skip: a step whose gradients hold an inf or NaN is skipped and counted.
+    gan, spec = zoo.build("mlp")
+    ganc.export(gan, os.path.join(out, "mlp_skip.pt"), dict(spec, ganc_spec=2, non_finite="skip"))
+
     with open(os.path.join(out, "bad_not_archive.pt"), "w") as f:
         f.write("this is not a TorchScript archive\n")
     gan, spec = zoo.build("mlp")

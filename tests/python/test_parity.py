@@ -7,6 +7,7 @@ the end, on every parameter and buffer (<= 1e-4).
 
 Adding a model is one line in MODELS: (archive name, dataset, world sizes[, reference]).
 """
+import json
 import os
 import subprocess
 
@@ -126,6 +127,25 @@ def test_channels_last_matches_eager_ddp_channels_last(ganc_bin, datasets, tmp_p
     convs = [t for t in final.values() if t.dim() == 4]
     assert all(t.is_contiguous(memory_format=torch.channels_last) for t in convs)
     assert any(not t.is_contiguous() for t in convs), "ganc did not train in the channels-last layout"
+
+
+def test_skipped_non_finite_steps_match_eager_ddp(ganc_bin, datasets, tmp_path):
+    """non_finite: skip. Two samples of the ring data are beyond float32's range, so every D
+    step whose batch (on either rank) holds one has inf/NaN all-reduced gradients: ganc skips
+    exactly those optimizer steps, as an eager loop that checks the gradients does, and trains
+    on through the others."""
+    data = torch.load(datasets["ring"])
+    data = (data["images"] if isinstance(data, dict) else data).clone()
+    data[[5, 300]] *= 3e38
+    huge = str(tmp_path / "ring_huge.pt")
+    torch.save(data, huge)
+    got_dir = run_ganc(ganc_bin, "mlp_skip", huge, 2, str(tmp_path))
+    ref_dir = str(tmp_path / "ddp")
+    oracle.run(archive("mlp_skip"), huge, 2, STEPS, SEED, out_dir=ref_dir)
+    compare("mlp_skip", got_dir, ref_dir)
+    with open(os.path.join(tmp_path, "train", "timing.json")) as f:
+        skipped = json.load(f)["skipped_steps"]
+    assert 0 < skipped["d"] < STEPS and skipped["g"] == 0, skipped
 
 
 def compare(model, got_dir, ref_dir):

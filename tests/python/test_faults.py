@@ -1,0 +1,304 @@
+"""Fault injection: each fault a long multi-rank run meets, and what ganc does about it.
+
+Rendezvous that never answers, a rank or the launcher killed, signals, bad and damaged files
+(truncated or flipped checkpoints, data and archives; an edited plan), a full disk, non-finite
+values under both policies, resumes that would not continue the run. Every fault ends in one
+line naming what is wrong and a non-zero exit, never a hang, an orphaned rank, a crash or a
+lost file.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+
+from conftest import archive, compile_plan, started_ranks, train_args
+
+
+def test_resume_refuses_what_would_not_continue_the_run(ganc_bin, datasets, tmp_path):
+    """A resume that would train nothing, or on other noise and data streams, is bad input."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    first = str(tmp_path / "first")
+    subprocess.run([ganc_bin, "run", "--nproc", "1", *train_args(plan, "mlp", datasets["ring"], first, 3,
+                    "--checkpoint-every", "3")], check=True)
+    checkpoint = os.path.join(first, "checkpoint.pt")
+    base = [plan, "--model", archive("mlp"), "--data", datasets["ring"], "--out", str(tmp_path / "again"),
+            "--sample-every", "0", "--resume", checkpoint]
+    cases = [(["--steps", "3"], "the checkpoint is at step 3, so --steps 3 leaves nothing to train"),
+             (["--steps", "6", "--seed", "5"], "written with --seed 0, resuming with --seed 5")]
+    for extra, message in cases:
+        result = subprocess.run([ganc_bin, "run", "--nproc", "1", *base, *extra], capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("peer", ["silent listener", "nobody", "store without peers"])
+def test_rendezvous_gives_up_with_one_line(ganc_bin, datasets, tmp_path, peer):
+    """Rank 1 waiting for a rendezvous store that never answers (a port held by a listener
+    that accepts and says nothing), that is not there, or that answers while rank 0 never
+    joins the process group, gives up after --timeout-s with one line and exit 2: no hang,
+    no c10d stack traces."""
+    import socket
+    from datetime import timedelta
+    plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    store = None
+    if peer == "silent listener":
+        listener.listen(8)
+    else:
+        listener.close()
+    if peer == "store without peers":
+        store = torch.distributed.TCPStore("127.0.0.1", port, 2, True, timedelta(seconds=60),
+                                           wait_for_workers=False)
+    env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port))
+    env.pop("TORCH_CPP_LOG_LEVEL", None)
+    start = time.time()
+    result = subprocess.run([ganc_bin, "train", *train_args(plan, "dcgan32", datasets["digits"],
+                                                            str(tmp_path / "out"), 2, "--timeout-s", "3")],
+                            env=env, capture_output=True, text=True, timeout=60)
+    listener.close()
+    del store
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert time.time() - start < 30
+    if peer == "store without peers":
+        assert (f"rank 1: the process group at 127.0.0.1:{port} did not form within 3 s (--timeout-s)"
+                in result.stderr), result.stderr
+    else:
+        assert f"rank 1: cannot join the process group at 127.0.0.1:{port}" in result.stderr
+
+
+def test_run_prints_an_input_error_once(ganc_bin, tmp_path):
+    """Every rank finds the same bad input; `ganc run` says it once, not once per rank."""
+    plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
+    missing = str(tmp_path / "missing.pt")
+    result = subprocess.run([ganc_bin, "run", "--nproc", "2",
+                             *train_args(plan, "dcgan32", missing, str(tmp_path / "out"), 2)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("ganc: error:") == 1, result.stderr
+    assert missing in result.stderr, result.stderr
+
+
+def test_a_killed_rank_stops_the_others(ganc_bin, datasets, tmp_path):
+    plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
+    proc = subprocess.Popen([ganc_bin, "run", "--nproc", "3",
+                             *train_args(plan, "dcgan32", datasets["digits"], str(tmp_path / "o"),
+                                         100000, "--checkpoint-every", "0")],
+                            stderr=subprocess.PIPE, text=True)
+    children = started_ranks(proc, 3)
+    os.kill(children[1], signal.SIGKILL)
+    start = time.time()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert time.time() - start < 30
+    assert "was killed by signal" in err and "stopping the other ranks" in err
+
+
+def _running(pid):
+    """Whether `pid` is a live process (a zombie waiting to be reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_stopping_the_launcher_stops_its_ranks(ganc_bin, datasets, tmp_path, sig):
+    """SIGTERM to `ganc run` is forwarded to the ranks; a launcher killed outright takes its
+    ranks with it (they die with their parent): no orphaned rank trains on."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    proc = subprocess.Popen([ganc_bin, "run", "--nproc", "2",
+                             *train_args(plan, "mlp", datasets["ring"], str(tmp_path / "o"), 10**7,
+                                         "--checkpoint-every", "0")],
+                            stderr=subprocess.PIPE, text=True)
+    children = started_ranks(proc, 2)
+    assert all(_running(c) for c in children)
+    os.kill(proc.pid, sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    deadline = time.time() + 20
+    while any(_running(c) for c in children) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(_running(c) for c in children), "a rank outlived its launcher"
+    if sig == signal.SIGTERM:
+        assert "stopping the ranks" in err, err
+
+
+@pytest.mark.parametrize("log_every,says", [
+    ("1", "step 0: the loss is"),  # caught when the losses are read
+    ("1000", "is not finite; checkpoint.pt was not written"),  # caught before a checkpoint
+], ids=["loss", "checkpoint"])
+def test_non_finite_training_stops_and_keeps_the_last_checkpoint(ganc_bin, datasets, tmp_path, log_every,
+                                                                 says):
+    """Data beyond float32's range makes the loss and then the weights overflow: training stops
+    with exit 1 saying where, and the checkpoint of the earlier good run is not overwritten."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    out = tmp_path / "o"
+    good = subprocess.run([ganc_bin, "run", "--nproc", "1",
+                           *train_args(plan, "mlp", datasets["ring"], str(out), 4, "--checkpoint-every", "4")],
+                          capture_output=True, text=True)
+    assert good.returncode == 0, good.stderr
+    checkpoint = (out / "checkpoint.pt").read_bytes()
+    data = torch.load(datasets["ring"])
+    data = data["images"] if isinstance(data, dict) else data
+    huge = str(tmp_path / "huge.pt")
+    torch.save(data * 3e38, huge)
+    bad = subprocess.run([ganc_bin, "run", "--nproc", "1",
+                          *train_args(plan, "mlp", huge, str(out), 20, "--checkpoint-every", "2",
+                                      "--log-every", log_every)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1, bad.stderr
+    assert says in bad.stderr, bad.stderr
+    assert (out / "checkpoint.pt").read_bytes() == checkpoint
+
+
+def test_a_lone_rank_whose_peer_dies_exits_with_a_message(ganc_bin, datasets, tmp_path):
+    """Under torchrun or SLURM nobody kills the survivors: the collective must fail, not hang."""
+    plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
+    from ganc.oracle import free_port
+    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    args = train_args(plan, "dcgan32", datasets["digits"], str(tmp_path / "o"), 100000,
+                      "--checkpoint-every", "0", "--timeout-s", "20")
+    ranks = [subprocess.Popen([ganc_bin, "train", *args], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    time.sleep(6)
+    ranks[1].kill()
+    _, err = ranks[0].communicate(timeout=60)
+    assert ranks[0].returncode == 1
+    assert re.search(r"rank 0, step \d+: phase '[dg]'", err), err
+
+
+def test_plan_for_another_model_is_refused(ganc_bin, datasets, tmp_path):
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    r = subprocess.run([ganc_bin, "train", plan, "--model", archive("probe_nograd"),
+                        "--data", datasets["ring"], "--steps", "1"], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "was compiled from another model" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+def _damage(path, how):
+    data = bytearray(open(path, "rb").read())
+    if how == "truncated":
+        data = data[: len(data) // 2]
+    else:  # one bit flipped in the middle: a tensor's bytes
+        data[len(data) // 2] ^= 0x10
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+@pytest.mark.parametrize("what,how,says", [
+    ("checkpoint", "truncated", "not a zip archive (the container torch writes), or truncated"),
+    ("checkpoint", "flipped", "damaged file"),
+    ("data", "truncated", "not a zip archive (the container torch writes), or truncated"),
+    ("data", "flipped", "CRC-32 mismatch (the file is corrupted)"),
+    ("model", "flipped", "CRC-32 mismatch (the file is corrupted)"),
+    ("plan", "edited", "the plan was changed after it was written (checksum mismatch)"),
+])
+def test_damaged_files_are_refused_before_anything_runs(ganc_bin, datasets, tmp_path, what, how, says):
+    """A truncated or bit-flipped checkpoint, data file or model archive, or a plan edited by
+    hand, is refused with one line and exit 2 before LibTorch parses it (LibTorch's reader
+    reads past a truncated buffer, and loads flipped bytes as they are: training went on to
+    NaN). Checkpoints also carry a CRC-32 of the whole file."""
+    import shutil
+    model = str(tmp_path / "mlp.pt")
+    shutil.copy(archive("mlp"), model)
+    data = str(tmp_path / "ring.pt")
+    shutil.copy(datasets["ring"], data)
+    plan = str(tmp_path / "mlp.plan")
+    subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True)
+    first = str(tmp_path / "first")
+    subprocess.run([ganc_bin, "train", plan, "--model", model, "--data", data, "--steps", "2", "--out", first,
+                    "--checkpoint-every", "2", "--sample-every", "0"], check=True, capture_output=True)
+    checkpoint = os.path.join(first, "checkpoint.pt")
+    if what == "plan":
+        text = open(plan).read().replace("bucket_cap 26214400", "bucket_cap 1")
+        open(plan, "w").write(text)
+    else:
+        _damage({"checkpoint": checkpoint, "data": data, "model": model}[what], how)
+    out = tmp_path / "again"
+    result = subprocess.run([ganc_bin, "train", plan, "--model", model, "--data", data, "--steps", "4",
+                             "--out", str(out), "--resume", checkpoint, "--sample-every", "0"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.splitlines()) == 1 and says in result.stderr, result.stderr
+    assert not (out / "checkpoint.pt").exists()
+
+
+def test_a_full_disk_fails_the_write_and_keeps_the_last_checkpoint(ganc_bin, datasets, tmp_path):
+    """--out on a 200 KiB tmpfs: the first checkpoint (about 136 KiB) fits, the second cannot
+    (its temporary file is written beside the first). The run stops with exit 1 and the OS's
+    reason, the temporary file is gone, and the first checkpoint is intact."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({mounted.stderr.strip()}): the full-disk case "
+                    "needs root")
+    try:
+        plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+        result = subprocess.run([ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(disk), 4,
+                                                                "--checkpoint-every", "2")],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 1, result.stderr
+        assert "checkpoint.pt (No space left on device)" in result.stderr, result.stderr
+        assert sorted(os.listdir(disk)) == ["checkpoint.pt", "loss_history.csv"]
+        import ganc
+        assert ganc.load_checkpoint(str(disk / "checkpoint.pt"))["step"] == 2
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_the_loss_history_survives_kill_9(ganc_bin, datasets, tmp_path):
+    """loss_history.csv is flushed at every log step: a rank killed outright (no chance to
+    close files) leaves every logged row on disk."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    out = tmp_path / "o"
+    proc = subprocess.Popen([ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(out), 10**7,
+                                                            "--checkpoint-every", "0", "--log-every", "5")],
+                            stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("step 20/"):
+            break
+    proc.kill()
+    proc.wait(timeout=30)
+    rows = (out / "loss_history.csv").read_text().splitlines()
+    assert rows[0] == "step,phase,loss" and len(rows) >= 1 + 2 * 20, len(rows)
+
+
+def test_skip_policy_trains_through_non_finite_steps(ganc_bin, datasets, tmp_path):
+    """--non-finite skip on data with two samples beyond float32's range: the steps whose
+    gradients overflow are skipped and counted, training finishes with exit 0 and a finite
+    checkpoint (the default policy stops on the same data)."""
+    import ganc
+    data = torch.load(datasets["ring"])
+    data = (data["images"] if isinstance(data, dict) else data).clone()
+    data[[5, 300]] *= 3e38
+    huge = str(tmp_path / "huge.pt")
+    torch.save(data, huge)
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    out = tmp_path / "o"
+    result = subprocess.run([ganc_bin, "run", "--nproc", "2",
+                             *train_args(plan, "mlp", huge, str(out), 20, "--checkpoint-every", "20",
+                                         "--non-finite", "skip", "--log-every", "10")],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    skipped = json.load(open(out / "timing.json"))["skipped_steps"]
+    assert 0 < skipped["d"] < 20 and skipped["g"] == 0, skipped
+    assert re.search(r"phase 'd': \d+ optimizer steps? skipped \(non-finite gradients\)", result.stdout)
+    ckpt = ganc.load_checkpoint(str(out / "checkpoint.pt"))
+    assert all(torch.isfinite(t).all() for sub in ("generator", "discriminator") for t in ckpt[sub].values())
+    stopped = subprocess.run([ganc_bin, "run", "--nproc", "2",
+                              *train_args(plan, "mlp", huge, str(tmp_path / "stop"), 20, "--log-every", "1")],
+                             capture_output=True, text=True, timeout=300)
+    assert stopped.returncode == 1 and "the loss is nan" in stopped.stderr, stopped.stderr
