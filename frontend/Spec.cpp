@@ -234,6 +234,9 @@ Status parseOptimizer(const std::string &submodule, const json &j, OptimizerSpec
   GANC_TRY(field(j, "eps", o.eps, where + ": "));
   GANC_TRY(field(j, "weight_decay", o.weightDecay, where + ": "));
   GANC_TRY(field(j, "momentum", o.momentum, where + ": "));
+  GANC_TRY(need(o.eps >= 0, where + ": eps must be >= 0"));
+  GANC_TRY(need(o.weightDecay >= 0, where + ": weight_decay must be >= 0"));
+  GANC_TRY(need(o.momentum >= 0, where + ": momentum must be >= 0"));
   if (j.contains("clip_grad_norm"))
     GANC_TRY(parseClip(j["clip_grad_norm"], where, o));
   return Status::ok();

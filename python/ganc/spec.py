@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 
 SPEC_VERSION = 2  # written by ganc.export; versions 1 and 2 are read
 READ_VERSIONS = (1, 2)
@@ -56,7 +57,8 @@ class SpecError(ValueError):
 
 
 def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A finite JSON number (Python's json writes NaN and Infinity, which the C++ reader refuses)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _numbers(obj: dict, fields, where: str) -> None:
@@ -187,6 +189,10 @@ def validate(spec: dict, module=None) -> dict:
             _require(isinstance(opt["betas"], list) and len(opt["betas"]) == 2
                      and all(_is_number(b) for b in opt["betas"]),
                      f"spec: optimizer of {sub!r}: betas must be two numbers")
+            _require(all(0 <= b < 1 for b in opt["betas"]), f"spec: optimizer of {sub!r}: betas must be in [0, 1)")
+        _require(opt.get("lr", 1) > 0, f"spec: optimizer of {sub!r}: lr must be positive")
+        for field in ("eps", "weight_decay", "momentum"):
+            _require(opt.get(field, 0) >= 0, f"spec: optimizer of {sub!r}: {field} must be >= 0")
         opt.setdefault("lr", 2e-4 if opt["type"] != "sgd" else 1e-2)
         if opt["type"] in ("adam", "adamw"):
             opt.setdefault("betas", [0.9, 0.999])
