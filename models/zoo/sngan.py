@@ -57,3 +57,32 @@ class SNGAN(MLPGAN):
 
     def phase_g(self, z):
         return -self.discriminator(self.generator(z)).mean()
+
+
+class TorchSNDCGAN(nn.Module):
+    """DCGAN-32 written the usual way, with PyTorch's own reparametrisations: the
+    discriminator's convolutions under `torch.nn.utils.spectral_norm` (the hook API) and its
+    last one under `torch.nn.utils.parametrizations.spectral_norm`; the generator's first and
+    last transposed convolutions under `parametrizations.weight_norm`. Hinge loss (SNGAN)."""
+
+    def __init__(self, width: int = 32, z_dim: int = 100):
+        super().__init__()
+        from torch.nn.utils import spectral_norm
+        from torch.nn.utils.parametrizations import spectral_norm as sn, weight_norm as wn
+        from .dcgan import DCGANDiscriminator, DCGANGenerator
+        self.generator = DCGANGenerator(32, z_dim, width)
+        self.discriminator = DCGANDiscriminator(32, width)
+        g, d = self.generator.main, self.discriminator.main
+        g[0] = wn(g[0])
+        g[len(g) - 2] = wn(g[len(g) - 2])
+        convs = [i for i, m in enumerate(d) if isinstance(m, nn.Conv2d)]
+        for i in convs[:-1]:
+            d[i] = spectral_norm(d[i])
+        d[convs[-1]] = sn(d[convs[-1]])
+
+    def phase_d(self, real: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        fake = self.generator(z).detach()
+        return F.relu(1.0 + self.discriminator(fake)).mean() + F.relu(1.0 - self.discriminator(real)).mean()
+
+    def phase_g(self, z: torch.Tensor) -> torch.Tensor:
+        return -self.discriminator(self.generator(z)).mean()

@@ -13,9 +13,11 @@ import contextlib
 
 import torch
 
+from .scriptable import ExportError, make_scriptable
 from .spec import SPEC_VERSION, SpecError, dumps, validate
 
-__all__ = ["export", "load_spec", "load_checkpoint", "example_inputs", "SPEC_VERSION", "SpecError", "validate"]
+__all__ = ["export", "load_spec", "load_checkpoint", "example_inputs", "make_scriptable", "ExportError",
+           "SPEC_VERSION", "SpecError", "validate"]
 
 
 def example_inputs(spec: dict, phase: dict, batch: int | None = None) -> tuple:
@@ -68,26 +70,65 @@ _MISSING = object()
 def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False) -> dict:
     """Scripts (or traces) `gan` with every phase method and writes it with its spec to `path`.
 
+    Spectral norm and weight norm layers (both PyTorch APIs) are exported through scriptable
+    equivalents with the same state_dict names and numerics (see ganc.scriptable). `gan`
+    itself is not modified: the checks and the export run on a copy, and the archive holds
+    the parameters and buffers `gan` had.
+
     Returns the validated spec. Raises SpecError for a spec that names a method or submodule
-    that does not exist, and ValueError for a phase that does not return a scalar.
+    that does not exist, ValueError for a phase that does not return a scalar, and
+    ExportError for a layer ganc cannot export or a traced archive that cannot train.
     """
     spec = validate(spec, gan)
-    gan.train()
+    model = make_scriptable(gan)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model.train()
     for phase in spec["phases"]:
-        loss = getattr(gan, phase["method"])(*example_inputs(spec, phase, batch=2))
+        loss = getattr(model, phase["method"])(*example_inputs(spec, phase, batch=2))
         if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
             raise SpecError(f"spec: phase {phase['name']!r}: method {phase['method']!r} must "
                             f"return a scalar loss tensor")
+    _restore(model, state)
     names = [p["method"] for p in spec["phases"]]
     # Phase methods need not be decorated by the user.
-    with phase_methods_scripted(gan, names, script=not trace):
+    with phase_methods_scripted(model, names, script=not trace):
         if trace:
             methods = {p["method"]: example_inputs(spec, p) for p in spec["phases"]}
-            scripted = torch.jit.trace_module(gan, methods, check_trace=False)
+            scripted = torch.jit.trace_module(model, methods, check_trace=False)
+            _check_trace_trains(scripted, spec)
         else:
-            scripted = torch.jit.script(gan)
+            # Scripting reads every attribute, properties included: in eval mode a layer's
+            # weight property runs no power iteration. The modes are set back afterwards.
+            modes = {name: m.training for name, m in model.named_modules()}
+            model.eval()
+            scripted = torch.jit.script(model)
+            for name, m in scripted.named_modules():
+                m.training = modes[name]
+    _restore(scripted, state)
     torch.jit.save(scripted, path, _extra_files={"ganc.json": dumps(spec)})
     return spec
+
+
+def _restore(module, state: dict) -> None:
+    """Copies `state` (a state_dict snapshot) back into `module`'s tensors, gradients dropped."""
+    with torch.no_grad():
+        for name, t in module.state_dict().items():
+            t.copy_(state[name])
+    for p in module.parameters():
+        p.grad = None
+
+
+def _check_trace_trains(traced, spec: dict) -> None:
+    """Runs every traced phase once with autograd: a trace that recorded ops autograd cannot
+    differentiate (out= variants, in-place updates of saved tensors) is refused with the cause
+    now, not at `ganc compile` or at step 0."""
+    for phase in spec["phases"]:
+        try:
+            getattr(traced, phase["method"])(*example_inputs(spec, phase)).backward()
+        except Exception as e:  # noqa: BLE001 - any failure means the archive cannot train
+            cause = str(e).strip().splitlines()
+            raise ExportError(f"ganc.export: phase {phase['name']!r}: the traced archive cannot train: "
+                              f"{type(e).__name__}: {cause[-1] if cause else ''}") from e
 
 
 def load_spec(path: str) -> dict:

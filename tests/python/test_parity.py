@@ -35,6 +35,9 @@ MODELS = [
     # is undefined, but still allreduced"): the reference all-reduces by hand, DDP's way.
     ("r1gan", "ring", [2], "manual"),
     ("sngan", "ring", [2]),                # spectral norm: buffers updated in forward
+    # PyTorch's own spectral norm (hook and parametrization APIs) in D, weight norm in G,
+    # exported through ganc.export's scriptable equivalents.
+    ("sndcgan32", "digits", [2]),
     ("dcgan32_augment", "digits", [2]),    # dropout and augmentation draws inside the phases
     ("mlp_ema", "ring", [2]),              # generator EMA (StyleGAN2 rule) after every step
     ("cdcgan32", "digits", [2]),           # class-conditional: labels, projection D

@@ -135,4 +135,4 @@ INSTANTIATE_TEST_SUITE_P(Zoo, GroundTruth,
                          ::testing::Values("dcgan32", "dcgan64", "mlp", "mlp_traced",
                                            "probe_nograd", "probe_aux", "probe_sync", "wgan_gp",
                                            "cyclegan", "r1gan", "sngan", "mlp_ema", "cdcgan32",
-                                           "pggan", "stylegan2"));
+                                           "pggan", "stylegan2", "sndcgan32", "dcgan32_augment"));

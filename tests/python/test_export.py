@@ -1,0 +1,165 @@
+"""ganc.export of what people write: PyTorch's spectral norm and weight norm (both APIs) through
+scriptable equivalents with the same state_dict names and the same numbers, traced archives
+checked for training before they are written, and the user's model left as it was."""
+import os
+import subprocess
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.utils import spectral_norm, weight_norm
+from torch.nn.utils.parametrizations import spectral_norm as p_spectral_norm
+from torch.nn.utils.parametrizations import weight_norm as p_weight_norm
+
+import ganc
+
+
+class Reparametrised(nn.Module):
+    """Every supported layer kind under every supported reparametrisation."""
+
+    def __init__(self):
+        super().__init__()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # the old weight_norm API
+            self.conv = spectral_norm(nn.Conv2d(3, 8, 3))
+            self.conv_p = p_spectral_norm(nn.Conv2d(8, 8, 3), n_power_iterations=2)
+            self.up = spectral_norm(nn.ConvTranspose2d(8, 4, 3))            # dim 1
+            self.up_p = p_spectral_norm(nn.ConvTranspose2d(4, 4, 1))
+            self.fc = p_weight_norm(nn.Linear(4 * 10 * 10, 5))
+            self.fc_old = weight_norm(nn.Linear(5, 3))
+            self.embed = p_spectral_norm(nn.Embedding(10, 3))
+
+    def forward(self, x):
+        h = self.up_p(self.up(self.conv_p(self.conv(x))))
+        return self.fc_old(self.fc(h.flatten(1))) + self.embed(torch.arange(x.size(0)))
+
+
+@pytest.fixture(autouse=True)
+def plain_interpreter():
+    # As ganc and the oracle run archives: eager autograd, no profiling-executor fusion.
+    old = torch._C._get_graph_executor_optimize()
+    torch._C._set_graph_executor_optimize(False)
+    yield
+    torch._C._set_graph_executor_optimize(old)
+
+
+def test_scriptable_layers_match_pytorch_bit_for_bit():
+    torch.manual_seed(0)
+    eager = Reparametrised().train()
+    copy = ganc.make_scriptable(eager)
+    copy.eval()  # scripting reads the weight properties: no power iteration meanwhile
+    scripted = torch.jit.script(copy)
+    scripted.train()
+    with torch.no_grad():
+        for name, t in scripted.state_dict().items():
+            t.copy_(eager.state_dict()[name])
+    assert list(scripted.state_dict()) == list(eager.state_dict())
+    x = torch.randn(2, 3, 12, 12)
+    for _ in range(3):  # training mode: the power iterations update u and v each call
+        a, b = eager(x), scripted(x)
+        assert torch.equal(a, b)
+        for name, t in eager.state_dict().items():
+            assert torch.equal(t, scripted.state_dict()[name]), name
+    a.square().sum().backward()
+    b.square().sum().backward()
+    grads = dict(scripted.named_parameters())
+    for name, p in eager.named_parameters():
+        assert torch.equal(p.grad, grads[name].grad), name
+    eager.eval()
+    scripted.eval()
+    assert torch.equal(eager(x), scripted(x))
+
+
+def test_unsupported_reparametrisations_name_the_layer():
+    chained = nn.Sequential(nn.Linear(3, 3))
+    p_spectral_norm(chained[0])
+    torch.nn.utils.parametrize.register_parametrization(chained[0], "weight", nn.Identity())
+    with pytest.raises(ganc.ExportError, match=r"0: 2 parametrizations chained on 'weight'"):
+        ganc.make_scriptable(chained)
+    on_bias = nn.Sequential(spectral_norm(nn.Linear(3, 3), name="bias"))
+    with pytest.raises(ganc.ExportError, match=r"0: SpectralNorm on 'bias'"):
+        ganc.make_scriptable(on_bias)
+
+
+def test_export_leaves_the_model_as_it_was(tmp_path):
+    import zoo
+    gan, spec = zoo.build("sndcgan32")
+    gan.eval()
+    before = {k: v.clone() for k, v in gan.state_dict().items()}
+    ganc.export(gan, str(tmp_path / "m.pt"), spec)
+    assert not gan.training
+    for name, t in gan.state_dict().items():
+        assert torch.equal(t, before[name]), f"export changed {name}"
+    archive = torch.jit.load(str(tmp_path / "m.pt"))
+    assert list(archive.state_dict()) == list(before)
+    for name, t in archive.state_dict().items():
+        assert torch.equal(t, before[name]), f"the archive holds another {name}"
+
+
+def test_checkpoints_load_into_the_users_own_modules(ganc_bin, datasets, tmp_path):
+    """ganc trains the exported sndcgan32; its checkpoint loads, strictly, into a fresh
+    TorchSNDCGAN built with PyTorch's own spectral_norm and weight_norm."""
+    import zoo
+    gan, spec = zoo.build("sndcgan32")
+    model = str(tmp_path / "sn.pt")
+    ganc.export(gan, model, spec)
+    plan = str(tmp_path / "sn.plan")
+    subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True)
+    out = str(tmp_path / "run")
+    subprocess.run([ganc_bin, "train", plan, "--model", model, "--data", datasets["digits"], "--steps", "2",
+                    "--out", out, "--checkpoint-every", "2", "--sample-every", "0"], check=True,
+                   capture_output=True)
+    ckpt = ganc.load_checkpoint(os.path.join(out, "checkpoint.pt"))
+    fresh = zoo.TorchSNDCGAN()
+    fresh.discriminator.load_state_dict(ckpt["discriminator"])
+    fresh.generator.load_state_dict(ckpt["generator"])
+    trained = fresh.discriminator.main[0].weight_orig
+    assert not torch.equal(trained, gan.discriminator.main[0].weight_orig), "nothing was trained"
+
+
+class CannotTrain(nn.Module):
+    """Traces fine, but its backward fails: sigmoid saves its output, which is then changed in
+    place."""
+
+    def __init__(self):
+        super().__init__()
+        self.generator = nn.Linear(2, 2)
+        self.discriminator = nn.Linear(2, 1)
+
+    def phase_d(self, real):
+        y = torch.sigmoid(self.discriminator(real))
+        y.mul_(2.0)
+        return y.mean()
+
+    def phase_g(self, z):
+        return self.discriminator(self.generator(z)).mean()
+
+
+def test_a_traced_archive_that_cannot_train_is_refused(tmp_path):
+    spec = {"ganc_spec": 2, "name": "probe", "batch_size": 4, "data": {"shape": [2]},
+            "phases": [{"name": "d", "method": "phase_d", "updates": ["discriminator"],
+                        "inputs": [{"name": "real", "source": "data"}]},
+                       {"name": "g", "method": "phase_g", "updates": ["generator"],
+                        "inputs": [{"name": "z", "source": "normal", "shape": [2]}]}]}
+    path = tmp_path / "probe.pt"
+    with pytest.raises(ganc.ExportError, match=r"phase 'd': the traced archive cannot train: RuntimeError: "
+                                               r".*modified by an inplace operation"):
+        ganc.export(CannotTrain(), str(path), spec, trace=True)
+    assert not path.exists()
+
+
+def test_traced_spectral_norm_exports_and_trains(ganc_bin, datasets, tmp_path):
+    """trace=True on the same model: the power iteration is traced through the scriptable
+    layers (PyTorch's own hooks record out= ops autograd refuses), and the archive trains."""
+    import zoo
+    gan, spec = zoo.build("sndcgan32")
+    model = str(tmp_path / "traced.pt")
+    ganc.export(gan, model, spec, trace=True)
+    plan = str(tmp_path / "traced.plan")
+    subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True)
+    result = subprocess.run([ganc_bin, "train", plan, "--model", model, "--data", datasets["digits"],
+                             "--steps", "2", "--out", str(tmp_path / "o"), "--sample-every", "0"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
