@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace ganc::frontend {
@@ -99,6 +100,81 @@ std::string modelIdentity(const std::string &path, const torch::jit::Module &mod
   return hex;
 }
 
+namespace {
+
+/// The parameters `path` names: itself, or every parameter of the submodule it names.
+std::vector<std::string> parametersWithin(const std::vector<std::string> &names,
+                                          const std::string &path) {
+  std::vector<std::string> within;
+  for (const std::string &name : names)
+    if (ir::isWithin(name, path))
+      within.push_back(name);
+  return within;
+}
+
+/// Resolves the `updates` paths and the optimizer groups against the module's parameters:
+/// every path must name parameters, a parameter belongs to one group, every trained
+/// parameter to some group (an `updates` path none covers gets a default Adam group named by
+/// it, the broader path first), and every group steps something a phase trains.
+Status resolveOptimizerGroups(Archive &archive) {
+  Spec &spec = archive.spec;
+  std::vector<std::string> names;
+  for (const auto &p : archive.module.named_parameters(/*recurse=*/true))
+    names.push_back(p.name);
+  std::set<std::string> trained;
+  for (const PhaseSpec &phase : spec.phases)
+    for (const std::string &path : phase.updates) {
+      auto within = parametersWithin(names, path);
+      if (within.empty())
+        return Status::error("phase '" + phase.name + "': updates '" + path +
+                             "', which names no parameter or submodule with parameters");
+      trained.insert(within.begin(), within.end());
+    }
+  auto &groupOf = archive.groupOf;
+  for (const auto &[group, optimizer] : spec.optimizers)
+    for (const std::string &path : optimizer.params) {
+      auto within = parametersWithin(names, path);
+      if (within.empty())
+        return Status::error("optimizer of '" + group + "': '" + path +
+                             "' names no parameter or submodule with parameters");
+      for (const std::string &name : within) {
+        auto [it, added] = groupOf.emplace(name, group);
+        if (!added && it->second != group)
+          return Status::error("parameter '" + name + "' is in optimizer groups '" + it->second +
+                               "' and '" + group + "'; a parameter belongs to one group");
+      }
+    }
+  std::vector<std::string> paths = spec.updatedPaths();
+  std::sort(paths.begin(), paths.end(), [](const std::string &a, const std::string &b) {
+    return a.size() < b.size() || (a.size() == b.size() && a < b);
+  });
+  for (const std::string &path : paths)
+    for (const std::string &name : parametersWithin(names, path)) {
+      if (groupOf.count(name))
+        continue;
+      // A declared group of this name steps other paths: the parameter has no group.
+      if (spec.optimizers.count(path) &&
+          spec.optimizers.at(path).params != std::vector<std::string>{path})
+        return Status::error("parameter '" + name + "' is trained but in no optimizer group");
+      auto &group = spec.optimizers[path];
+      if (group.type.empty()) { // a default group: torch.optim.Adam's defaults
+        group.type = "adam";
+        group.params = {path};
+      }
+      groupOf[name] = path;
+    }
+  for (const auto &[group, optimizer] : spec.optimizers)
+    if (std::none_of(groupOf.begin(), groupOf.end(), [&](const auto &entry) {
+          return entry.second == group && trained.count(entry.first);
+        }))
+      return Status::error("optimizer of '" + group + "' steps no parameter that a phase trains");
+  for (auto it = groupOf.begin(); it != groupOf.end();)
+    it = trained.count(it->first) ? std::next(it) : groupOf.erase(it);
+  return Status::ok();
+}
+
+} // namespace
+
 Expected<Archive> loadArchive(const std::string &path) {
   auto bytes = readFile(path);
   if (!bytes)
@@ -126,17 +202,13 @@ Expected<Archive> loadArchive(const std::string &path) {
     if (!archive.module.find_method(phase.method))
       return Status::error(where + ": method '" + phase.method +
                            "' does not exist in the archive (was it exported?)");
-    for (const std::string &sub : phase.updates) {
-      auto slot = archive.module._ivalue()->type()->findAttributeSlot(sub);
-      if (!slot || !archive.module._ivalue()->getSlot(*slot).isModule())
-        return Status::error(where + ": updates '" + sub + "', which is not a submodule");
-    }
     size_t arity = archive.module.get_method(phase.method).function().num_inputs() - 1;
     if (arity != phase.inputs.size())
       return Status::error(where + ": method '" + phase.method + "' takes " +
                            std::to_string(arity) + " inputs but the spec lists " +
                            std::to_string(phase.inputs.size()));
   }
+  GANC_TRY(resolveOptimizerGroups(archive).withContext(path));
   if (archive.spec.ema) {
     const EmaSpec &ema = *archive.spec.ema;
     auto slotOf = [&](const std::string &name) {

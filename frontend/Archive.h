@@ -5,6 +5,7 @@
 
 #include <torch/script.h>
 
+#include <map>
 #include <string>
 #include <utility>
 
@@ -17,6 +18,8 @@ struct Archive {
   Spec spec;
   /// Fingerprint of code, spec, parameter names/shapes/dtypes (see modelIdentity).
   std::string identity;
+  /// The optimizer group of every parameter some phase trains.
+  std::map<std::string, std::string> groupOf;
 };
 
 /// Loads `path` and its ganc.json; checks that every phase's method and submodules exist.

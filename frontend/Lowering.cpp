@@ -319,11 +319,13 @@ private:
     phase->lossScaler = spec_.lossScaler;
     if (spec_.precision != Precision::Float32)
       phase->autocast = spec_.precision == Precision::BFloat16 ? "bf16" : "f16";
-    for (const std::string &sub : spec_.updates) {
-      const auto &clip = archive_.spec.optimizers.at(sub).clip;
-      if (clip)
-        phase->clips.push_back({sub, clip->maxNorm, clip->normType});
-    }
+    // The clipped optimizer groups that step a parameter this phase trains.
+    for (const auto &[group, optimizer] : archive_.spec.optimizers)
+      if (optimizer.clip && std::any_of(archive_.groupOf.begin(), archive_.groupOf.end(),
+                                        [&, &g = group](const auto &entry) {
+                                          return entry.second == g && phase->trains(entry.first);
+                                        }))
+        phase->clips.push_back({group, optimizer.clip->maxNorm, optimizer.clip->normType});
     for (size_t i = 0; i < spec_.inputs.size(); ++i) {
       jit::Value *in = graph.inputs()[i + 1];
       ir::PhaseInput input;
@@ -505,10 +507,12 @@ Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive) {
   auto module = std::make_unique<ir::Module>();
   module->name = archive.spec.name;
   module->identity = archive.identity;
-  for (const auto &p : archive.module.named_parameters(/*recurse=*/true))
+  for (const auto &p : archive.module.named_parameters(/*recurse=*/true)) {
+    auto group = archive.groupOf.find(p.name);
     module->parameters.push_back(
         {p.name, ir::Type::tensor(dtypeName(p.value.scalar_type()), p.value.sizes().vec()),
-         ownerOf(p.name)});
+         ownerOf(p.name), group == archive.groupOf.end() ? "" : group->second});
+  }
   for (const auto &b : archive.module.named_buffers(/*recurse=*/true))
     module->buffers.push_back(
         {b.name, ir::Type::tensor(dtypeName(b.value.scalar_type()), b.value.sizes().vec()),

@@ -1,9 +1,12 @@
 // Reads and validates ganc.json.
 #include "frontend/Spec.h"
 
+#include "ir/Module.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <limits>
 #include <set>
 #include <type_traits>
@@ -208,13 +211,35 @@ Status parseLossScalers(const json &j, Spec &spec) {
   return Status::ok();
 }
 
-Status parseOptimizer(const std::string &submodule, const json &j, OptimizerSpec &o) {
-  std::string where = "optimizer of '" + submodule + "'";
-  GANC_TRY(knownKeys(j,
-                     {"type", "lr", "betas", "eps", "weight_decay", "momentum", "clip_grad_norm"},
-                     where + ": "));
+/// A path in `updates` or `params`: dotted attribute names ("discriminator.head").
+bool isPath(const std::string &path) {
+  if (path.empty() || path.front() == '.' || path.back() == '.' ||
+      path.find("..") != std::string::npos)
+    return false;
+  return std::all_of(path.begin(), path.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+  });
+}
+
+Status parseOptimizer(const std::string &group, const json &j, OptimizerSpec &o) {
+  std::string where = "optimizer of '" + group + "'";
+  GANC_TRY(knownKeys(
+      j, {"params", "type", "lr", "betas", "eps", "weight_decay", "momentum", "clip_grad_norm"},
+      where + ": "));
   GANC_TRY(need(j.is_object() && j.contains("type") && j["type"].is_string(),
                 where + " needs a 'type'"));
+  o.params = {group};
+  if (j.contains("params")) {
+    GANC_TRY(need(j["params"].is_array() && !j["params"].empty(),
+                  where + ": 'params' must list submodule or parameter paths"));
+    o.params.clear();
+    for (const json &path : j["params"]) {
+      GANC_TRY(
+          need(path.is_string() && isPath(path.get<std::string>()),
+               where + ": 'params' must list submodule or parameter paths, got " + path.dump()));
+      o.params.push_back(path.get<std::string>());
+    }
+  }
   o.type = j["type"].get<std::string>();
   GANC_TRY(need(o.type == "adam" || o.type == "adamw" || o.type == "sgd",
                 where + " has type '" + o.type + "', expected adam, adamw or sgd"));
@@ -239,6 +264,31 @@ Status parseOptimizer(const std::string &submodule, const json &j, OptimizerSpec
   GANC_TRY(need(o.momentum >= 0, where + ": momentum must be >= 0"));
   if (j.contains("clip_grad_norm"))
     GANC_TRY(parseClip(j["clip_grad_norm"], where, o));
+  return Status::ok();
+}
+
+/// The optimizer groups ('optimizers'). Checks what needs no module: each group's paths lie
+/// within, or hold, a path some phase updates. loadArchive resolves the paths against the
+/// module and adds the default groups.
+Status parseOptimizers(const json &optimizers, Spec &spec) {
+  GANC_TRY(need(optimizers.is_object(), "'optimizers' must map group names to settings"));
+  const std::vector<std::string> updated = spec.updatedPaths();
+  for (const auto &[group, o] : optimizers.items()) {
+    const std::string where = "optimizer of '" + group + "': ";
+    GANC_TRY(need(isPath(group),
+                  "optimizer group '" + group + "': names hold letters, digits, '_' and '.'"));
+    GANC_TRY(needVersion2(spec, o, "clip_grad_norm", where));
+    GANC_TRY(needVersion2(spec, o, "params", where));
+    OptimizerSpec opt;
+    GANC_TRY(parseOptimizer(group, o, opt));
+    for (const std::string &path : opt.params)
+      GANC_TRY(need(std::any_of(updated.begin(), updated.end(),
+                                [&](const std::string &u) {
+                                  return ir::isWithin(path, u) || ir::isWithin(u, path);
+                                }),
+                    where + "no phase updates '" + path + "' or anything in it"));
+    spec.optimizers[group] = opt;
+  }
   return Status::ok();
 }
 
@@ -347,9 +397,10 @@ Status parsePhase(const json &p, const Spec &spec, bool hasStages, PhaseSpec &ph
     phase.interval = p["interval"].get<int64_t>();
   }
   GANC_TRY(need(p.contains("updates") && p["updates"].is_array() && !p["updates"].empty(),
-                where + ": 'updates' must list the submodules it trains"));
+                where + ": 'updates' must list the submodules or parameters it trains"));
   for (const json &u : p["updates"]) {
-    GANC_TRY(need(u.is_string(), where + ": 'updates' must hold submodule names"));
+    GANC_TRY(need(u.is_string() && isPath(u.get<std::string>()),
+                  where + ": 'updates' must hold submodule or parameter paths"));
     phase.updates.push_back(u.get<std::string>());
   }
   for (const json &in : p.value("inputs", json::array())) {
@@ -396,8 +447,9 @@ Status parseEma(const json &e, Spec &spec) {
                 "'ema': half_life_images must be >= 0 and beta in [0, 1)"));
   for (const PhaseSpec &p : spec.phases)
     for (const std::string &u : p.updates)
-      GANC_TRY(need(u != ema.copy, "'ema': phase '" + p.name + "' trains the average '" + ema.copy +
-                                       "'; it must only be averaged"));
+      GANC_TRY(need(!ir::isWithin(u, ema.copy) && !ir::isWithin(ema.copy, u),
+                    "'ema': phase '" + p.name + "' trains the average '" + ema.copy +
+                        "'; it must only be averaged"));
   spec.ema = ema;
   return Status::ok();
 }
@@ -495,20 +547,7 @@ Status parseInto(const json &j, Spec &spec) {
     GANC_TRY(need(names.insert(phase.name).second, "phase '" + phase.name + "' is declared twice"));
     spec.phases.push_back(phase);
   }
-  const json optimizers = j.value("optimizers", json::object());
-  const std::vector<std::string> updated = spec.updatedSubmodules();
-  for (const auto &[sub, o] : optimizers.items()) {
-    GANC_TRY(needVersion2(spec, o, "clip_grad_norm", "optimizer of '" + sub + "': "));
-    GANC_TRY(
-        need(!o.contains("clip_grad_norm") ||
-                 std::find(updated.begin(), updated.end(), sub) != updated.end(),
-             "optimizer of '" + sub + "': clip_grad_norm, but no phase updates '" + sub + "'"));
-  }
-  for (const std::string &sub : updated) {
-    OptimizerSpec o;
-    GANC_TRY(parseOptimizer(sub, optimizers.value(sub, json{{"type", "adam"}}), o));
-    spec.optimizers[sub] = o;
-  }
+  GANC_TRY(parseOptimizers(j.value("optimizers", json::object()), spec));
   GANC_TRY(field(j, "buffers", spec.buffers, ""));
   GANC_TRY(need(spec.buffers == "broadcast" || spec.buffers == "local",
                 "'buffers' must be broadcast or local, got '" + spec.buffers + "'"));
@@ -523,7 +562,7 @@ Status parseInto(const json &j, Spec &spec) {
 
 } // namespace
 
-std::vector<std::string> Spec::updatedSubmodules() const {
+std::vector<std::string> Spec::updatedPaths() const {
   std::set<std::string> all;
   for (const PhaseSpec &p : phases)
     all.insert(p.updates.begin(), p.updates.end());

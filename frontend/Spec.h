@@ -113,7 +113,10 @@ struct ClipSpec {
 };
 
 /// torch.optim hyper-parameters of one submodule's optimizer.
+/// One optimizer group: the parameters it steps and torch.optim's hyper-parameters for them.
 struct OptimizerSpec {
+  /// Paths of the submodules and parameters it steps ("params"; by default its own key).
+  std::vector<std::string> params;
   std::string type; // adam, adamw, sgd
   double lr = 2e-4;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
@@ -160,7 +163,9 @@ struct Spec {
   /// "stop" training, or "skip" the optimizer step (counted), as a loss scaler would.
   std::string nonFinite = "stop";
   std::vector<PhaseSpec> phases;
-  std::map<std::string, OptimizerSpec> optimizers; // by submodule
+  /// Optimizer groups by name. loadArchive adds a default (Adam) group for every `updates`
+  /// path whose parameters no declared group steps.
+  std::map<std::string, OptimizerSpec> optimizers;
   /// "broadcast" (rank 0's buffers before every phase, like DDP) or "local".
   std::string buffers = "local";
   std::optional<SampleSpec> sample;
@@ -169,8 +174,8 @@ struct Spec {
   /// The JSON text as stored in the archive.
   std::string text;
 
-  /// Every submodule some phase updates, sorted.
-  std::vector<std::string> updatedSubmodules() const;
+  /// Every path some phase updates, sorted.
+  std::vector<std::string> updatedPaths() const;
 };
 
 /// Parses and validates spec JSON; errors name the field ("phase 'd': interval must be ...").

@@ -214,6 +214,16 @@ int64_t Tensor::bytes() const {
   return bytes;
 }
 
+bool isWithin(const std::string &name, const std::string &path) {
+  return name == path || (name.size() > path.size() && name.compare(0, path.size(), path) == 0 &&
+                          name[path.size()] == '.');
+}
+
+bool Phase::trains(const std::string &parameter) const {
+  return std::any_of(updates.begin(), updates.end(),
+                     [&](const std::string &path) { return isWithin(parameter, path); });
+}
+
 Value *Phase::newValue(std::string name, Type type) {
   values_.push_back(std::make_unique<Value>());
   Value *v = values_.back().get();

@@ -91,6 +91,9 @@ struct Tensor {
   Type type;
   /// The top-level submodule holding it ("generator"), or "" for the module itself.
   std::string owner;
+  /// Parameters some phase trains: the optimizer group that steps it (the spec's
+  /// `optimizers` key, "generator" or "g_mapping"); "" otherwise.
+  std::string group;
   int64_t bytes() const;
 };
 
@@ -124,10 +127,11 @@ struct ScheduledAllReduce {
   std::string afterParameter;
 };
 
-/// torch.nn.utils.clip_grad_norm_ over one updated submodule's used, all-reduced gradients,
-/// before its optimizer steps.
+/// torch.nn.utils.clip_grad_norm_ over one optimizer group's used, all-reduced gradients,
+/// before that optimizer steps.
 struct ClipGradNorm {
-  std::string submodule;
+  /// The optimizer group.
+  std::string group;
   double maxNorm = 0;
   /// The p of the p-norm; infinity for the max norm.
   double normType = 2.0;
@@ -148,6 +152,10 @@ struct LossScaler {
 inline std::string phaseKey(const std::string &name, const std::string &stage) {
   return stage.empty() ? name : name + "@" + stage;
 }
+
+/// Whether `name` is `path` or lies inside it: "generator.mapping.0.weight" is within
+/// "generator.mapping" and "generator", not within "gen".
+bool isWithin(const std::string &name, const std::string &path);
 
 /// One training phase: a method returning a scalar loss, the submodules it updates, and the
 /// facts passes derive about it.
@@ -185,6 +193,9 @@ struct Phase {
 
   /// What names the phase in a plan and at run time: "name", or "name@stage".
   std::string key() const { return phaseKey(name, stage); }
+  /// Whether the phase trains parameter `name`: one of `updates` is the parameter itself or a
+  /// submodule holding it ("discriminator.head" trains "discriminator.head.0.weight").
+  bool trains(const std::string &name) const;
   /// Creates a value owned by this phase.
   Value *newValue(std::string name, Type type);
   /// Visits every op, nested regions included, in program (pre-)order.

@@ -47,6 +47,10 @@ public:
           identifier();
           t.owner = identifier();
         }
+        if (peekWord("group")) {
+          identifier();
+          t.group = identifier();
+        }
         (word == "param" ? module->parameters : module->buffers).push_back(std::move(t));
       } else if (word == "phase") {
         auto phase = std::make_unique<Phase>();
@@ -312,7 +316,7 @@ private:
         p.autocast = identifier();
       } else if (word == "clip_grad_norm") {
         ClipGradNorm clip;
-        clip.submodule = identifier();
+        clip.group = identifier();
         GANC_TRY(expectWord("max_norm"));
         GANC_TRY(number(clip.maxNorm));
         GANC_TRY(expectWord("norm_type"));

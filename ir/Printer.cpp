@@ -100,6 +100,8 @@ private:
     std::string s = std::string(keyword) + " @" + t.name + " : " + t.type.str();
     if (!t.owner.empty())
       s += " owner " + t.owner;
+    if (!t.group.empty())
+      s += " group " + t.group;
     return s;
   }
 
@@ -121,7 +123,7 @@ private:
     if (!p.lossScaler.empty())
       line(2, "loss_scaler " + quote(p.lossScaler));
     for (const ClipGradNorm &clip : p.clips)
-      line(2, "clip_grad_norm " + clip.submodule + " max_norm " + formatDouble(clip.maxNorm) +
+      line(2, "clip_grad_norm " + clip.group + " max_norm " + formatDouble(clip.maxNorm) +
                   " norm_type " + formatDouble(clip.normType));
     for (const PhaseInput &input : p.inputs)
       line(2, "input %" + input.value->name + " : " + input.value->type.str() + " from " +

@@ -81,10 +81,12 @@ private:
                      [&](const LossScaler &l) { return l.name == p.lossScaler; }))
       return Status::error("uses undeclared loss scaler \"" + p.lossScaler + "\"");
     for (const ClipGradNorm &clip : p.clips) {
-      if (std::find(p.updates.begin(), p.updates.end(), clip.submodule) == p.updates.end())
-        return Status::error("clips '" + clip.submodule + "', which the phase does not update");
+      if (std::none_of(m_.parameters.begin(), m_.parameters.end(),
+                       [&](const Tensor &t) { return t.group == clip.group && p.trains(t.name); }))
+        return Status::error("clips optimizer group '" + clip.group +
+                             "', which steps no parameter the phase trains");
       if (!(clip.maxNorm > 0) || !(clip.normType > 0))
-        return Status::error("clip_grad_norm of '" + clip.submodule +
+        return Status::error("clip_grad_norm of '" + clip.group +
                              "' needs a positive max_norm and norm_type");
     }
     // Value names only need to be unique within a phase.
@@ -147,9 +149,8 @@ private:
         const Tensor *param = m_.findParameter(name);
         if (!param)
           return Status::error("fact names unknown parameter @" + name);
-        if (std::find(p.updates.begin(), p.updates.end(), param->owner) == p.updates.end())
-          return Status::error("parameter @" + name + " belongs to '" + param->owner +
-                               "', which the phase does not update");
+        if (!p.trains(name))
+          return Status::error("parameter @" + name + " is not under any path the phase updates");
         if (!seen.insert(name).second)
           return Status::error("parameter @" + name + " is listed twice in used/unused");
       }

@@ -216,9 +216,8 @@ Expected<bool> runUsedParams(ir::Module &module, const PassOptions &) {
         usedNames.insert(op.symbol);
     });
     std::vector<std::string> used, unused;
-    std::set<std::string> updates(phase->updates.begin(), phase->updates.end());
     for (const ir::Tensor &p : module.parameters) {
-      if (!updates.count(p.owner))
+      if (!phase->trains(p.name))
         continue;
       (usedNames.count(p.name) ? used : unused).push_back(p.name);
     }

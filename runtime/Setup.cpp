@@ -111,25 +111,25 @@ const std::vector<Session::StepGroup> &Session::stepGroups(const std::string &ph
   auto cached = stepGroups_.find(phase);
   if (cached != stepGroups_.end())
     return cached->second;
-  // Per submodule, its used parameters in the model's order (the order of
-  // submodule.parameters(), which clip_grad_norm_'s sum of norms follows).
-  std::map<std::string, std::vector<std::pair<size_t, size_t>>> byOwner; // (model index, used)
+  // Per optimizer group, its used parameters in the model's order (the order of
+  // parameters(), which clip_grad_norm_'s sum of norms follows).
+  std::map<std::string, std::vector<std::pair<size_t, size_t>>> byGroup; // (model index, used)
   for (size_t i = 0; i < reducer.usedNames().size(); ++i) {
     const std::string &name = reducer.usedNames()[i];
-    byOwner[ownerOf.at(name)].emplace_back(parameterIndex.at(name), i);
+    byGroup[groupOf.at(name)].emplace_back(parameterIndex.at(name), i);
   }
   const ir::Phase *compiled = plan->findPhase(phase);
   std::vector<StepGroup> groups;
-  for (auto &[owner, entries] : byOwner) {
+  for (auto &[name, entries] : byGroup) {
     std::sort(entries.begin(), entries.end());
     StepGroup group;
-    group.optimizer = &optimizers.at(owner);
+    group.optimizer = &optimizers.at(name);
     for (const auto &[index, i] : entries) {
       group.names.push_back(reducer.usedNames()[i]);
       group.parameters.push_back(reducer.usedParameters()[i]);
     }
     for (const ir::ClipGradNorm &clip : compiled->clips)
-      if (clip.submodule == owner)
+      if (clip.group == name)
         group.clip = &clip;
     groups.push_back(std::move(group));
   }
@@ -212,7 +212,7 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
     s->optimizers.emplace(sub, Optimizer(optSpec, s->device));
   for (const auto &phase : s->plan->phases)
     for (const std::string &name : phase->used)
-      s->ownerOf[name] = s->plan->findParameter(name)->owner;
+      s->groupOf[name] = s->plan->findParameter(name)->group;
   for (size_t i = 0; i < s->plan->parameters.size(); ++i)
     s->parameterIndex[s->plan->parameters[i].name] = i;
 

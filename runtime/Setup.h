@@ -29,12 +29,12 @@ struct Session {
   /// The dtype of floating phase inputs (the spec's).
   c10::ScalarType inputType = c10::kFloat;
   std::unique_ptr<backend::PhaseExecutor> executor;
-  /// One optimizer per trained submodule.
+  /// One optimizer per optimizer group (the spec's `optimizers`, with loadArchive's defaults).
   std::map<std::string, Optimizer> optimizers;
   /// The plan's dynamic loss scalers by name.
   std::map<std::string, LossScaler> lossScalers;
-  /// The submodule that owns each used parameter.
-  std::map<std::string, std::string> ownerOf;
+  /// The optimizer group that steps each used parameter.
+  std::map<std::string, std::string> groupOf;
   /// Each parameter's position in the model's parameter order.
   std::map<std::string, size_t> parameterIndex;
   /// Per phase name, the steps whose optimizer step was skipped for non-finite gradients (by

@@ -93,14 +93,50 @@ void stepFeatures(std::ostream &out, const ir::Phase &phase) {
         << " batch norm op(s) rewritten to ganc::sync_batch_norm (statistics and backward sums "
            "over every rank)\n";
   for (const ir::ClipGradNorm &clip : phase.clips) {
-    out << "  clip_grad_norm: " << clip.submodule << " to " << ir::formatDouble(clip.maxNorm)
-        << " (";
+    out << "  clip_grad_norm: " << clip.group << " to " << ir::formatDouble(clip.maxNorm) << " (";
     if (std::isinf(clip.normType))
       out << "max-";
     else
       out << ir::formatDouble(clip.normType) << "-";
     out << "norm over its used, all-reduced gradients)\n";
   }
+}
+
+/// What the phase does not train: the submodules it never all-reduces, the frozen parameters
+/// inside the ones it trains in part (fine-tuning), and the optimizer groups it steps.
+void frozenLines(std::ostream &out, const ir::Module &plan, const ir::Phase &phase,
+                 const std::set<std::string> &owners) {
+  std::map<std::string, int> frozenIn, trainedIn, groups;
+  for (const ir::Tensor &p : plan.parameters) {
+    const bool trained = phase.trains(p.name);
+    (trained ? trainedIn : frozenIn)[p.owner]++;
+    if (trained)
+      groups[p.group]++;
+  }
+  std::vector<std::string> untouched, partly;
+  for (const std::string &owner : owners) {
+    std::string name = owner.empty() ? "(top level)" : owner;
+    if (!trainedIn.count(owner))
+      untouched.push_back(name);
+    else if (frozenIn.count(owner))
+      partly.push_back(name + " (" + std::to_string(frozenIn[owner]) + " of " +
+                       std::to_string(frozenIn[owner] + trainedIn[owner]) + " parameters)");
+  }
+  auto list = [&](const char *what, const std::vector<std::string> &names) {
+    if (names.empty())
+      return;
+    out << "  " << what << ": ";
+    for (size_t i = 0; i < names.size(); ++i)
+      out << (i ? ", " : "") << names[i];
+    out << "\n";
+  };
+  list("not updated here (never all-reduced in this phase)", untouched);
+  list("frozen here inside trained submodules (no gradient, no all-reduce, no update)", partly);
+  std::vector<std::string> stepped;
+  for (const auto &[group, count] : groups)
+    stepped.push_back(group + " (" + std::to_string(count) + ")");
+  if (groups.size() > 1 || (groups.size() == 1 && !owners.count(groups.begin()->first)))
+    list("optimizer groups stepped (parameters)", stepped);
 }
 
 } // namespace
@@ -153,16 +189,7 @@ std::string explain(const ir::Module &plan) {
       const ir::Tensor *p = plan.findParameter(name);
       out << "    " << pad(name, 44) << pad(p->type.str(), 22) << humanBytes(p->bytes()) << "\n";
     }
-    std::vector<std::string> frozen;
-    for (const std::string &owner : owners)
-      if (std::find(phase->updates.begin(), phase->updates.end(), owner) == phase->updates.end())
-        frozen.push_back(owner.empty() ? "(top level)" : owner);
-    if (!frozen.empty()) {
-      out << "  not updated here (never all-reduced in this phase): ";
-      for (size_t i = 0; i < frozen.size(); ++i)
-        out << (i ? ", " : "") << frozen[i];
-      out << "\n";
-    }
+    frozenLines(out, plan, *phase, owners);
     if (!phase->schedule.empty()) {
       out << "  all-reduce order:\n";
       for (const ir::ScheduledAllReduce &s : phase->schedule) {
@@ -191,8 +218,11 @@ std::string planJson(const ir::Module &plan) {
   j["first_bucket_cap_bytes"] = plan.firstBucketCapBytes;
   j["parameters"] = json::array();
   for (const ir::Tensor &p : plan.parameters)
-    j["parameters"].push_back(
-        {{"name", p.name}, {"type", p.type.str()}, {"owner", p.owner}, {"bytes", p.bytes()}});
+    j["parameters"].push_back({{"name", p.name},
+                               {"type", p.type.str()},
+                               {"owner", p.owner},
+                               {"group", p.group},
+                               {"bytes", p.bytes()}});
   j["phases"] = json::array();
   for (const auto &phase : plan.phases) {
     json ph = {{"name", phase->name},
@@ -210,7 +240,7 @@ std::string planJson(const ir::Module &plan) {
     ph["clip_grad_norm"] = json::array();
     for (const ir::ClipGradNorm &clip : phase->clips)
       ph["clip_grad_norm"].push_back(
-          {{"submodule", clip.submodule},
+          {{"group", clip.group},
            {"max_norm", clip.maxNorm},
            {"norm_type", std::isinf(clip.normType) ? json("inf") : json(clip.normType)}});
     ph["buckets"] = json::array();

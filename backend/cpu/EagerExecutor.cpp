@@ -54,12 +54,11 @@ EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
     if (!reducer)
       return reducer.status();
     state.reducer = reducer.take();
-    // Only the submodules a phase updates record gradients; the others act as constants
-    // (the gradient still flows *through* them to the inputs). Unused parameters of updated
-    // submodules keep requires_grad, so a gradient the plan did not predict is caught.
-    std::set<std::string> updates(phase->updates.begin(), phase->updates.end());
+    // Only the parameters a phase trains (under its `updates` paths) record gradients; the
+    // others act as constants (the gradient still flows *through* them to the inputs). Unused
+    // trained parameters keep requires_grad, so a gradient the plan did not predict is caught.
     for (const ir::Tensor &p : plan.parameters)
-      state.requiresGrad.emplace_back(e->parameters_.at(p.name), updates.count(p.owner) > 0);
+      state.requiresGrad.emplace_back(e->parameters_.at(p.name), phase->trains(p.name));
     e->phases_[phase->key()] = std::move(state);
   }
   e->hooks_ = std::make_unique<GradReadyHooks>(e->parameters_);

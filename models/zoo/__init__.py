@@ -16,6 +16,7 @@ from .ema import EMAGAN, ema_spec
 from .mlp import MLPDiscriminator, MLPGAN, MLPGenerator, mlp, mlp_spec
 from .progressive import ProgressiveGAN, progressive_spec
 from .r1 import R1GAN, r1_spec
+from .finetune import TemperatureGAN, freezed_spec, temperature_spec
 from .sngan import SNGAN, TorchSNDCGAN
 from .stylegan2 import StyleGAN2, stylegan2_spec, upsample2d
 from .wgan_gp import WGANGP, wgan_gp_spec
@@ -47,6 +48,10 @@ ZOO = {
                                                                fade_steps=2)),
     # The power-iteration vectors are buffers: DDP's default policy broadcasts rank 0's.
     "sngan": lambda: (SNGAN(), dict(mlp_spec("sngan"), buffers="broadcast")),
+    # Training part of a network: FreezeD (D's lower convolutions frozen) with a lower
+    # learning rate for G's first block; a parameter on the GAN module itself.
+    "dcgan32_freezed": lambda: (DCGAN(32, 32), freezed_spec("dcgan32_freezed")),
+    "mlp_temperature": lambda: (TemperatureGAN(), temperature_spec("mlp_temperature")),
     # PyTorch's own spectral norm (both APIs) and weight norm, exported by ganc.export.
     "sndcgan32": lambda: (TorchSNDCGAN(), two_phase_spec("sndcgan32", 32, [3, 32, 32], [100, 1, 1])),
 }

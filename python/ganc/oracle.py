@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .spec import fade_at, stage_at
+from .spec import fade_at, optimizer_groups, optimizer_settings, stage_at
 
 
 # ganc seeds the generator random ops inside phases draw from with seed + this + rank.
@@ -44,10 +44,6 @@ class PhaseRunner(torch.nn.Module):
 
     def forward(self, *inputs):
         return getattr(self.gan, self.method)(*inputs)
-
-
-def _owner(name: str) -> str:
-    return name.split(".", 1)[0]
 
 
 def _optimizer(params, spec, cuda=False):
@@ -225,13 +221,18 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
         r.labels = labels.long() if labels is not None else None
     broadcast = spec.get("buffers", "local") == "broadcast"
     params = dict(gan.named_parameters())
-    subs = sorted({u for p in spec["phases"] for u in p["updates"]})
-    optimizers = {s: _optimizer([p for n, p in params.items() if _owner(n) == s], spec["optimizers"][s], cuda)
-                  for s in subs}
+    # One torch.optim optimizer per group (as separate param groups of one optimizer would
+    # be: Adam's and SGD's state and update are per parameter).
+    groups = optimizer_groups(spec, list(params))
+    optimizers = {g: _optimizer([params[n] for n in names], optimizer_settings(spec, g), cuda)
+                  for g, names in groups.items()}
+
+    def trains(name, updates):
+        return any(name == u or name.startswith(u + ".") for u in updates)
 
     def set_trainable(updates):
         for n, p in params.items():
-            p.requires_grad_(_owner(n) in updates)
+            p.requires_grad_(trains(n, updates))
 
     def reducer_of(phase):
         return reducer.get(phase["name"], "ddp") if isinstance(reducer, dict) else reducer
@@ -300,33 +301,34 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
             if reducer_of(phase) == "manual":
                 # DDP's arithmetic without DDP: each gradient scaled by 1/world, then summed.
                 for n, p in params.items():
-                    if _owner(n) in updates and p.grad is not None:
+                    if trains(n, updates) and p.grad is not None:
                         p.grad.mul_(1.0 / world)
                         dist.all_reduce(p.grad)
+            # The optimizer groups stepping what this phase trains.
+            stepped = [g for g, names in groups.items() if any(trains(n, updates) for n in names)]
             # non_finite: skip, without a loss scaler: a step whose all-reduced gradients hold
             # an inf or NaN is skipped, optimizer by optimizer, as GradScaler would skip it.
             skipped = set()
             if not scaler and spec.get("non_finite", "stop") == "skip":
-                skipped = {sub for sub in phase["updates"]
-                           if any(not torch.isfinite(p.grad).all() for n, p in params.items()
-                                  if _owner(n) == sub and p.grad is not None)}
-            for sub in phase["updates"]:
+                skipped = {g for g in stepped
+                           if any(not torch.isfinite(params[n].grad).all() for n in groups[g]
+                                  if params[n].grad is not None)}
+            for g in stepped:
                 if scaler:
-                    scaler.unscale_(optimizers[sub])  # before clipping, as torch.amp's docs say
-                clip = spec["optimizers"][sub].get("clip_grad_norm")
+                    scaler.unscale_(optimizers[g])  # before clipping, as torch.amp's docs say
+                clip = optimizer_settings(spec, g).get("clip_grad_norm")
                 if clip is not None:
                     norm_type = float(clip.get("norm_type", 2.0))
-                    torch.nn.utils.clip_grad_norm_([p for n, p in params.items() if _owner(n) == sub],
-                                                   clip["max_norm"], norm_type)
+                    torch.nn.utils.clip_grad_norm_([params[n] for n in groups[g]], clip["max_norm"], norm_type)
             if out_dir and rank == 0:
                 torch.save({n: p.grad.detach().cpu().clone() for n, p in params.items()
-                            if _owner(n) in updates and p.grad is not None},
+                            if trains(n, updates) and p.grad is not None},
                            os.path.join(out_dir, f"grads_step{step}_{phase['name']}.pt"))
-            for s in phase["updates"]:
+            for g in stepped:
                 if scaler:
-                    scaler.step(optimizers[s])  # skipped on inf/NaN
-                elif s not in skipped:
-                    optimizers[s].step()
+                    scaler.step(optimizers[g])  # skipped on inf/NaN
+                elif g not in skipped:
+                    optimizers[g].step()
             if scaler:
                 scaler.update()
         if ema is not None:

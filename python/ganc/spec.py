@@ -14,7 +14,7 @@ READ_VERSIONS = (1, 2)
 # Fields version 2 added; a version 1 spec using one is refused (an older ganc would ignore it).
 V2_SPEC_FIELDS = ("precision", "loss_scalers", "sync_batch_norm", "non_finite")
 V2_PHASE_FIELDS = ("accumulate", "precision", "loss_scaler")
-V2_OPTIMIZER_FIELDS = ("clip_grad_norm",)
+V2_OPTIMIZER_FIELDS = ("clip_grad_norm", "params")
 PRECISIONS = ("float32", "bfloat16", "float16")
 SOURCES = ("data", "labels", "normal", "uniform", "categorical", "fade")
 OPTIMIZERS = ("adam", "adamw", "sgd")
@@ -31,7 +31,7 @@ KEYS = {
     "phase": ("name", "method", "updates", "interval", "inputs", "accumulate", "precision",
               "loss_scaler"),
     "input": ("name", "source", "shape", "classes"),
-    "optimizer": ("type", "lr", "betas", "eps", "weight_decay", "momentum", "clip_grad_norm"),
+    "optimizer": ("params", "type", "lr", "betas", "eps", "weight_decay", "momentum", "clip_grad_norm"),
     "clip": ("max_norm", "norm_type"),
     "scaler": ("init_scale", "growth_factor", "backoff_factor", "growth_interval"),
     "ema": ("submodule", "copy", "half_life_images", "beta"),
@@ -66,6 +66,91 @@ def _numbers(obj: dict, fields, where: str) -> None:
     for f in fields:
         if f in obj:
             _require(_is_number(obj[f]), f"{where}{f!r} must be a number, got {obj[f]!r}")
+
+
+def _is_path(v) -> bool:
+    """A dotted attribute path ("discriminator.head", "logit_scale")."""
+    return isinstance(v, str) and bool(v) and all(part and all(c.isalnum() or c == "_" for c in part)
+                                                  for part in v.split("."))
+
+
+def _within(name: str, path: str) -> bool:
+    """`name` is `path` or lies inside it ("generator.mapping.0.weight" in "generator")."""
+    return name == path or name.startswith(path + ".")
+
+
+def _normalise_optimizer(group: str, opt: dict) -> dict:
+    """Checks one optimizer group's settings and fills in torch.optim's defaults."""
+    where = f"spec: optimizer of {group!r}"
+    _require(opt.get("type") in OPTIMIZERS,
+             f"{where} has type {opt.get('type')!r}, expected one of {', '.join(OPTIMIZERS)}")
+    _numbers(opt, ("lr", "eps", "weight_decay", "momentum"), f"{where}: ")
+    if "betas" in opt:
+        _require(isinstance(opt["betas"], list) and len(opt["betas"]) == 2
+                 and all(_is_number(b) for b in opt["betas"]),
+                 f"{where}: betas must be two numbers")
+        _require(all(0 <= b < 1 for b in opt["betas"]), f"{where}: betas must be in [0, 1)")
+    _require(opt.get("lr", 1) > 0, f"{where}: lr must be positive")
+    for field in ("eps", "weight_decay", "momentum"):
+        _require(opt.get(field, 0) >= 0, f"{where}: {field} must be >= 0")
+    opt.setdefault("lr", 2e-4 if opt["type"] != "sgd" else 1e-2)
+    if opt["type"] in ("adam", "adamw"):
+        opt.setdefault("betas", [0.9, 0.999])
+        opt.setdefault("eps", 1e-8)
+        opt.setdefault("weight_decay", 0.0 if opt["type"] == "adam" else 1e-2)
+    else:
+        opt.setdefault("momentum", 0.0)
+        opt.setdefault("weight_decay", 0.0)
+    if "clip_grad_norm" in opt:
+        _validate_clip(opt["clip_grad_norm"], where)
+    return opt
+
+
+def optimizer_settings(spec: dict, group: str) -> dict:
+    """A group's normalised settings; a default group (one `optimizer_groups` adds for an
+    `updates` path no declared group covers) gets torch.optim.Adam's, as `ganc compile` does."""
+    declared = spec.get("optimizers", {}).get(group)
+    return declared if declared is not None else _normalise_optimizer(group, {"type": "adam"})
+
+
+def optimizer_groups(spec: dict, names) -> dict:
+    """{group: [parameter names, in model order]} for the parameters the phases train, as
+    `ganc compile` resolves them: `updates` and `params` paths name parameters or submodules,
+    a parameter belongs to one declared group, and a trained parameter no group declares joins
+    a default group named by the (broadest) `updates` path that covers it. Every group must
+    step something a phase trains. `names`: the module's parameter names, in order."""
+    names = list(names)
+    trained = set()
+    for phase in spec["phases"]:
+        for path in phase["updates"]:
+            within = [n for n in names if _within(n, path)]
+            _require(within, f"spec: phase {phase['name']!r}: updates {path!r}, which names no parameter "
+                             "or submodule with parameters")
+            trained.update(within)
+    group_of = {}
+    for group, opt in spec.get("optimizers", {}).items():
+        for path in opt.get("params", [group]):
+            within = [n for n in names if _within(n, path)]
+            _require(within, f"spec: optimizer of {group!r}: {path!r} names no parameter or submodule "
+                             "with parameters")
+            for n in within:
+                _require(group_of.setdefault(n, group) == group,
+                         f"spec: parameter {n!r} is in optimizer groups {group_of[n]!r} and {group!r}; "
+                         "a parameter belongs to one group")
+    declared = spec.get("optimizers", {})
+    for path in sorted({u for p in spec["phases"] for u in p["updates"]}, key=lambda u: (len(u), u)):
+        for n in names:
+            if _within(n, path) and n not in group_of:
+                _require(path not in declared or declared[path].get("params", [path]) == [path],
+                         f"spec: parameter {n!r} is trained but in no optimizer group")
+                group_of[n] = path
+    groups = {}
+    for n in names:
+        if n in group_of and n in trained:
+            groups.setdefault(group_of[n], []).append(n)
+    for group in declared:
+        _require(group in groups, f"spec: optimizer of {group!r} steps no parameter that a phase trains")
+    return dict(sorted(groups.items()))
 
 
 def _require(cond: bool, message: str) -> None:
@@ -129,8 +214,9 @@ def validate(spec: dict, module=None) -> dict:
         phase.setdefault("interval", 1)
         _require(isinstance(phase["interval"], int) and phase["interval"] >= 1,
                  f"{where}: 'interval' must be an integer >= 1, got {phase['interval']!r}")
-        _require(isinstance(phase.get("updates"), list) and phase["updates"],
-                 f"{where}: 'updates' must list the submodules the phase trains")
+        _require(isinstance(phase.get("updates"), list) and phase["updates"]
+                 and all(_is_path(u) for u in phase["updates"]),
+                 f"{where}: 'updates' must list the submodules or parameters the phase trains (paths)")
         for field in V2_PHASE_FIELDS:
             _require(not (v1 and field in phase), f"{where}: {field!r} is a ganc_spec 2 field; "
                                                   "set \"ganc_spec\": 2")
@@ -168,41 +254,24 @@ def validate(spec: dict, module=None) -> dict:
         if module is not None:
             _require(hasattr(module, phase["method"]),
                      f"{where}: method {phase['method']!r} does not exist on the module")
-            for sub in phase["updates"]:
-                _require(isinstance(getattr(module, sub, None), torch_module()),
-                         f"{where}: updates {sub!r}, which is not a submodule")
     opts = spec.setdefault("optimizers", {})
-    for sub, opt in opts.items():
-        _known_keys(opt, "optimizer", f"spec: optimizer of {sub!r}: ")
+    _require(isinstance(opts, dict), "spec: 'optimizers' must map group names to settings")
+    for group, opt in opts.items():
+        where = f"spec: optimizer of {group!r}"
+        _require(_is_path(group), f"spec: optimizer group {group!r}: names hold letters, digits, '_' and '.'")
+        _require(isinstance(opt, dict), f"{where}: must be an object")
+        _known_keys(opt, "optimizer", f"{where}: ")
         for field in V2_OPTIMIZER_FIELDS:
-            _require(not (v1 and isinstance(opt, dict) and field in opt),
-                     f"spec: optimizer of {sub!r}: {field!r} is a ganc_spec 2 field; set \"ganc_spec\": 2")
-        _require(sub in updated or not (isinstance(opt, dict) and "clip_grad_norm" in opt),
-                 f"spec: optimizer of {sub!r}: clip_grad_norm, but no phase updates {sub!r}")
-    for sub in sorted(updated):
-        opt = opts.setdefault(sub, {"type": "adam"})
-        _require(opt.get("type") in OPTIMIZERS,
-                 f"spec: optimizer of {sub!r} has type {opt.get('type')!r}, "
-                 f"expected one of {', '.join(OPTIMIZERS)}")
-        _numbers(opt, ("lr", "eps", "weight_decay", "momentum"), f"spec: optimizer of {sub!r}: ")
-        if "betas" in opt:
-            _require(isinstance(opt["betas"], list) and len(opt["betas"]) == 2
-                     and all(_is_number(b) for b in opt["betas"]),
-                     f"spec: optimizer of {sub!r}: betas must be two numbers")
-            _require(all(0 <= b < 1 for b in opt["betas"]), f"spec: optimizer of {sub!r}: betas must be in [0, 1)")
-        _require(opt.get("lr", 1) > 0, f"spec: optimizer of {sub!r}: lr must be positive")
-        for field in ("eps", "weight_decay", "momentum"):
-            _require(opt.get(field, 0) >= 0, f"spec: optimizer of {sub!r}: {field} must be >= 0")
-        opt.setdefault("lr", 2e-4 if opt["type"] != "sgd" else 1e-2)
-        if opt["type"] in ("adam", "adamw"):
-            opt.setdefault("betas", [0.9, 0.999])
-            opt.setdefault("eps", 1e-8)
-            opt.setdefault("weight_decay", 0.0 if opt["type"] == "adam" else 1e-2)
-        else:
-            opt.setdefault("momentum", 0.0)
-            opt.setdefault("weight_decay", 0.0)
-        if "clip_grad_norm" in opt:
-            _validate_clip(opt["clip_grad_norm"], f"spec: optimizer of {sub!r}")
+            _require(not (v1 and field in opt), f"{where}: {field!r} is a ganc_spec 2 field; set \"ganc_spec\": 2")
+        if "params" in opt:
+            _require(isinstance(opt["params"], list) and opt["params"] and all(_is_path(p) for p in opt["params"]),
+                     f"{where}: 'params' must list submodule or parameter paths")
+        for path in opt.get("params", [group]):
+            _require(any(_within(path, u) or _within(u, path) for u in updated),
+                     f"{where}: no phase updates {path!r} or anything in it")
+        _normalise_optimizer(group, opt)
+    if module is not None:  # resolves the paths; the default groups are not written back
+        optimizer_groups(spec, [name for name, _ in module.named_parameters()])
     spec.setdefault("buffers", "local")
     _require(spec["buffers"] in BUFFER_POLICIES,
              f"spec: 'buffers' must be one of {', '.join(BUFFER_POLICIES)}")
@@ -212,8 +281,8 @@ def validate(spec: dict, module=None) -> dict:
                  "spec: 'ema' needs 'submodule' (the trained one) and 'copy' (its average)")
         _known_keys(ema, "ema", "spec: 'ema': ")
         _numbers(ema, ("half_life_images", "beta"), "spec: 'ema': ")
-        _require(ema["copy"] not in updated, f"spec: 'ema': {ema['copy']!r} is trained by a phase; "
-                                             "it must only be averaged")
+        _require(not any(_within(u, ema["copy"]) or _within(ema["copy"], u) for u in updated),
+                 f"spec: 'ema': {ema['copy']!r} is trained by a phase; it must only be averaged")
         if module is not None:
             for name in (ema["submodule"], ema["copy"]):
                 _require(isinstance(getattr(module, name, None), torch_module()),

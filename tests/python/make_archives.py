@@ -84,13 +84,23 @@ def main(out):
         torch.jit.save(torch.jit.script(gan), os.path.join(out, "bad_no_spec.pt"))
     bad = dict(spec, phases=[dict(spec["phases"][0], method="phase_missing"), spec["phases"][1]])
     save_raw(zoo.MLPGAN(), bad, os.path.join(out, "bad_missing_method.pt"))
-    bad = dict(spec, phases=[spec["phases"][0], dict(spec["phases"][1], updates=["mapping"])])
+    bad = dict(spec, phases=[spec["phases"][0], dict(spec["phases"][1], updates=["mapping"])],
+               optimizers={"discriminator": spec["optimizers"]["discriminator"]})
     save_raw(zoo.MLPGAN(), bad, os.path.join(out, "bad_missing_submodule.pt"))
     bad = dict(spec, phases=[spec["phases"][0], dict(spec["phases"][1], interval=0)])
     save_raw(zoo.MLPGAN(), bad, os.path.join(out, "bad_zero_interval.pt"))
     sync_gan, sync_spec = zoo.build("dcgan32_syncbn")  # DCGAN's discriminator has no batch norm
     save_raw(sync_gan, dict(sync_spec, sync_batch_norm=["discriminator"]),
              os.path.join(out, "bad_sync_no_bn.pt"))
+    # `updates` and optimizer groups resolved against the module: a path that names nothing,
+    # a parameter in two groups.
+    bad = dict(spec, ganc_spec=2, phases=[dict(spec["phases"][0], updates=["discriminator.net.9"]),
+                                          spec["phases"][1]],
+               optimizers={"generator": spec["optimizers"]["generator"]})
+    save_raw(zoo.MLPGAN(), bad, os.path.join(out, "bad_update_path.pt"))
+    bad = dict(spec, ganc_spec=2, optimizers=dict(spec["optimizers"], head={
+        "type": "adam", "params": ["discriminator.net.4"]}))
+    save_raw(zoo.MLPGAN(), bad, os.path.join(out, "bad_two_groups.pt"))
     save_raw(NotScalar(), spec, os.path.join(out, "bad_not_scalar.pt"))
     save_raw(WrongShapes(), spec, os.path.join(out, "bad_interpreter.pt"))
     gan, spec = zoo.build("mlp_ema")

@@ -163,3 +163,22 @@ def test_traced_spectral_norm_exports_and_trains(ganc_bin, datasets, tmp_path):
                              "--steps", "2", "--out", str(tmp_path / "o"), "--sample-every", "0"],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_update_paths_and_optimizer_groups_are_resolved_against_the_model(tmp_path):
+    """The Python validator resolves `updates` and `params` paths as `ganc compile` does."""
+    import zoo
+    gan, spec = zoo.build("dcgan32_freezed")
+    bad = dict(spec, phases=[dict(spec["phases"][0], updates=["discriminator.main.9"]), spec["phases"][1]])
+    with pytest.raises(ganc.SpecError, match=r"updates 'discriminator.main.9', which names no parameter"):
+        ganc.export(gan, str(tmp_path / "a.pt"), bad)
+    bad = dict(spec, optimizers=dict(spec["optimizers"], head={"type": "adam", "params": ["generator.main.0"]}))
+    with pytest.raises(ganc.SpecError, match=r"'generator.main.0.weight' is in optimizer groups 'g_first_block' "
+                                             r"and 'head'"):
+        ganc.export(gan, str(tmp_path / "b.pt"), bad)
+    groups = ganc.spec.optimizer_groups(spec, [n for n, _ in gan.named_parameters()])
+    assert list(groups) == ["discriminator", "g_first_block", "generator"]
+    assert groups["discriminator"] == ["discriminator.main.4.weight", "discriminator.main.4.bias",
+                                       "discriminator.main.6.weight", "discriminator.main.6.bias"]
+    assert groups["g_first_block"] == ["generator.main.0.weight", "generator.main.1.weight",
+                                       "generator.main.1.bias"]

@@ -38,6 +38,11 @@ MODELS = [
     # PyTorch's own spectral norm (hook and parametrization APIs) in D, weight norm in G,
     # exported through ganc.export's scriptable equivalents.
     ("sndcgan32", "digits", [2]),
+    # Training part of a network: FreezeD (D's two lower convolutions frozen), G's first block in
+    # its own optimizer group at a tenth of the learning rate, the rest in its default group.
+    ("dcgan32_freezed", "digits", [2]),
+    # A learnable logit scale on the GAN module itself, stepped by its own SGD with D.
+    ("mlp_temperature", "ring", [2]),
     ("dcgan32_augment", "digits", [2]),    # dropout and augmentation draws inside the phases
     ("mlp_ema", "ring", [2]),              # generator EMA (StyleGAN2 rule) after every step
     ("cdcgan32", "digits", [2]),           # class-conditional: labels, projection D
@@ -171,14 +176,17 @@ def compare(model, got_dir, ref_dir):
 
 
 def check_clipping(spec, got_dir, ref_dir):
-    """With clip_grad_norm, every clipped submodule's gradient norm is at most max_norm, and
-    equal to it on some step (the bound was active, so parity covered the clipping)."""
+    """With clip_grad_norm, every clipped optimizer group's gradient norm is at most max_norm,
+    and equal to it on some step (the bound was active, so parity covered the clipping)."""
     clipped = {sub: opt["clip_grad_norm"] for sub, opt in spec["optimizers"].items()
                if "clip_grad_norm" in opt}
+    if not clipped:
+        return
     active = set()
     for _, _, got, _ in gradient_dumps(spec, STEPS, got_dir, ref_dir):
         for sub, clip in clipped.items():
-            grads = [g for name, g in got.items() if name.split(".", 1)[0] == sub]
+            grads = [g for name, g in got.items()
+                     if any(name == p or name.startswith(p + ".") for p in spec["optimizers"][sub].get("params", [sub]))]
             if not grads:
                 continue
             p = float(clip.get("norm_type", 2.0))
