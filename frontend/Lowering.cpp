@@ -516,7 +516,7 @@ Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive) {
   for (const auto &b : archive.module.named_buffers(/*recurse=*/true))
     module->buffers.push_back(
         {b.name, ir::Type::tensor(dtypeName(b.value.scalar_type()), b.value.sizes().vec()),
-         ownerOf(b.name)});
+         ownerOf(b.name), ""});
   // A GAN with stages gets every phase once per stage, specialised for it.
   if (archive.spec.stages)
     for (const StageSpec &stage : archive.spec.stages->list)

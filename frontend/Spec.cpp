@@ -104,8 +104,7 @@ size_t editDistance(const std::string &a, const std::string &b) {
 
 /// Every key of the object `j` must be one of `known`: a misspelled field is an error with a
 /// suggestion, never silently ignored. `where` names the object ("phase 'd'").
-Status knownKeys(const json &j, std::initializer_list<const char *> known,
-                 const std::string &where) {
+Status knownKeys(const json &j, const std::vector<std::string> &known, const std::string &where) {
   if (!j.is_object())
     return Status::ok(); // the caller's own check says what it must be
   for (const auto &item : j.items()) {
@@ -113,7 +112,7 @@ Status knownKeys(const json &j, std::initializer_list<const char *> known,
     std::string best;
     size_t bestDistance = 3; // suggest only close names
     bool found = false;
-    for (const char *k : known) {
+    for (const std::string &k : known) {
       if (key == k) {
         found = true;
         break;
@@ -182,6 +181,44 @@ Status parseClip(const json &j, const std::string &where, OptimizerSpec &o) {
   return Status::ok();
 }
 
+/// 'lr_schedule': {"type": ..., and that torch.optim.lr_scheduler class's arguments}.
+Status parseSchedule(const json &j, const std::string &where, OptimizerSpec &o) {
+  const std::string at = where + ": lr_schedule: ";
+  GANC_TRY(need(j.is_object() && j.contains("type") && j["type"].is_string(),
+                at + "needs a 'type' (constant, linear, step, cosine or exponential)"));
+  LrScheduleSpec s;
+  s.type = j["type"].get<std::string>();
+  static const std::map<std::string, std::vector<std::string>> kKeys = {
+      {"constant", {"type", "factor", "total_iters"}},
+      {"linear", {"type", "start_factor", "end_factor", "total_iters"}},
+      {"step", {"type", "step_size", "gamma"}},
+      {"cosine", {"type", "t_max", "eta_min"}},
+      {"exponential", {"type", "gamma"}}};
+  auto keys = kKeys.find(s.type);
+  GANC_TRY(need(keys != kKeys.end(), at + "unknown type '" + s.type +
+                                         "' (constant, linear, step, cosine or exponential)"));
+  GANC_TRY(knownKeys(j, keys->second, at));
+  GANC_TRY(field(j, "factor", s.factor, at));
+  GANC_TRY(field(j, "start_factor", s.startFactor, at));
+  GANC_TRY(field(j, "end_factor", s.endFactor, at));
+  GANC_TRY(field(j, "total_iters", s.totalIters, at));
+  GANC_TRY(field(j, "step_size", s.stepSize, at));
+  GANC_TRY(field(j, "gamma", s.gamma, at));
+  GANC_TRY(field(j, "t_max", s.tMax, at));
+  GANC_TRY(field(j, "eta_min", s.etaMin, at));
+  if (s.type == "exponential")
+    GANC_TRY(need(j.contains("gamma"), at + "exponential needs 'gamma'"));
+  GANC_TRY(need(s.factor > 0 && s.factor <= 1, at + "factor must be in (0, 1]"));
+  GANC_TRY(need(s.startFactor > 0 && s.startFactor <= 1 && s.endFactor >= 0 && s.endFactor <= 1,
+                at + "start_factor must be in (0, 1] and end_factor in [0, 1]"));
+  GANC_TRY(need(s.totalIters >= 0, at + "total_iters must be >= 0"));
+  GANC_TRY(need(s.type != "step" || s.stepSize >= 1, at + "step needs 'step_size' >= 1"));
+  GANC_TRY(need(s.type != "cosine" || s.tMax >= 1, at + "cosine needs 't_max' >= 1"));
+  GANC_TRY(need(s.gamma > 0 && s.etaMin >= 0, at + "gamma must be > 0 and eta_min >= 0"));
+  o.schedule = s;
+  return Status::ok();
+}
+
 /// 'loss_scalers': {"name": {init_scale, growth_factor, backoff_factor, growth_interval}}.
 Status parseLossScalers(const json &j, Spec &spec) {
   GANC_TRY(need(j.is_object(), "'loss_scalers' must map scaler names to their settings"));
@@ -223,9 +260,10 @@ bool isPath(const std::string &path) {
 
 Status parseOptimizer(const std::string &group, const json &j, OptimizerSpec &o) {
   std::string where = "optimizer of '" + group + "'";
-  GANC_TRY(knownKeys(
-      j, {"params", "type", "lr", "betas", "eps", "weight_decay", "momentum", "clip_grad_norm"},
-      where + ": "));
+  GANC_TRY(knownKeys(j,
+                     {"params", "type", "lr", "betas", "eps", "weight_decay", "momentum",
+                      "clip_grad_norm", "lr_schedule"},
+                     where + ": "));
   GANC_TRY(need(j.is_object() && j.contains("type") && j["type"].is_string(),
                 where + " needs a 'type'"));
   o.params = {group};
@@ -264,6 +302,8 @@ Status parseOptimizer(const std::string &group, const json &j, OptimizerSpec &o)
   GANC_TRY(need(o.momentum >= 0, where + ": momentum must be >= 0"));
   if (j.contains("clip_grad_norm"))
     GANC_TRY(parseClip(j["clip_grad_norm"], where, o));
+  if (j.contains("lr_schedule"))
+    GANC_TRY(parseSchedule(j["lr_schedule"], where, o));
   return Status::ok();
 }
 
@@ -279,6 +319,7 @@ Status parseOptimizers(const json &optimizers, Spec &spec) {
                   "optimizer group '" + group + "': names hold letters, digits, '_' and '.'"));
     GANC_TRY(needVersion2(spec, o, "clip_grad_norm", where));
     GANC_TRY(needVersion2(spec, o, "params", where));
+    GANC_TRY(needVersion2(spec, o, "lr_schedule", where));
     OptimizerSpec opt;
     GANC_TRY(parseOptimizer(group, o, opt));
     for (const std::string &path : opt.params)

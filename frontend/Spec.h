@@ -112,6 +112,22 @@ struct ClipSpec {
   double normType = 2.0;
 };
 
+/// A learning-rate schedule: one of torch.optim.lr_scheduler's, stepped once per training
+/// step. Fields unused by a type keep torch's defaults.
+struct LrScheduleSpec {
+  /// "constant" (ConstantLR), "linear" (LinearLR: warm-up), "step" (StepLR), "cosine"
+  /// (CosineAnnealingLR), "exponential" (ExponentialLR).
+  std::string type;
+  double factor = 1.0 / 3;      // constant
+  double startFactor = 1.0 / 3; // linear
+  double endFactor = 1.0;       // linear
+  int64_t totalIters = 5;       // constant, linear
+  int64_t stepSize = 0;         // step
+  double gamma = 0.1;           // step, exponential
+  int64_t tMax = 0;             // cosine
+  double etaMin = 0.0;          // cosine
+};
+
 /// torch.optim hyper-parameters of one submodule's optimizer.
 /// One optimizer group: the parameters it steps and torch.optim's hyper-parameters for them.
 struct OptimizerSpec {
@@ -124,6 +140,8 @@ struct OptimizerSpec {
   double momentum = 0.0;
   /// Clip the gradients this optimizer steps over (before it steps).
   std::optional<ClipSpec> clip;
+  /// The learning rate's schedule ("lr_schedule"); none: lr stays as it is.
+  std::optional<LrScheduleSpec> schedule;
 };
 
 struct SampleSpec {

@@ -5,6 +5,68 @@
 
 namespace ganc::runtime {
 
+LrSchedule::LrSchedule(frontend::LrScheduleSpec spec, double baseLr)
+    : spec_(std::move(spec)), baseLr_(baseLr) {
+  // The constructor's initial step: get_lr() at last_epoch 0.
+  lr_ = spec_.type == "constant" ? baseLr * spec_.factor
+        : spec_.type == "linear" ? baseLr * spec_.startFactor
+                                 : baseLr;
+}
+
+double LrSchedule::next() const {
+  // torch/optim/lr_scheduler.py, each class's get_lr(), operation for operation.
+  const frontend::LrScheduleSpec &s = spec_;
+  const int64_t e = epoch_ + 1;
+  if (s.type == "constant")
+    return e != s.totalIters ? lr_ : lr_ * (1.0 / s.factor);
+  if (s.type == "linear") {
+    if (e > s.totalIters)
+      return lr_;
+    return lr_ * (1.0 + (s.endFactor - s.startFactor) /
+                            (static_cast<double>(s.totalIters) * s.startFactor +
+                             static_cast<double>(e - 1) * (s.endFactor - s.startFactor)));
+  }
+  if (s.type == "step")
+    return e % s.stepSize != 0 ? lr_ : lr_ * s.gamma;
+  if (s.type == "exponential")
+    return lr_ * s.gamma;
+  // cosine
+  const double tMax = static_cast<double>(s.tMax);
+  if ((e - 1 - s.tMax) % (2 * s.tMax) == 0)
+    return lr_ + (baseLr_ - s.etaMin) * (1 - std::cos(M_PI / tMax)) / 2;
+  return (1 + std::cos(M_PI * static_cast<double>(e) / tMax)) /
+             (1 + std::cos(M_PI * static_cast<double>(e - 1) / tMax)) * (lr_ - s.etaMin) +
+         s.etaMin;
+}
+
+double LrSchedule::at(int64_t step) {
+  if (step < epoch_)
+    *this = LrSchedule(spec_, baseLr_);
+  while (epoch_ < step) {
+    lr_ = next();
+    ++epoch_;
+  }
+  return lr_;
+}
+
+Optimizer::Optimizer(frontend::OptimizerSpec spec, c10::Device device)
+    : spec_(std::move(spec)), device_(device), lr_(spec_.lr) {
+  if (spec_.schedule) {
+    schedule_.emplace(*spec_.schedule, spec_.lr);
+    lr_ = schedule_->at(0);
+    if (device_.is_cuda())
+      lrTensor_ = torch::full({}, lr_, at::TensorOptions(device_).dtype(torch::kFloat32));
+  }
+}
+
+void Optimizer::beginStep(int64_t step) {
+  if (!schedule_)
+    return;
+  lr_ = schedule_->at(step);
+  if (lrTensor_.defined())
+    lrTensor_.fill_(lr_);
+}
+
 void Optimizer::step(const std::vector<std::string> &names,
                      const std::vector<at::Tensor> &parameters, const at::Tensor &foundInf) {
   torch::NoGradGuard noGrad;
@@ -37,7 +99,7 @@ void Optimizer::adam(const at::Tensor &param, ParamState &state) {
   state.step += 1;
   if (spec_.weightDecay != 0) {
     if (spec_.type == "adamw")
-      p.mul_(1 - spec_.lr * spec_.weightDecay);
+      p.mul_(1 - lr_ * spec_.weightDecay);
     else
       grad = grad.add(p, spec_.weightDecay);
   }
@@ -45,7 +107,7 @@ void Optimizer::adam(const at::Tensor &param, ParamState &state) {
   state.expAvgSq.mul_(spec_.beta2).addcmul_(grad, grad, 1 - spec_.beta2);
   double biasCorrection1 = 1 - std::pow(spec_.beta1, state.step);
   double biasCorrection2 = 1 - std::pow(spec_.beta2, state.step);
-  double stepSize = spec_.lr / biasCorrection1;
+  double stepSize = lr_ / biasCorrection1;
   double biasCorrection2Sqrt = std::sqrt(biasCorrection2);
   at::Tensor denom = (state.expAvgSq.sqrt() / biasCorrection2Sqrt).add_(spec_.eps);
   p.addcdiv_(state.expAvg, denom, -stepSize);
@@ -65,7 +127,7 @@ void Optimizer::sgd(const at::Tensor &param, ParamState &state) {
     grad = state.momentum;
   }
   state.step += 1;
-  p.add_(grad, -spec_.lr);
+  p.add_(grad, -lr_);
 }
 
 void Optimizer::fusedStep(const std::vector<std::string> &names,
@@ -103,19 +165,27 @@ void Optimizer::fusedStep(const std::vector<std::string> &names,
   // and the step counts go back (torch.optim's _fused_adam does the same).
   const std::optional<at::Tensor> found =
       foundInf.defined() ? std::optional<at::Tensor>(foundInf) : std::nullopt;
-  if (spec_.type == "sgd") {
-    // torch.optim.SGD(fused=True): the first step copies the gradient into the momentum
-    // buffer; later steps (the captured ones) update it.
-    at::_fused_sgd_(params, grads, spec_.momentum != 0 ? at::TensorList(momenta) : at::TensorList(),
-                    spec_.weightDecay, spec_.momentum, spec_.lr, 0.0, false, false, firstSgdStep,
-                    std::nullopt, found);
-  } else if (spec_.type == "adamw") {
-    at::_fused_adamw_(params, grads, expAvgs, expAvgSqs, {}, steps, spec_.lr, spec_.beta1,
-                      spec_.beta2, spec_.weightDecay, spec_.eps, false, false, std::nullopt, found);
-  } else {
-    at::_fused_adam_(params, grads, expAvgs, expAvgSqs, {}, steps, spec_.lr, spec_.beta1,
-                     spec_.beta2, spec_.weightDecay, spec_.eps, false, false, std::nullopt, found);
-  }
+  // A scheduled learning rate is read from its device tensor (torch's tensor-lr overloads).
+  auto launch = [&](const auto &lr) {
+    if (spec_.type == "sgd") {
+      // torch.optim.SGD(fused=True): the first step copies the gradient into the momentum
+      // buffer; later steps (the captured ones) update it.
+      at::_fused_sgd_(params, grads,
+                      spec_.momentum != 0 ? at::TensorList(momenta) : at::TensorList(),
+                      spec_.weightDecay, spec_.momentum, lr, 0.0, false, false, firstSgdStep,
+                      std::nullopt, found);
+    } else if (spec_.type == "adamw") {
+      at::_fused_adamw_(params, grads, expAvgs, expAvgSqs, {}, steps, lr, spec_.beta1, spec_.beta2,
+                        spec_.weightDecay, spec_.eps, false, false, std::nullopt, found);
+    } else {
+      at::_fused_adam_(params, grads, expAvgs, expAvgSqs, {}, steps, lr, spec_.beta1, spec_.beta2,
+                       spec_.weightDecay, spec_.eps, false, false, std::nullopt, found);
+    }
+  };
+  if (lrTensor_.defined())
+    launch(lrTensor_);
+  else
+    launch(lr_);
   if (found)
     at::_foreach_sub_(steps, std::vector<at::Tensor>(steps.size(), *found));
 }
@@ -136,7 +206,8 @@ c10::impl::GenericDict Optimizer::stateDict() const {
   }
   c10::impl::GenericDict hyper = makeDict();
   hyper.insert("type", spec_.type);
-  hyper.insert("lr", spec_.lr);
+  hyper.insert("lr", lr_);
+  hyper.insert("initial_lr", spec_.lr);
   hyper.insert("betas", std::vector<double>{spec_.beta1, spec_.beta2});
   hyper.insert("eps", spec_.eps);
   hyper.insert("weight_decay", spec_.weightDecay);

@@ -1,5 +1,5 @@
 // Adam, AdamW and SGD with momentum: torch.optim's math and state, one optimizer per
-// submodule, stepping only over the parameters a phase used.
+// optimizer group, stepping only over the parameters a phase used; learning-rate schedules.
 #pragma once
 
 #include "frontend/Spec.h"
@@ -9,16 +9,41 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace ganc::runtime {
 
-/// One submodule's optimizer. Per-parameter state is keyed by the parameter's name.
+/// A torch.optim.lr_scheduler's learning rates, computed with its own recursive (chainable)
+/// arithmetic in double precision, so every value equals the Python float torch sets.
+class LrSchedule {
+public:
+  LrSchedule(frontend::LrScheduleSpec spec, double baseLr);
+  /// The learning rate after `step` calls of scheduler.step() (step 0: after construction).
+  double at(int64_t step);
+
+private:
+  /// The next value: get_lr() with last_epoch = epoch_ + 1.
+  double next() const;
+  frontend::LrScheduleSpec spec_;
+  double baseLr_;
+  double lr_;
+  int64_t epoch_ = 0;
+};
+
+/// One optimizer group's optimizer. Per-parameter state is keyed by the parameter's name.
 class Optimizer {
 public:
-  Optimizer(frontend::OptimizerSpec spec, c10::Device device)
-      : spec_(std::move(spec)), device_(device) {}
+  Optimizer(frontend::OptimizerSpec spec, c10::Device device);
+
+  /// Sets the learning rate for training step `step` (its schedule's value; constant without
+  /// one). On CUDA a scheduled learning rate lives in a device tensor the fused kernels read,
+  /// updated by a kernel launched before the step's phases: no host synchronisation, and a
+  /// captured graph reads the new value.
+  void beginStep(int64_t step);
+  /// The learning rate of the current step.
+  double lr() const { return lr_; }
 
   /// One step over `parameters` (their .grad holds the all-reduced gradient), exactly as
   /// torch.optim does it: its single-tensor code on CPU; on CUDA its fused kernels
@@ -48,6 +73,10 @@ private:
   frontend::OptimizerSpec spec_;
   c10::Device device_;
   std::map<std::string, ParamState> state_;
+  std::optional<LrSchedule> schedule_;
+  double lr_;
+  /// CUDA with a schedule: the learning rate as a float32 device tensor.
+  at::Tensor lrTensor_;
 };
 
 /// torch.nn.utils.clip_grad_norm_(parameters, maxNorm, normType) with its default foreach

@@ -29,6 +29,8 @@ public:
     for (int64_t step = firstStep_; step < o.steps; ++step) {
       progress.beginStep();
       inputs_.beginStep();
+      for (auto &[group, optimizer] : s_.optimizers)
+        optimizer.beginStep(step); // the step's scheduled learning rates
       const std::string stage = enterStage(step);
       int64_t images = 0;
       for (const frontend::PhaseSpec &phase : s_.spec().phases) {

@@ -15,13 +15,14 @@ import contextlib
 import json
 import os
 import socket
+import warnings
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .spec import fade_at, optimizer_groups, optimizer_settings, stage_at
+from .spec import fade_at, lr_scheduler, optimizer_groups, optimizer_settings, stage_at
 
 
 # ganc seeds the generator random ops inside phases draw from with seed + this + rank.
@@ -227,6 +228,10 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
     optimizers = {g: _optimizer([params[n] for n in names], optimizer_settings(spec, g), cuda)
                   for g, names in groups.items()}
 
+    # Learning-rate schedules: torch's schedulers, stepped once per training step.
+    schedulers = [lr_scheduler(optimizers[g], optimizer_settings(spec, g)["lr_schedule"])
+                  for g in groups if "lr_schedule" in optimizer_settings(spec, g)]
+
     def trains(name, updates):
         return any(name == u or name.startswith(u + ".") for u in updates)
 
@@ -331,6 +336,10 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
                     optimizers[g].step()
             if scaler:
                 scaler.update()
+        with warnings.catch_warnings():  # a group a later phase steps has not stepped yet
+            warnings.simplefilter("ignore", UserWarning)
+            for scheduler in schedulers:
+                scheduler.step()
         if ema is not None:
             with torch.no_grad():  # StyleGAN2's update
                 for p_ema, p in zip(ema_pairs[0], ema_pairs[1]):

@@ -6,6 +6,7 @@ frontend validates the same rules and rejects an archive whose spec breaks them.
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import math
 
@@ -14,7 +15,7 @@ READ_VERSIONS = (1, 2)
 # Fields version 2 added; a version 1 spec using one is refused (an older ganc would ignore it).
 V2_SPEC_FIELDS = ("precision", "loss_scalers", "sync_batch_norm", "non_finite")
 V2_PHASE_FIELDS = ("accumulate", "precision", "loss_scaler")
-V2_OPTIMIZER_FIELDS = ("clip_grad_norm", "params")
+V2_OPTIMIZER_FIELDS = ("clip_grad_norm", "params", "lr_schedule")
 PRECISIONS = ("float32", "bfloat16", "float16")
 SOURCES = ("data", "labels", "normal", "uniform", "categorical", "fade")
 OPTIMIZERS = ("adam", "adamw", "sgd")
@@ -31,7 +32,8 @@ KEYS = {
     "phase": ("name", "method", "updates", "interval", "inputs", "accumulate", "precision",
               "loss_scaler"),
     "input": ("name", "source", "shape", "classes"),
-    "optimizer": ("params", "type", "lr", "betas", "eps", "weight_decay", "momentum", "clip_grad_norm"),
+    "optimizer": ("params", "type", "lr", "betas", "eps", "weight_decay", "momentum", "clip_grad_norm",
+                  "lr_schedule"),
     "clip": ("max_norm", "norm_type"),
     "scaler": ("init_scale", "growth_factor", "backoff_factor", "growth_interval"),
     "ema": ("submodule", "copy", "half_life_images", "beta"),
@@ -103,7 +105,53 @@ def _normalise_optimizer(group: str, opt: dict) -> dict:
         opt.setdefault("weight_decay", 0.0)
     if "clip_grad_norm" in opt:
         _validate_clip(opt["clip_grad_norm"], where)
+    if "lr_schedule" in opt:
+        _validate_schedule(opt["lr_schedule"], where)
     return opt
+
+
+# Each schedule type: its torch.optim.lr_scheduler class and the keyword arguments it takes.
+SCHEDULES = {
+    "constant": ("ConstantLR", ("factor", "total_iters")),
+    "linear": ("LinearLR", ("start_factor", "end_factor", "total_iters")),
+    "step": ("StepLR", ("step_size", "gamma")),
+    "cosine": ("CosineAnnealingLR", ("t_max", "eta_min")),
+    "exponential": ("ExponentialLR", ("gamma",)),
+}
+
+
+def _validate_schedule(schedule, where: str) -> None:
+    at = f"{where}: lr_schedule: "
+    _require(isinstance(schedule, dict) and schedule.get("type") in SCHEDULES,
+             f"{at}unknown type {schedule.get('type') if isinstance(schedule, dict) else schedule!r} "
+             "(constant, linear, step, cosine or exponential)")
+    keys = ("type",) + SCHEDULES[schedule["type"]][1]
+    for key in schedule:
+        if key not in keys:
+            close = difflib.get_close_matches(key, keys, n=1)
+            _require(False, f"{at}unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    _numbers(schedule, ("factor", "start_factor", "end_factor", "gamma", "eta_min"), at)
+    for key in ("total_iters", "step_size", "t_max"):
+        _require(key not in schedule or (isinstance(schedule[key], int) and not isinstance(schedule[key], bool)),
+                 f"{at}{key!r} must be an integer")
+    kind = schedule["type"]
+    _require(kind != "exponential" or "gamma" in schedule, f"{at}exponential needs 'gamma'")
+    _require(0 < schedule.get("factor", 1 / 3) <= 1, f"{at}factor must be in (0, 1]")
+    _require(0 < schedule.get("start_factor", 1 / 3) <= 1 and 0 <= schedule.get("end_factor", 1.0) <= 1,
+             f"{at}start_factor must be in (0, 1] and end_factor in [0, 1]")
+    _require(schedule.get("total_iters", 5) >= 0, f"{at}total_iters must be >= 0")
+    _require(kind != "step" or schedule.get("step_size", 0) >= 1, f"{at}step needs 'step_size' >= 1")
+    _require(kind != "cosine" or schedule.get("t_max", 0) >= 1, f"{at}cosine needs 't_max' >= 1")
+    _require(schedule.get("gamma", 0.1) > 0 and schedule.get("eta_min", 0.0) >= 0,
+             f"{at}gamma must be > 0 and eta_min >= 0")
+
+
+def lr_scheduler(optimizer, schedule: dict):
+    """The torch.optim.lr_scheduler a spec's `lr_schedule` is (the eager reference)."""
+    import torch
+    name, keys = SCHEDULES[schedule["type"]]
+    kwargs = {("T_max" if k == "t_max" else k): schedule[k] for k in keys if k in schedule}
+    return getattr(torch.optim.lr_scheduler, name)(optimizer, **kwargs)
 
 
 def optimizer_settings(spec: dict, group: str) -> dict:

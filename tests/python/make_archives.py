@@ -77,6 +77,19 @@ def main(out):
     gan, spec = zoo.build("mlp")
     ganc.export(gan, os.path.join(out, "mlp_skip.pt"), dict(spec, ganc_spec=2, non_finite="skip"))
 
+    # Learning-rate schedules, all five types over two archives of the three-group MLP GAN
+    # (discriminator, generator, logit_scale): cosine annealing past t_max (its restart
+    # branch), linear warm-up, step decay; exponential decay and a constant factor.
+    gan, spec = zoo.build("mlp_temperature")
+    spec["optimizers"]["discriminator"]["lr_schedule"] = {"type": "cosine", "t_max": 4, "eta_min": 1e-4}
+    spec["optimizers"]["generator"]["lr_schedule"] = {"type": "linear", "start_factor": 0.1, "total_iters": 4}
+    spec["optimizers"]["logit_scale"]["lr_schedule"] = {"type": "step", "step_size": 3, "gamma": 0.5}
+    ganc.export(gan, os.path.join(out, "mlp_schedules.pt"), spec)
+    gan, spec = zoo.build("mlp_temperature")
+    spec["optimizers"]["discriminator"]["lr_schedule"] = {"type": "exponential", "gamma": 0.8}
+    spec["optimizers"]["generator"]["lr_schedule"] = {"type": "constant", "factor": 0.5, "total_iters": 3}
+    ganc.export(gan, os.path.join(out, "mlp_schedules_decay.pt"), spec)
+
     with open(os.path.join(out, "bad_not_archive.pt"), "w") as f:
         f.write("this is not a TorchScript archive\n")
     gan, spec = zoo.build("mlp")

@@ -43,6 +43,9 @@ MODELS = [
     ("dcgan32_freezed", "digits", [2]),
     # A learnable logit scale on the GAN module itself, stepped by its own SGD with D.
     ("mlp_temperature", "ring", [2]),
+    # Learning-rate schedules against torch.optim.lr_scheduler, all five types.
+    ("mlp_schedules", "ring", [2]),
+    ("mlp_schedules_decay", "ring", [2]),
     ("dcgan32_augment", "digits", [2]),    # dropout and augmentation draws inside the phases
     ("mlp_ema", "ring", [2]),              # generator EMA (StyleGAN2 rule) after every step
     ("cdcgan32", "digits", [2]),           # class-conditional: labels, projection D

@@ -15,10 +15,11 @@ from conftest import archive, compile_plan, train_args
 # dcgan32_augment: dropout and augmentation inside the phases (the generator they draw from
 # is checkpointed per rank).
 @pytest.mark.parametrize("model,steps,split", [("dcgan32", 8, 4), ("pggan_quick", 8, 4),
-                                               ("dcgan32_scaled", 10, 5), ("dcgan32_augment", 8, 4)])
+                                               ("dcgan32_scaled", 10, 5), ("dcgan32_augment", 8, 4),
+                                               ("mlp_schedules", 8, 3)])
 def test_resume_continues_exactly(ganc_bin, datasets, tmp_path, model, steps, split):
     plan = compile_plan(ganc_bin, model, str(tmp_path))
-    data = datasets["digits"]
+    data = datasets["ring" if model.startswith("mlp") else "digits"]
     straight = str(tmp_path / "straight")
     subprocess.run([ganc_bin, "run", "--nproc", "2", *train_args(plan, model, data, straight, steps,
                     "--checkpoint-every", str(steps))], check=True)
