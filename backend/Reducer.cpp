@@ -53,6 +53,7 @@ PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Ten
     r->usedNames_.push_back(name);
     r->usedParameters_.push_back(parameters.at(name));
   }
+  r->conditional_ = phase.conditional;
   r->pending_.assign(r->buffers_.size(), 0);
   return r;
 }
@@ -102,22 +103,54 @@ void PhaseReducer::launchReady() {
 }
 
 void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
-  // A gradient that never arrived (a branch not taken on this rank) counts as zeros: its
-  // slot still holds the previous iteration's values.
+  // A gradient that did not arrive in this backward: one summed locally by earlier
+  // micro-batches (their hooks were off) goes into its slot now; one this rank never computed
+  // (a branch not taken) counts as zeros, since the slot still holds an earlier run's values.
+  std::set<std::string> reachedHere;
   for (auto &[name, ready] : ready_) {
-    if (ready)
-      continue;
     Slot &slot = slots_.at(name);
-    slot.view.zero_();
     at::Tensor p = parameters.at(name);
+    if (ready) {
+      reachedHere.insert(name);
+      continue;
+    }
+    const at::Tensor grad = p.grad();
+    if (grad.defined()) {
+      at::mul_out(slot.view, grad, at::native::wrapped_scalar_tensor(scale_));
+      reachedHere.insert(name);
+    } else {
+      slot.view.zero_();
+    }
     p.mutable_grad() = slot.view;
   }
   for (int &p : pending_)
     p = 0;
   launchReady();
+  // Which conditional parameters some rank reached: one small all-reduce, issued after every
+  // bucket, so every rank issues its collectives in the same order.
+  at::Tensor reached;
+  if (!conditional_.empty()) {
+    std::vector<float> flags;
+    for (const std::string &name : conditional_)
+      flags.push_back(reachedHere.count(name) ? 1.0F : 0.0F);
+    reached = torch::tensor(flags).to(buffers_.front().device());
+    std::vector<at::Tensor> tensors{reached};
+    works_.push_back(group_->allreduce(tensors));
+  }
   for (auto &work : works_)
     work->wait();
   works_.clear();
+  // No rank reached it: grad None and no step, as DDP(find_unused_parameters=True) leaves it.
+  unreached_.clear();
+  if (reached.defined()) {
+    at::Tensor counts = reached.cpu();
+    for (size_t i = 0; i < conditional_.size(); ++i)
+      if (counts[static_cast<int64_t>(i)].item<float>() == 0) {
+        unreached_.insert(conditional_[i]);
+        at::Tensor p = parameters.at(conditional_[i]);
+        p.mutable_grad() = at::Tensor();
+      }
+  }
 }
 
 struct GradReadyHook : torch::autograd::PostAccumulateGradHook {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,10 +36,15 @@ public:
   /// Returns false when the plan does not expect a gradient for it.
   bool markReady(const std::string &parameter, const at::Tensor &tensor);
   /// After backward: zero the slots of gradients that never arrived, launch any bucket not
-  /// launched yet (in order) and wait for all of them.
+  /// launched yet (in order) and wait for all of them. For the plan's conditional
+  /// parameters, one more small all-reduce says which some rank reached; the others get
+  /// grad None (the optimizers skip them).
   void finish(const std::map<std::string, at::Tensor> &parameters);
 
   const std::vector<std::string> &usedNames() const { return usedNames_; }
+  /// Whether usedNames()[i] got a gradient in the last run (false only for a conditional
+  /// parameter no rank reached).
+  bool hadGradient(size_t i) const { return !unreached_.count(usedNames_[i]); }
   const std::vector<at::Tensor> &usedParameters() const { return usedParameters_; }
   /// The all-reduced gradient of usedNames()[i]: its slot in the bucket, which the phase's
   /// last run wrote (a parameter's `.grad` may point at another phase's slot by now).
@@ -62,6 +68,8 @@ private:
   std::map<std::string, Slot> slots_;
   std::map<std::string, bool> ready_;
   std::vector<std::string> usedNames_;
+  std::vector<std::string> conditional_;
+  std::set<std::string> unreached_;
   std::vector<at::Tensor> usedParameters_;
   size_t nextLaunch_ = 0;
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;

@@ -184,6 +184,10 @@ struct Phase {
   bool hasUsedFacts = false;
   std::vector<std::string> used;
   std::vector<std::string> unused;
+  /// Used parameters whose every read sits inside a prim::If or prim::Loop region: whether a
+  /// step reaches them is decided by data, so the runtime checks it per step (a parameter no
+  /// rank reached keeps grad None and is not stepped, as in eager DDP).
+  std::vector<std::string> conditional;
   std::vector<std::string> readyOrder;
   std::vector<Bucket> buckets;
   std::vector<ScheduledAllReduce> schedule;

@@ -341,6 +341,8 @@ private:
       } else if (word == "unused") {
         p.hasUsedFacts = true;
         GANC_TRY(symbolList(p.unused, true));
+      } else if (word == "conditional") {
+        GANC_TRY(symbolList(p.conditional, true));
       } else if (word == "ready") {
         GANC_TRY(symbolList(p.readyOrder, true));
       } else if (word == "bucket") {

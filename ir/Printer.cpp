@@ -136,6 +136,8 @@ private:
     if (p.hasUsedFacts) {
       line(2, "used " + symbolList(p.used, '@'));
       line(2, "unused " + symbolList(p.unused, '@'));
+      if (!p.conditional.empty())
+        line(2, "conditional " + symbolList(p.conditional, '@'));
     }
     if (!p.readyOrder.empty())
       line(2, "ready " + symbolList(p.readyOrder, '@'));

@@ -154,6 +154,9 @@ private:
         if (!seen.insert(name).second)
           return Status::error("parameter @" + name + " is listed twice in used/unused");
       }
+    for (const std::string &name : p.conditional)
+      if (std::find(p.used.begin(), p.used.end(), name) == p.used.end())
+        return Status::error("conditional parameter @" + name + " is not a used parameter");
     if (!p.readyOrder.empty()) {
       std::vector<std::string> a = p.readyOrder, b = p.used;
       std::sort(a.begin(), a.end());

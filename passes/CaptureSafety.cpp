@@ -24,6 +24,10 @@ Expected<bool> runCaptureSafety(ir::Module &module, const PassOptions &) {
                  (op.results.empty() ? std::string() : " (%" + op.results[0]->name + ")") + " " +
                  why;
     });
+    // Which conditional parameters a step reached is read on the host after backward.
+    if (reason.empty() && !phase->conditional.empty())
+      reason = "@" + phase->conditional.front() +
+               " is reached only under a branch on data (checked on the host each step)";
     changed |= !phase->hasCaptureFacts || reason != phase->eagerReason;
     phase->eagerReason = reason;
     phase->hasCaptureFacts = true;

@@ -18,9 +18,13 @@
 // makes a discriminator's last bias unused in an R1 phase, and every to-RGB bias unused in
 // StyleGAN2's path-length phase (img * noise reads only the noise), as in eager autograd.
 //
-// Invariant left: phase.used lists, in declaration order, the reachable parameters owned by a
-// submodule the phase updates; phase.unused the remaining parameters of those submodules.
-// Neither contains a parameter of a submodule the phase does not update.
+// A used parameter whose every read sits inside a prim::If or prim::Loop region (a branch or a
+// loop on a tensor value: which way it goes is data) is also listed as conditional: the
+// runtime checks per step whether some rank reached it.
+//
+// Invariant left: phase.used lists, in declaration order, the reachable parameters the phase
+// trains (within its `updates` paths); phase.unused the remaining ones it trains; neither
+// holds a parameter the phase does not train; phase.conditional is a subset of phase.used.
 #include "passes/OpTraits.h"
 #include "passes/Pass.h"
 
@@ -199,6 +203,21 @@ private:
   std::vector<const Op *> inPlace_;
 };
 
+/// For every parameter read in `block`: whether all its reads so far sit inside a region of a
+/// prim::If or prim::Loop (`inside`: `block` is such a region, or nested in one).
+void markRegionReads(const ir::Block &block, bool inside, std::map<std::string, bool> &only) {
+  for (const auto &op : block.ops) {
+    if (op->name == "ganc.param") {
+      auto [it, added] = only.emplace(op->symbol, inside);
+      if (!added)
+        it->second = it->second && inside;
+    }
+    const bool branches = op->name == "prim::If" || op->name == "prim::Loop";
+    for (const auto &region : op->regions)
+      markRegionReads(region, inside || branches, only);
+  }
+}
+
 } // namespace
 
 Expected<bool> runUsedParams(ir::Module &module, const PassOptions &) {
@@ -215,15 +234,23 @@ Expected<bool> runUsedParams(ir::Module &module, const PassOptions &) {
       if (op.name == "ganc.param" && !op.results.empty() && reached.count(op.results[0]))
         usedNames.insert(op.symbol);
     });
-    std::vector<std::string> used, unused;
+    // A used parameter read only inside If/Loop regions is reached or not by data.
+    std::map<std::string, bool> onlyInRegions;
+    markRegionReads(phase->body, false, onlyInRegions);
+    std::vector<std::string> used, unused, conditional;
     for (const ir::Tensor &p : module.parameters) {
       if (!phase->trains(p.name))
         continue;
       (usedNames.count(p.name) ? used : unused).push_back(p.name);
     }
-    changed |= !phase->hasUsedFacts || used != phase->used || unused != phase->unused;
+    for (const std::string &name : used)
+      if (onlyInRegions.count(name) && onlyInRegions[name])
+        conditional.push_back(name);
+    changed |= !phase->hasUsedFacts || used != phase->used || unused != phase->unused ||
+               conditional != phase->conditional;
     phase->used = std::move(used);
     phase->unused = std::move(unused);
+    phase->conditional = std::move(conditional);
     phase->hasUsedFacts = true;
   }
   return changed;

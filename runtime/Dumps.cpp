@@ -24,7 +24,8 @@ Status dumpGradients(Session &s, int64_t step, const std::string &key, const std
   const backend::PhaseReducer &reducer = s.executor->reducer(key);
   c10::Dict<std::string, at::Tensor> grads;
   for (size_t i = 0; i < reducer.usedNames().size(); ++i)
-    grads.insert(reducer.usedNames()[i], reducer.gradient(i).cpu().clone());
+    if (reducer.hadGradient(i))
+      grads.insert(reducer.usedNames()[i], reducer.gradient(i).cpu().clone());
   return writeFileAtomically(s.options.dumpDir + "/grads_step" + std::to_string(step) + "_" +
                                  phase + ".pt",
                              torch::pickle_save(grads));

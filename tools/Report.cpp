@@ -189,6 +189,14 @@ std::string explain(const ir::Module &plan) {
       const ir::Tensor *p = plan.findParameter(name);
       out << "    " << pad(name, 44) << pad(p->type.str(), 22) << humanBytes(p->bytes()) << "\n";
     }
+    if (!phase->conditional.empty()) {
+      out << "  reached only under a branch on data (a prim::If or prim::Loop region; which "
+             "were reached is all-reduced after backward, and one no rank reached keeps grad "
+             "None and is not stepped, as in eager DDP): "
+          << phase->conditional.size() << "\n";
+      for (const std::string &name : phase->conditional)
+        out << "    " << name << "\n";
+    }
     frozenLines(out, plan, *phase, owners);
     if (!phase->schedule.empty()) {
       out << "  all-reduce order:\n";
@@ -235,6 +243,7 @@ std::string planJson(const ir::Module &plan) {
                {"loss_scaler", phase->lossScaler},
                {"used", phase->used},
                {"unused", phase->unused},
+               {"conditional", phase->conditional},
                {"ready_order", phase->readyOrder},
                {"eager_reason", phase->eagerReason}};
     ph["clip_grad_norm"] = json::array();

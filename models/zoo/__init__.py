@@ -16,7 +16,7 @@ from .ema import EMAGAN, ema_spec
 from .mlp import MLPDiscriminator, MLPGAN, MLPGenerator, mlp, mlp_spec
 from .progressive import ProgressiveGAN, progressive_spec
 from .r1 import R1GAN, r1_spec
-from .finetune import TemperatureGAN, freezed_spec, temperature_spec
+from .finetune import BranchGAN, TemperatureGAN, freezed_spec, temperature_spec
 from .sngan import SNGAN, TorchSNDCGAN
 from .stylegan2 import StyleGAN2, stylegan2_spec, upsample2d
 from .wgan_gp import WGANGP, wgan_gp_spec
@@ -52,6 +52,8 @@ ZOO = {
     # learning rate for G's first block; a parameter on the GAN module itself.
     "dcgan32_freezed": lambda: (DCGAN(32, 32), freezed_spec("dcgan32_freezed")),
     "mlp_temperature": lambda: (TemperatureGAN(), temperature_spec("mlp_temperature")),
+    # A branch on data: D's head is picked by its input's mean.
+    "mlp_branch": lambda: (BranchGAN(), mlp_spec("mlp_branch")),
     # PyTorch's own spectral norm (both APIs) and weight norm, exported by ganc.export.
     "sndcgan32": lambda: (TorchSNDCGAN(), two_phase_spec("sndcgan32", 32, [3, 32, 32], [100, 1, 1])),
 }

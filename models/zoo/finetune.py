@@ -53,3 +53,28 @@ def temperature_spec(name: str) -> dict:
 
 
 
+
+
+class BranchDiscriminator(nn.Module):
+    """Two heads, one taken per call by the batch's mean (above 0.05 or not): a branch on data."""
+
+    def __init__(self, hidden: int = 64):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(2, hidden), nn.LeakyReLU(0.2), nn.Linear(hidden, hidden))
+        self.head_a = nn.Linear(hidden, 1)
+        self.head_b = nn.Linear(hidden, 1)
+
+    def forward(self, x):
+        h = F.leaky_relu(self.body(x), 0.2)
+        if bool(x.mean() > 0.05):
+            return self.head_a(h)
+        return self.head_b(h)
+
+
+class BranchGAN(MLPGAN):
+    """The MLP GAN whose discriminator head is chosen by the data: ranks and steps go different
+    ways, and on some steps no rank reaches one of the heads."""
+
+    def __init__(self):
+        super().__init__()
+        self.discriminator = BranchDiscriminator()

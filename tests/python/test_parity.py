@@ -43,6 +43,10 @@ MODELS = [
     ("dcgan32_freezed", "digits", [2]),
     # A learnable logit scale on the GAN module itself, stepped by its own SGD with D.
     ("mlp_temperature", "ring", [2]),
+    # A branch on data (D's head by its input's mean): ranks and steps take
+    # different heads; a head no rank reached keeps grad None and is not stepped, as in eager
+    # DDP(find_unused_parameters=True). test_branch_... checks such steps occurred.
+    ("mlp_branch", "ring", [2]),
     # Learning-rate schedules against torch.optim.lr_scheduler, all five types.
     ("mlp_schedules", "ring", [2]),
     ("mlp_schedules_decay", "ring", [2]),
@@ -138,6 +142,25 @@ def test_channels_last_matches_eager_ddp_channels_last(ganc_bin, datasets, tmp_p
     convs = [t for t in final.values() if t.dim() == 4]
     assert all(t.is_contiguous(memory_format=torch.channels_last) for t in convs)
     assert any(not t.is_contiguous() for t in convs), "ganc did not train in the channels-last layout"
+
+
+def test_branch_on_data_leaves_unreached_heads_alone(ganc_bin, datasets, tmp_path):
+    """mlp_branch at 2 ranks: ganc plans the heads as conditional, and on the steps where no
+    rank took a head, both ganc and eager DDP leave it without a gradient (and unstepped: the
+    final parameters match); on the others it is all-reduced."""
+    spec = ganc.load_spec(archive("mlp_branch"))
+    got_dir = run_ganc(ganc_bin, "mlp_branch", datasets["ring"], 2, str(tmp_path))
+    ref_dir = str(tmp_path / "ddp")
+    oracle.run(archive("mlp_branch"), datasets["ring"], 2, STEPS, SEED, out_dir=ref_dir)
+    compare("mlp_branch", got_dir, ref_dir)
+    heads = {"discriminator.head_a.weight", "discriminator.head_b.weight"}
+    missing = [heads - set(got) for _, phase, got, _ in gradient_dumps(spec, STEPS, got_dir, ref_dir)
+               if phase == "d"]
+    assert any(missing), "no step left a head unreached: the case was not exercised"
+    assert not all(missing), "a head was never reached"
+    plan = subprocess.run([ganc_bin, "compile", archive("mlp_branch"), "--emit", "report"], capture_output=True,
+                          text=True, check=True).stdout
+    assert "reached only under a branch on data" in plan
 
 
 def test_skipped_non_finite_steps_match_eager_ddp(ganc_bin, datasets, tmp_path):

@@ -11,8 +11,8 @@ namespace {
 std::unique_ptr<ir::Module> twoLayerModule() {
   auto m = std::make_unique<ir::Module>();
   m->name = "built";
-  m->parameters.push_back({"d.w", ir::Type::tensor("f32", {1, 4}), "d"});
-  m->parameters.push_back({"d.b", ir::Type::tensor("f32", {1}), "d"});
+  m->parameters.push_back({"d.w", ir::Type::tensor("f32", {1, 4}), "d", "d"});
+  m->parameters.push_back({"d.b", ir::Type::tensor("f32", {1}), "d", "d"});
   auto phase = std::make_unique<ir::Phase>();
   phase->name = "d";
   phase->method = "phase_d";
