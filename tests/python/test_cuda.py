@@ -47,6 +47,12 @@ MODELS = [
     # phases from the graph-safe CUDA generator.
     ("dcgan32_amp", "digits", 10, "ddp"),
     ("dcgan32_augment", "digits", 10, "ddp"),
+    # Learning-rate schedules read by the fused kernels from a device tensor; PyTorch's own
+    # spectral and weight norm; FreezeD with optimizer groups; a branch on data (eager).
+    ("mlp_schedules", "ring", 10, "ddp"),
+    ("sndcgan32", "digits", 10, "ddp"),
+    ("dcgan32_freezed", "digits", 10, "ddp"),
+    ("mlp_branch", "ring", 10, "ddp"),
 ]
 IDS = [m[0] for m in MODELS]
 SEED = 7
