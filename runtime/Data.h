@@ -31,6 +31,8 @@ public:
   /// The indices of the next batch (advancing to the next epoch when one is used up).
   at::Tensor next();
   int64_t epoch() const { return epoch_; }
+  /// Samples in the whole dataset.
+  int64_t datasetSize() const { return size_; }
   int64_t cursor() const { return cursor_; }
   /// Continues from a saved position (epoch, batches already taken in it).
   void seek(int64_t epoch, int64_t cursor);

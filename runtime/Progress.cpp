@@ -96,8 +96,11 @@ Status Progress::endStep(int64_t done, int64_t images) {
     if (int64_t skipped = session_.skippedSteps.at(name).item<int64_t>())
       line << " (" << skipped << " skipped)";
   }
+  // Images per second over every rank (each stages the same number per step).
   char rate[64];
-  std::snprintf(rate, sizeof(rate), "  %.1f img/s", seconds > 0 ? imagesSinceLog_ / seconds : 0.0);
+  const double allRanks = static_cast<double>(imagesSinceLog_) * session_.rank.worldSize;
+  std::snprintf(rate, sizeof(rate), "  %.1f img/s (all ranks)",
+                seconds > 0 ? allRanks / seconds : 0.0);
   std::cout << line.str() << rate << std::endl;
   history_.flush();
   imagesSinceLog_ = 0;

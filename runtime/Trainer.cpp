@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <sstream>
 
 namespace ganc::runtime {
 
@@ -25,6 +26,8 @@ public:
 
   Status train() {
     const TrainOptions &o = s_.options;
+    if (s_.isRankZero())
+      std::cout << startupLine() << std::endl;
     Progress progress(s_, firstStep_);
     for (int64_t step = firstStep_; step < o.steps; ++step) {
       progress.beginStep();
@@ -90,6 +93,40 @@ private:
       GANC_TRY(dumpGradients(s_, step, key, phase.name));
     progress.addLoss(step, phase.name, loss);
     return Status::ok();
+  }
+
+  /// What this run is, in one line: ranks, device and backend, steps, data, and how each
+  /// phase runs (a captured CUDA Graph, or eagerly and why).
+  std::string startupLine() const {
+    const TrainOptions &o = s_.options;
+    const bool cuda = s_.device.is_cuda();
+    std::ostringstream line;
+    line << "training " << s_.spec().name << ": " << s_.rank.worldSize << " rank"
+         << (s_.rank.worldSize == 1 ? "" : "s") << " (" << (cuda ? "cuda, NCCL" : "cpu, Gloo")
+         << "), steps " << firstStep_ << ".." << o.steps << ", batch " << s_.spec().batchSize
+         << " per rank";
+    if (const ShardedBatches *batches = inputs_.batches())
+      line << ", " << batches->datasetSize() << " samples";
+    line << "; phases:";
+    const char *separator = " ";
+    for (const frontend::PhaseSpec &phase : s_.spec().phases) {
+      const ir::Phase *planned = nullptr;
+      for (const auto &p : s_.plan->phases)
+        if (p->name == phase.name && !planned)
+          planned = p.get();
+      line << separator << phase.name << " (";
+      separator = ", ";
+      if (!cuda)
+        line << "eager";
+      else if (!o.cudaGraphs)
+        line << "eager, --cuda-graphs off";
+      else if (planned && !planned->eagerReason.empty())
+        line << "eager: " << planned->eagerReason;
+      else
+        line << "CUDA Graph";
+      line << ")";
+    }
+    return line.str();
   }
 
   /// For a progressive GAN: switches to the stage `step` falls in (its plans were all built

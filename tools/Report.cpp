@@ -141,6 +141,23 @@ void frozenLines(std::ostream &out, const ir::Module &plan, const ir::Phase &pha
 
 } // namespace
 
+std::string summary(const ir::Module &plan, const std::string &path) {
+  std::ostringstream out;
+  out << "wrote " << path << ": " << plan.name << ", " << plan.phases.size() << " phase"
+      << (plan.phases.size() == 1 ? "" : "s") << " (";
+  for (size_t i = 0; i < plan.phases.size(); ++i) {
+    const ir::Phase &phase = *plan.phases[i];
+    int64_t bytes = 0;
+    for (const ir::Bucket &b : phase.buckets)
+      bytes += b.bytes;
+    out << (i ? "; " : "") << phase.key() << ": " << phase.used.size() << " parameters, "
+        << phase.buckets.size() << " bucket" << (phase.buckets.size() == 1 ? "" : "s") << ", "
+        << humanBytes(bytes);
+  }
+  out << " all-reduced per run); see ganc explain " << path;
+  return out.str();
+}
+
 std::string explain(const ir::Module &plan) {
   std::ostringstream out;
   out << "plan for " << plan.name << " (model " << plan.identity << ")";
@@ -172,7 +189,7 @@ std::string explain(const ir::Module &plan) {
     out << "\n";
     stepFeatures(out, *phase);
     if (phase->hasCaptureFacts)
-      out << "  replay: "
+      out << "  replay on CUDA: "
           << (phase->eagerReason.empty() ? "CUDA Graph" : "eager (" + phase->eagerReason + ")")
           << "\n";
     int64_t usedBytes = 0;

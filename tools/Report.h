@@ -11,6 +11,10 @@ namespace ganc::tools {
 /// bytes all-reduced per iteration.
 std::string explain(const ir::Module &plan);
 
+/// One line after a compile: the plan written to `path`, its phases, parameters trained and
+/// bytes all-reduced per run.
+std::string summary(const ir::Module &plan, const std::string &path);
+
 /// The plan's facts (no graphs) as JSON, for other tools.
 std::string planJson(const ir::Module &plan);
 

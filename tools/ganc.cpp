@@ -5,8 +5,11 @@
 #include "tools/Report.h"
 #include "tools/TrainCommands.h"
 
+#include <torch/version.h>
+
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -29,7 +32,7 @@ commands:
                                             MASTER_ADDR, MASTER_PORT like torchrun
   run --nproc N PLAN --model MODEL.pt [options]
                                             start N local ranks of `ganc train`
-  (ganc train --help lists the training options)
+  (ganc COMMAND --help lists each command's options; ganc --version says which ganc)
 
 exit codes: 0 success, 2 bad input (one line on stderr says which file/phase/parameter),
             1 a rank failed during training.
@@ -56,7 +59,13 @@ Status parseCompileArgs(const std::vector<std::string> &args, CompileArgs &c) {
       return args[++i];
     };
     auto megabytes = [&](const char *flag) {
-      return static_cast<int64_t>(std::stod(value(flag)) * 1048576);
+      const std::string text = value(flag);
+      char *end = nullptr;
+      const double mib = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0' || !(mib > 0) || mib >= 1048576)
+        throw std::runtime_error(std::string(flag) +
+                                 " takes a number of MiB in (0, 1048576), not '" + text + "'");
+      return static_cast<int64_t>(mib * 1048576);
     };
     try {
       if (a == "-o" || a == "--output")
@@ -133,6 +142,8 @@ int compile(const std::vector<std::string> &args) {
   if (!c.output.empty()) {
     if (Status s = writeFileAtomically(c.output, ir::stampPlan(text)); !s)
       return fail(s.message());
+    // One line for people; stdout stays the --emit output's alone.
+    (c.emit.empty() ? std::cout : std::cerr) << tools::summary(**module, c.output) << "\n";
   }
   if (c.emit == "ir")
     std::cout << text;
@@ -144,6 +155,13 @@ int compile(const std::vector<std::string> &args) {
 }
 
 int explainCommand(const std::vector<std::string> &args) {
+  if (args.size() == 1 && (args[0] == "-h" || args[0] == "--help")) {
+    std::cout << "usage: ganc explain PLAN\n\n"
+                 "Per phase: how it is replayed, the used, unused, conditional and frozen\n"
+                 "parameters with sizes, the optimizer groups it steps, its training-step\n"
+                 "features, and its buckets in all-reduce order with the bytes per step.\n";
+    return 0;
+  }
   if (args.size() != 1)
     return fail("explain: usage: ganc explain PLAN");
   auto plan = ir::readPlan(args[0]);
@@ -170,6 +188,16 @@ int main(int argc, char **argv) {
     return tools::trainCommand(args);
   if (command == "run")
     return tools::runCommand(argv[0], args);
+  if (command == "--version" || command == "version") {
+#ifdef GANC_WITH_CUDA
+    const char *cuda = "on";
+#else
+    const char *cuda = "off";
+#endif
+    std::cout << "ganc " << GANC_VERSION << " (LibTorch " << TORCH_VERSION << ", CUDA backend "
+              << cuda << ")\n";
+    return 0;
+  }
   if (command == "-h" || command == "--help" || command == "help") {
     std::cout << kUsage;
     return 0;

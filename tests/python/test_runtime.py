@@ -96,3 +96,17 @@ def test_image_folder_trains(ganc_bin, tmp_path):
     r = subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", archive("dcgan32"), "--data", str(folder),
                         "--steps", "1"], capture_output=True, text=True)
     assert r.returncode == 2 and "40 samples are too few for 2 ranks of batch 32" in r.stderr
+
+
+def test_the_start_up_line_says_what_runs(ganc_bin, datasets, tmp_path):
+    """Rank 0 says in one line what the run is before it trains, and the progress line says
+    that its img/s counts every rank."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    result = subprocess.run([ganc_bin, "run", "--nproc", "2",
+                             *train_args(plan, "mlp", datasets["ring"], str(tmp_path / "o"), 4, "--log-every", "2")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == ("training mlp: 2 ranks (cpu, Gloo), steps 0..4, batch 64 per rank, 4096 samples; "
+                        "phases: d (eager), g (eager)"), lines[0]
+    assert lines[1].startswith("step 2/4") and lines[1].endswith("img/s (all ranks)"), lines[1]
