@@ -83,6 +83,7 @@ Status Progress::endStep(int64_t done, int64_t images) {
     }
   }
   pending_.clear();
+  history_.flush(); // every logged row is on disk before the progress line says so
   if (!session_.isRankZero())
     return Status::ok();
   auto now = Clock::now();
