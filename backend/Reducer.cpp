@@ -143,9 +143,10 @@ void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
   // No rank reached it: grad None and no step, as DDP(find_unused_parameters=True) leaves it.
   unreached_.clear();
   if (reached.defined()) {
-    at::Tensor counts = reached.cpu();
+    const at::Tensor counts = reached.cpu();
+    const float *count = counts.data_ptr<float>();
     for (size_t i = 0; i < conditional_.size(); ++i)
-      if (counts[static_cast<int64_t>(i)].item<float>() == 0) {
+      if (count[i] == 0) {
         unreached_.insert(conditional_[i]);
         at::Tensor p = parameters.at(conditional_[i]);
         p.mutable_grad() = at::Tensor();

@@ -1,8 +1,11 @@
 // Helpers shared by the printer and other writers of ganc text (plans, reports).
 #pragma once
 
+#include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -19,6 +22,19 @@ inline std::optional<int64_t> parseInt64(const std::string &text) {
   int64_t value = 0;
   auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (error != std::errc() || end != text.data() + text.size())
+    return std::nullopt;
+  return value;
+}
+
+/// The whole of `text` as a finite double, or nullopt when it is not one (never an
+/// exception: command-line values reach this).
+inline std::optional<double> parseDouble(const std::string &text) {
+  if (text.empty())
+    return std::nullopt;
+  char *end = nullptr;
+  errno = 0;
+  const double value = std::strtod(text.c_str(), &end);
+  if (*end != '\0' || errno != 0 || !std::isfinite(value))
     return std::nullopt;
   return value;
 }

@@ -2,11 +2,9 @@
 // writes it as a checksummed plan.
 #include "ir/Files.h"
 #include "ir/Module.h"
+#include "ir/TextFormat.h"
 #include "passes/Pass.h"
 
-#include <cerrno>
-#include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -85,13 +83,10 @@ std::vector<std::string> splitInput(const std::string &text) {
 
 /// A bucket cap in MiB as bytes: a finite number in [0, 1 TiB).
 Status parseMiB(const std::string &flag, const std::string &value, int64_t &bytes) {
-  char *end = nullptr;
-  errno = 0;
-  double mib = std::strtod(value.c_str(), &end);
-  if (value.empty() || *end != '\0' || errno != 0 || !std::isfinite(mib) || mib < 0 ||
-      mib >= 1024.0 * 1024.0)
+  std::optional<double> mib = ir::parseDouble(value);
+  if (!mib || *mib < 0 || *mib >= 1024.0 * 1024.0)
     return Status::error(flag + " must be a number of MiB in [0, 1048576), got '" + value + "'");
-  bytes = static_cast<int64_t>(mib * 1024 * 1024);
+  bytes = static_cast<int64_t>(*mib * 1024 * 1024);
   return Status::ok();
 }
 

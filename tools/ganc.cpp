@@ -1,6 +1,7 @@
 // ganc: the command-line driver (compile, explain, train, run).
 #include "frontend/Frontend.h"
 #include "ir/Files.h"
+#include "ir/TextFormat.h"
 #include "passes/Pass.h"
 #include "tools/Report.h"
 #include "tools/TrainCommands.h"
@@ -9,7 +10,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -60,12 +60,11 @@ Status parseCompileArgs(const std::vector<std::string> &args, CompileArgs &c) {
     };
     auto megabytes = [&](const char *flag) {
       const std::string text = value(flag);
-      char *end = nullptr;
-      const double mib = std::strtod(text.c_str(), &end);
-      if (text.empty() || *end != '\0' || !(mib > 0) || mib >= 1048576)
+      const std::optional<double> mib = ir::parseDouble(text);
+      if (!mib || !(*mib > 0) || *mib >= 1048576)
         throw std::runtime_error(std::string(flag) +
                                  " takes a number of MiB in (0, 1048576), not '" + text + "'");
-      return static_cast<int64_t>(mib * 1048576);
+      return static_cast<int64_t>(*mib * 1048576);
     };
     try {
       if (a == "-o" || a == "--output")

@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .spec import fade_at, lr_scheduler, optimizer_groups, optimizer_settings, stage_at
+from .spec import fade_at, lr_scheduler, optimizer_groups, optimizer_settings, stage_at, within
 
 
 # ganc seeds the generator random ops inside phases draw from with seed + this + rank.
@@ -225,15 +225,15 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
     # One torch.optim optimizer per group (as separate param groups of one optimizer would
     # be: Adam's and SGD's state and update are per parameter).
     groups = optimizer_groups(spec, list(params))
-    optimizers = {g: _optimizer([params[n] for n in names], optimizer_settings(spec, g), cuda)
-                  for g, names in groups.items()}
+    settings = {g: optimizer_settings(spec, g) for g in groups}
+    optimizers = {g: _optimizer([params[n] for n in names], settings[g], cuda) for g, names in groups.items()}
 
     # Learning-rate schedules: torch's schedulers, stepped once per training step.
-    schedulers = [lr_scheduler(optimizers[g], optimizer_settings(spec, g)["lr_schedule"])
-                  for g in groups if "lr_schedule" in optimizer_settings(spec, g)]
+    schedulers = [lr_scheduler(optimizers[g], settings[g]["lr_schedule"]) for g in groups
+                  if "lr_schedule" in settings[g]]
 
     def trains(name, updates):
-        return any(name == u or name.startswith(u + ".") for u in updates)
+        return any(within(name, u) for u in updates)
 
     def set_trainable(updates):
         for n, p in params.items():
@@ -321,7 +321,7 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
             for g in stepped:
                 if scaler:
                     scaler.unscale_(optimizers[g])  # before clipping, as torch.amp's docs say
-                clip = optimizer_settings(spec, g).get("clip_grad_norm")
+                clip = settings[g].get("clip_grad_norm")
                 if clip is not None:
                     norm_type = float(clip.get("norm_type", 2.0))
                     torch.nn.utils.clip_grad_norm_([params[n] for n in groups[g]], clip["max_norm"], norm_type)

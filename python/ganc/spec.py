@@ -76,7 +76,7 @@ def _is_path(v) -> bool:
                                                   for part in v.split("."))
 
 
-def _within(name: str, path: str) -> bool:
+def within(name: str, path: str) -> bool:
     """`name` is `path` or lies inside it ("generator.mapping.0.weight" in "generator")."""
     return name == path or name.startswith(path + ".")
 
@@ -171,24 +171,24 @@ def optimizer_groups(spec: dict, names) -> dict:
     trained = set()
     for phase in spec["phases"]:
         for path in phase["updates"]:
-            within = [n for n in names if _within(n, path)]
-            _require(within, f"spec: phase {phase['name']!r}: updates {path!r}, which names no parameter "
+            inside = [n for n in names if within(n, path)]
+            _require(inside, f"spec: phase {phase['name']!r}: updates {path!r}, which names no parameter "
                              "or submodule with parameters")
-            trained.update(within)
+            trained.update(inside)
     group_of = {}
     for group, opt in spec.get("optimizers", {}).items():
         for path in opt.get("params", [group]):
-            within = [n for n in names if _within(n, path)]
-            _require(within, f"spec: optimizer of {group!r}: {path!r} names no parameter or submodule "
+            inside = [n for n in names if within(n, path)]
+            _require(inside, f"spec: optimizer of {group!r}: {path!r} names no parameter or submodule "
                              "with parameters")
-            for n in within:
+            for n in inside:
                 _require(group_of.setdefault(n, group) == group,
                          f"spec: parameter {n!r} is in optimizer groups {group_of[n]!r} and {group!r}; "
                          "a parameter belongs to one group")
     declared = spec.get("optimizers", {})
     for path in sorted({u for p in spec["phases"] for u in p["updates"]}, key=lambda u: (len(u), u)):
         for n in names:
-            if _within(n, path) and n not in group_of:
+            if within(n, path) and n not in group_of:
                 _require(path not in declared or declared[path].get("params", [path]) == [path],
                          f"spec: parameter {n!r} is trained but in no optimizer group")
                 group_of[n] = path
@@ -315,7 +315,7 @@ def validate(spec: dict, module=None) -> dict:
             _require(isinstance(opt["params"], list) and opt["params"] and all(_is_path(p) for p in opt["params"]),
                      f"{where}: 'params' must list submodule or parameter paths")
         for path in opt.get("params", [group]):
-            _require(any(_within(path, u) or _within(u, path) for u in updated),
+            _require(any(within(path, u) or within(u, path) for u in updated),
                      f"{where}: no phase updates {path!r} or anything in it")
         _normalise_optimizer(group, opt)
     if module is not None:  # resolves the paths; the default groups are not written back
@@ -329,7 +329,7 @@ def validate(spec: dict, module=None) -> dict:
                  "spec: 'ema' needs 'submodule' (the trained one) and 'copy' (its average)")
         _known_keys(ema, "ema", "spec: 'ema': ")
         _numbers(ema, ("half_life_images", "beta"), "spec: 'ema': ")
-        _require(not any(_within(u, ema["copy"]) or _within(ema["copy"], u) for u in updated),
+        _require(not any(within(u, ema["copy"]) or within(ema["copy"], u) for u in updated),
                  f"spec: 'ema': {ema['copy']!r} is trained by a phase; it must only be averaged")
         if module is not None:
             for name in (ema["submodule"], ema["copy"]):
