@@ -4,6 +4,7 @@
 #include "frontend/TorchError.h"
 #include "ir/Files.h"
 #include "runtime/Dict.h"
+#include "runtime/RunDir.h"
 
 #include <torch/serialize.h>
 
@@ -96,8 +97,8 @@ Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
     rng.insert("data_cursor", batches->cursor());
   }
   ckpt.insert("rng", rng);
-  return writeFileAtomically(s.options.outDir + "/checkpoint.pt",
-                             sealZipArchive(torch::pickle_save(ckpt)));
+  return storeCheckpoint(s.options.outDir, step, sealZipArchive(torch::pickle_save(ckpt)),
+                         s.options.keepCheckpoints);
 }
 
 Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::string &path) {

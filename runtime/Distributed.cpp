@@ -1,6 +1,7 @@
 // torchrun-compatible rank discovery and the Gloo process group.
 #include "runtime/Distributed.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -35,14 +36,54 @@ Status readInt(const char *name, const char *fallback, int &out, int minimum) {
 
 } // namespace
 
+Expected<std::string> firstSlurmHost(const std::string &nodeList) {
+  // "gpu[07-09,12],cpu3" -> "gpu07"; "node1,node2" -> "node1". The first host is the prefix
+  // up to '[' or ',' plus, with brackets, the first number or range start (zero-padded as
+  // written).
+  size_t end = nodeList.find_first_of("[,");
+  std::string host = nodeList.substr(0, end);
+  if (end != std::string::npos && nodeList[end] == '[') {
+    size_t stop = nodeList.find_first_of("-,]", end + 1);
+    if (stop == std::string::npos || stop == end + 1)
+      return Status::error("SLURM_JOB_NODELIST='" + nodeList +
+                           "' is not a node list ganc "
+                           "can read: set MASTER_ADDR");
+    host += nodeList.substr(end + 1, stop - end - 1);
+  }
+  if (host.empty() || host.find_first_of(" []") != std::string::npos)
+    return Status::error("SLURM_JOB_NODELIST='" + nodeList +
+                         "' is not a node list ganc can "
+                         "read: set MASTER_ADDR");
+  return host;
+}
+
 Expected<RankInfo> rankFromEnvironment() {
   RankInfo info;
   GANC_TRY(readInt("RANK", "SLURM_PROCID", info.rank, 0));
   GANC_TRY(readInt("WORLD_SIZE", "SLURM_NTASKS", info.worldSize, 1));
   GANC_TRY(readInt("LOCAL_RANK", "SLURM_LOCALID", info.localRank, 0));
   GANC_TRY(readInt("MASTER_PORT", nullptr, info.masterPort, 1));
-  if (const char *addr = std::getenv("MASTER_ADDR"))
+  if (const char *addr = std::getenv("MASTER_ADDR"); addr && *addr) {
     info.masterAddr = addr;
+  } else if (std::getenv("SLURM_PROCID")) {
+    // Under srun without a launcher: rank 0's node is the first of the job's nodes.
+    const char *nodes = std::getenv("SLURM_JOB_NODELIST");
+    if (!nodes)
+      nodes = std::getenv("SLURM_NODELIST");
+    if (!nodes)
+      return Status::error("SLURM_PROCID is set but neither MASTER_ADDR nor "
+                           "SLURM_JOB_NODELIST is: set MASTER_ADDR to rank 0's host");
+    auto host = firstSlurmHost(nodes);
+    if (!host)
+      return host.status();
+    info.masterAddr = *host;
+  }
+  if (const char *agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+      agent && std::string(agent) == "True") {
+    info.agentStore = true;
+    const char *attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    info.storePrefix = std::string("/worker/attempt_") + (attempt ? attempt : "0");
+  }
   if (info.rank >= info.worldSize)
     return Status::error("RANK=" + std::to_string(info.rank) +
                          " is not below WORLD_SIZE=" + std::to_string(info.worldSize));
@@ -55,11 +96,17 @@ c10::intrusive_ptr<c10d::Store> connectStore(const RankInfo &rank,
                                              std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions options;
   options.port = static_cast<uint16_t>(rank.masterPort);
-  options.isServer = rank.rank == 0;
-  options.numWorkers = rank.worldSize;
-  options.waitWorkers = true;
+  // torchrun's agent already serves the store: binding a second server on its port would
+  // fail (and be logged) on every launch. Like torch.distributed's env:// rendezvous, the
+  // ranks join it as clients, under the restart attempt's prefix.
+  options.isServer = rank.rank == 0 && !rank.agentStore;
+  options.numWorkers = rank.agentStore ? std::nullopt : std::optional<std::size_t>(rank.worldSize);
+  options.waitWorkers = !rank.agentStore;
   options.timeout = timeout;
-  return c10::make_intrusive<c10d::TCPStore>(rank.masterAddr, options);
+  auto store = c10::make_intrusive<c10d::TCPStore>(rank.masterAddr, options);
+  if (!rank.agentStore)
+    return store;
+  return c10::make_intrusive<c10d::PrefixStore>(rank.storePrefix, store);
 }
 
 /// connectStore, bounded: c10d's TCPStore client waits without a deadline for a listener that

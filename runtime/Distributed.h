@@ -18,11 +18,19 @@ struct RankInfo {
   int localRank = 0;
   std::string masterAddr = "127.0.0.1";
   int masterPort = 29500;
+  /// Under torchrun: its agent serves the store (TORCHELASTIC_USE_AGENT_STORE); every rank
+  /// is a client, and keys live under the restart attempt's prefix.
+  bool agentStore = false;
+  std::string storePrefix;
 };
 
 /// Reads torchrun's variables (all optional for a single process; SLURM's SLURM_PROCID,
-/// SLURM_NTASKS and SLURM_LOCALID are used when torchrun's are absent).
+/// SLURM_NTASKS and SLURM_LOCALID are used when torchrun's are absent, and without
+/// MASTER_ADDR the first host of SLURM_JOB_NODELIST serves the store).
 Expected<RankInfo> rankFromEnvironment();
+
+/// The first host of a SLURM node list ("gpu[07-09],cpu3" -> "gpu07").
+Expected<std::string> firstSlurmHost(const std::string &nodeList);
 
 /// The rendezvous store (rank 0 serves it) and the process group over it.
 struct ProcessGroup {

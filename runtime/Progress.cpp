@@ -1,6 +1,10 @@
 // Loss history, progress lines and timing.json.
 #include "runtime/Progress.h"
 
+#include "ir/Files.h"
+
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -33,6 +37,9 @@ Progress::Progress(Session &session, int64_t firstStep)
     history_.open(path, fresh ? std::ios::trunc : std::ios::app);
     if (fresh)
       history_ << "step,phase,loss\n";
+    stats_.open(session.options.outDir + "/stats.jsonl", fresh ? std::ios::trunc : std::ios::app);
+    if (session.options.tensorboard)
+      events_ = EventWriter::start(session.options.outDir);
   }
 }
 
@@ -70,6 +77,12 @@ Status Progress::endStep(int64_t done, int64_t images) {
     return Status::ok();
   for (const PendingLoss &p : pending_) {
     lastLoss_[p.phase] = p.loss.item<double>();
+    if (std::isfinite(lastLoss_[p.phase])) {
+      Moments &m = interval_[p.phase];
+      m.count += 1;
+      m.sum += lastLoss_[p.phase];
+      m.squares += lastLoss_[p.phase] * lastLoss_[p.phase];
+    }
     if (history_.is_open())
       history_ << p.step << "," << p.phase << "," << lastLoss_[p.phase] << "\n";
     // A phase with a loss scaler, or under `non_finite: skip`, leaves non-finite values to
@@ -84,26 +97,69 @@ Status Progress::endStep(int64_t done, int64_t images) {
   }
   pending_.clear();
   history_.flush(); // every logged row is on disk before the progress line says so
+
+  // The interval's losses, averaged over every rank: one all-reduce of (count, sum, sum of
+  // squares) per phase, in the spec's phase order on every rank.
+  std::vector<double> moments;
+  for (const frontend::PhaseSpec &phase : session_.spec().phases) {
+    const Moments &m = interval_[phase.name];
+    moments.insert(moments.end(), {m.count, m.sum, m.squares});
+  }
+  interval_.clear();
+  if (session_.rank.worldSize > 1) {
+    std::vector<at::Tensor> reduced{
+        at::tensor(moments, at::TensorOptions().dtype(at::kDouble)).to(session_.device)};
+    session_.group.backend->allreduce(reduced)->wait();
+    at::Tensor host = reduced[0].cpu();
+    for (size_t i = 0; i < moments.size(); ++i)
+      moments[i] = host[static_cast<int64_t>(i)].item<double>();
+  }
   if (!session_.isRankZero())
     return Status::ok();
   auto now = Clock::now();
   double seconds = std::chrono::duration<double>(now - lastLog_).count();
+  // Images per second over every rank (each stages the same number per step).
+  const double allRanks = static_cast<double>(imagesSinceLog_) * session_.rank.worldSize;
+  const double imagesPerSecond = seconds > 0 ? allRanks / seconds : 0.0;
+  imagesTotal_ += static_cast<int64_t>(allRanks);
+  double stepTime = 0;
+  for (size_t i = stepsAtLog_; i < stepSeconds_.size(); ++i)
+    stepTime += stepSeconds_[i];
+  stepTime /= static_cast<double>(std::max<size_t>(1, stepSeconds_.size() - stepsAtLog_));
+  stepsAtLog_ = stepSeconds_.size();
+
+  nlohmann::json record = {
+      {"step", done},
+      {"timestamp",
+       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()}};
   std::ostringstream line;
   line << "step " << done << "/" << o.steps;
-  for (const auto &[name, value] : lastLoss_) {
+  size_t k = 0;
+  for (const frontend::PhaseSpec &phase : session_.spec().phases) {
+    const double count = moments[k], sum = moments[k + 1], squares = moments[k + 2];
+    k += 3;
+    const int64_t skipped = session_.skippedSteps.at(phase.name).item<int64_t>();
+    record["Skipped/" + phase.name] = skipped;
+    if (count == 0) // the phase did not run in this interval, or only with non-finite losses
+      continue;
+    const double mean = sum / count;
+    const double std = std::sqrt(std::max(0.0, squares / count - mean * mean));
+    loggedMean_[phase.name] = mean;
+    record["Loss/" + phase.name] = {{"num", count}, {"mean", mean}, {"std", std}};
     char buffer[64];
-    std::snprintf(buffer, sizeof(buffer), "  %s %.4f", name.c_str(), value);
+    std::snprintf(buffer, sizeof(buffer), "  %s %.4f", phase.name.c_str(), mean);
     line << buffer;
-    if (int64_t skipped = session_.skippedSteps.at(name).item<int64_t>())
+    if (skipped)
       line << " (" << skipped << " skipped)";
   }
-  // Images per second over every rank (each stages the same number per step).
+  record["Progress/img_per_sec"] = imagesPerSecond;
+  record["Progress/kimg"] = static_cast<double>(imagesTotal_) / 1000.0;
+  record["Timing/sec_per_step"] = stepTime;
+  if (stats_.is_open())
+    stats_ << record.dump() << std::endl; // flushed: the TensorBoard writer follows the file
   char rate[64];
-  const double allRanks = static_cast<double>(imagesSinceLog_) * session_.rank.worldSize;
-  std::snprintf(rate, sizeof(rate), "  %.1f img/s (all ranks)",
-                seconds > 0 ? allRanks / seconds : 0.0);
+  std::snprintf(rate, sizeof(rate), "  %.1f img/s (all ranks)", imagesPerSecond);
   std::cout << line.str() << rate << std::endl;
-  history_.flush();
   imagesSinceLog_ = 0;
   lastLog_ = now;
   return Status::ok();
@@ -153,7 +209,43 @@ Status Progress::finish() {
   writeList(out, replayLaunchSeconds_);
   out << ", \"skipped_steps\": {" << skipped.str() << "}";
   out << ", \"wall_seconds\": " << wall << "}\n";
-  return out ? Status::ok() : Status::failure("cannot write " + path);
+  if (!out)
+    return Status::failure("cannot write " + path);
+  GANC_TRY(writeSummary(wall));
+  if (events_)
+    events_->finish(); // the event files are complete when training returns
+  return Status::ok();
+}
+
+/// summary.json: what `ganc.train` returns.
+Status Progress::writeSummary(double wall) const {
+  const TrainOptions &o = session_.options;
+  nlohmann::json losses = nlohmann::json::object(), skipped = nlohmann::json::object();
+  for (const auto &[name, mean] : loggedMean_)
+    losses[name] = mean;
+  for (const auto &[name, counter] : session_.skippedSteps)
+    skipped[name] = counter.item<int64_t>();
+  auto existing = [&](const std::string &name) -> nlohmann::json {
+    const std::string path = o.outDir + "/" + name;
+    return std::filesystem::exists(path) ? nlohmann::json(path) : nlohmann::json();
+  };
+  nlohmann::json summary = {
+      {"name", session_.spec().name},
+      {"first_step", firstStep_},
+      {"steps", o.steps},
+      {"world_size", session_.rank.worldSize},
+      {"device", session_.device.is_cuda() ? "cuda" : "cpu"},
+      {"wall_seconds", wall},
+      {"images", imagesTotal_},
+      {"images_per_second", wall > 0 ? static_cast<double>(imagesTotal_) / wall : 0.0},
+      {"losses", losses},
+      {"skipped_steps", skipped},
+      {"out", o.outDir},
+      {"checkpoint", existing("checkpoint.pt")},
+      {"samples", existing("samples.png")},
+      {"stats", existing("stats.jsonl")},
+  };
+  return writeFileAtomically(o.outDir + "/summary.json", summary.dump(2) + "\n");
 }
 
 } // namespace ganc::runtime

@@ -4,10 +4,12 @@
 
 #include "backend/Device.h"
 #include "runtime/Setup.h"
+#include "runtime/TensorBoard.h"
 
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,16 +29,20 @@ public:
   /// A phase's loss, still on the device: it is read only when a progress line needs it,
   /// so the host never waits for the GPU between steps.
   void addLoss(int64_t step, const std::string &phase, const at::Tensor &loss);
-  /// After step `done - 1`: records its time; at a log point writes the losses to the history
-  /// and rank 0 prints the progress line (with each phase's skipped steps). `images` were
-  /// staged in the step. A loss that is not finite stops training (a runtime failure naming
-  /// the phase, step and rank) unless the phase skips non-finite steps.
+  /// After step `done - 1`: records its time; at a log point writes the losses to the history,
+  /// averages each phase's losses over the interval and over every rank (one small
+  /// all-reduce, every rank takes part), and rank 0 appends them to stats.jsonl and prints the
+  /// progress line (with each phase's skipped steps). `images` were staged in the step. A
+  /// loss that is not finite stops training (a runtime failure naming the phase, step and
+  /// rank) unless the phase skips non-finite steps.
   Status endStep(int64_t done, int64_t images);
-  /// Writes timing.json (rank 0), after waiting for the device time of the last steps.
+  /// Writes timing.json and summary.json (rank 0), after waiting for the device time of the
+  /// last steps, and lets the TensorBoard writer finish.
   Status finish();
 
 private:
   using Clock = std::chrono::steady_clock;
+  Status writeSummary(double wallSeconds) const;
   Session &session_;
   int64_t firstStep_;
   std::ofstream history_;
@@ -47,7 +53,17 @@ private:
   };
   std::vector<PendingLoss> pending_;
   std::map<std::string, double> lastLoss_;
-  int64_t imagesSinceLog_ = 0;
+  /// Per phase, the interval's finite losses on this rank: count, sum, sum of squares.
+  struct Moments {
+    double count = 0, sum = 0, squares = 0;
+  };
+  std::map<std::string, Moments> interval_;
+  /// The last logged means over ranks and interval (summary.json).
+  std::map<std::string, double> loggedMean_;
+  std::ofstream stats_;
+  std::unique_ptr<EventWriter> events_;
+  int64_t imagesSinceLog_ = 0, imagesTotal_ = 0;
+  size_t stepsAtLog_ = 0;
   Clock::time_point start_, lastLog_, stepStart_, phaseStart_;
   double stepWork_ = 0;
   backend::PhaseTimer timer_;

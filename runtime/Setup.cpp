@@ -3,6 +3,7 @@
 
 #include "backend/Device.h"
 #include "ir/Files.h"
+#include "runtime/RunDir.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -192,6 +193,7 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
   if (!archive)
     return archive.status();
   s->archive = std::make_unique<frontend::Archive>(archive.take());
+  GANC_TRY(applyOverrides(s->archive->spec, options));
   if (s->archive->identity != s->plan->identity)
     return Status::error(options.plan + " was compiled from another model (identity " +
                          s->plan->identity + "), not " + options.model + " (identity " +
@@ -216,13 +218,9 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
   for (size_t i = 0; i < s->plan->parameters.size(); ++i)
     s->parameterIndex[s->plan->parameters[i].name] = i;
 
-  if (s->isRankZero()) {
+  if (s->isRankZero() && !options.dumpDir.empty()) {
     std::error_code ec;
-    fs::create_directories(options.outDir, ec);
-    if (ec)
-      return Status::error("--out " + options.outDir + ": " + ec.message());
-    if (!options.dumpDir.empty())
-      fs::create_directories(options.dumpDir, ec);
+    fs::create_directories(options.dumpDir, ec);
   }
   return s;
 }

@@ -8,6 +8,7 @@
 #include "runtime/Ema.h"
 #include "runtime/Inputs.h"
 #include "runtime/Progress.h"
+#include "runtime/RunDir.h"
 #include "runtime/Samples.h"
 #include "runtime/Setup.h"
 
@@ -26,8 +27,10 @@ public:
 
   Status train() {
     const TrainOptions &o = s_.options;
-    if (s_.isRankZero())
+    if (s_.isRankZero()) {
       std::cout << startupLine() << std::endl;
+      GANC_TRY(writeRunRecord(s_, firstStep_, o.resume));
+    }
     Progress progress(s_, firstStep_);
     for (int64_t step = firstStep_; step < o.steps; ++step) {
       progress.beginStep();
@@ -183,7 +186,19 @@ Status prepare(const TrainOptions &options, std::unique_ptr<Session> &session,
 
 } // namespace
 
-Status train(const TrainOptions &options) {
+Status train(const TrainOptions &given) {
+  // The run directory is rank 0's to claim, before any rank joins: a run already in it is
+  // continued (--resume) or replaced (--force), never overwritten by accident.
+  auto rank = rankFromEnvironment();
+  if (!rank)
+    return rank.status().as(ErrorKind::BadInput);
+  if (rank->rank == 0)
+    GANC_TRY(claimRunDir(given).as(ErrorKind::BadInput));
+  TrainOptions options = given;
+  options.resume = resolveResume(given);
+  if (given.resume == "auto" && options.resume.empty() && rank->rank == 0)
+    std::cout << "--resume auto: no checkpoint in " << given.outDir << " yet, starting at step 0"
+              << std::endl;
   std::unique_ptr<Session> session;
   std::unique_ptr<PhaseInputs> inputs;
   std::unique_ptr<Ema> ema;

@@ -5,7 +5,9 @@
 #include "ir/Status.h"
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 
 namespace ganc::runtime {
 
@@ -14,7 +16,20 @@ struct TrainOptions {
   std::string model;
   std::string data;
   std::string outDir = "ganc-out";
+  /// A checkpoint to continue from, or "auto": outDir's latest checkpoint if there is one,
+  /// else a fresh start (what a restarted torchrun worker passes).
   std::string resume;
+  /// Start over in an outDir that holds a run (its files are replaced).
+  bool force = false;
+  /// Step checkpoints kept besides checkpoint.pt, the latest (0: checkpoint.pt only).
+  int64_t keepCheckpoints = 3;
+  /// Rank 0 starts a TensorBoard event writer (python -m ganc.tensorboard) beside the run.
+  bool tensorboard = true;
+  /// Hyper-parameters that do not change the plan, over the spec's: learning rate and Adam
+  /// betas per optimizer group ("" for every group), interval per phase.
+  std::map<std::string, double> lr;
+  std::map<std::string, std::pair<double, double>> betas;
+  std::map<std::string, int64_t> intervals;
   /// Rank 0 writes every all-reduced gradient and the final parameters here (parity tests).
   std::string dumpDir;
   std::string device = "cpu";

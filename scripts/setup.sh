@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Installs everything ganc needs on a fresh Debian bookworm machine, then configures and
-# builds it. Idempotent: what is already there is reused (the Python environment lives
-# outside the clone, in ~/.cache/ganc/venv, so a fresh clone reuses it).
+# Installs everything ganc needs on a fresh Debian bookworm machine, then builds it and
+# installs it into the Python environment with pip (editable: `ganc` and `import ganc` run
+# this checkout, its C++ tools from ./build). Idempotent: what is already there is reused (the
+# environment lives outside the clone, in ~/.cache/ganc/venv, so a fresh clone reuses it).
 #
-#   scripts/setup.sh            # install what is missing + build into ./build
+#   scripts/setup.sh            # what the demo needs: compilers, headers, torch, ganc
+#   scripts/setup.sh --tests    # and what the tests need: GoogleTest, FileCheck/lit, clang
+#                               # (fuzzers, sanitizers), clang-format/clang-tidy, pytest
 #   GANC_VENV=/path scripts/setup.sh
 set -euo pipefail
 
@@ -11,13 +14,18 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${GANC_VENV:-$HOME/.cache/ganc/venv}
 BUILD=${GANC_BUILD:-$ROOT/build}
 TORCH_VERSION=${GANC_TORCH_VERSION:-2.11.0}
+TESTS=OFF
+[ "${1:-}" = "--tests" ] && TESTS=ON
 
 log() { echo "[ganc setup] $*"; }
 
 # --- Debian packages ----------------------------------------------------------------------
-APT_PACKAGES=(cmake ninja-build g++ python3 python3-venv libgtest-dev libbenchmark-dev
-              nlohmann-json3-dev libstb-dev libgloo-dev zlib1g-dev llvm-14-tools clang-format-14
-              clang-tidy-14 clang-14 libclang-rt-14-dev)
+APT_PACKAGES=(cmake ninja-build g++ ccache python3 python3-venv nlohmann-json3-dev libstb-dev
+              libgloo-dev zlib1g-dev)
+if [ "$TESTS" = ON ]; then
+  APT_PACKAGES+=(libgtest-dev libbenchmark-dev llvm-14-tools clang-format-14 clang-tidy-14
+                 clang-14 libclang-rt-14-dev)
+fi
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -32,25 +40,42 @@ fi
 
 # --- Python environment with the pinned torch wheel ---------------------------------------
 PY="$VENV/bin/python"
-if ! "$PY" -c "import torch, numpy, sklearn, PIL, pytest, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
+PY_PACKAGES=(numpy scikit-learn pillow scikit-build-core tensorboard matplotlib)
+[ "$TESTS" = ON ] && PY_PACKAGES+=(pytest)
+MODULES=$(printf '%s\n' "${PY_PACKAGES[@]}" | sed 's/scikit-learn/sklearn/; s/pillow/PIL/; s/-/_/g' | paste -sd, -)
+if ! "$PY" -c "import torch, $MODULES, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
   if [ ! -x "$PY" ]; then
     log "creating the Python environment $VENV"
     mkdir -p "$(dirname "$VENV")"
     python3 -m venv "$VENV"
   fi
-  log "installing torch==$TORCH_VERSION (LibTorch headers, libraries and CMake config come with it)"
-  "$PY" -m pip install -q --upgrade pip >/dev/null
-  if ! "$PY" -m pip install -q "torch==$TORCH_VERSION"; then
-    log "torch==$TORCH_VERSION is not served; installing the nearest 2.x"
-    "$PY" -m pip install -q "torch>=2,<3"
+  if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
+    log "installing torch==$TORCH_VERSION (LibTorch headers, libraries and CMake config come with it)"
+    "$PY" -m pip install -q --upgrade pip >/dev/null
+    if ! "$PY" -m pip install -q "torch==$TORCH_VERSION"; then
+      log "torch==$TORCH_VERSION is not served; installing the nearest 2.x"
+      "$PY" -m pip install -q "torch>=2,<3"
+    fi
   fi
-  "$PY" -m pip install -q numpy scikit-learn pillow pytest
+  log "installing ${PY_PACKAGES[*]}"
+  "$PY" -m pip install -q "${PY_PACKAGES[@]}"
 fi
-TORCH_PREFIX=$("$PY" -c "import torch; print(torch.utils.cmake_prefix_path)")
 
-# --- Build ----------------------------------------------------------------------------------
-log "building in $BUILD"
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DGANC_PYTHON="$PY" -DGANC_BUILD_TESTS=ON >/dev/null
-cmake --build "$BUILD"
+# --- Build and install (pip, editable; CMake builds in ./build) ----------------------------
+# ccache keeps objects across build trees: `pip install .` of this checkout elsewhere (the
+# packaging test) and a fresh clone compile only what changed.
+export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1
+log "building in $BUILD and installing ganc into $VENV (pip install -e)"
+mkdir -p "$BUILD"
+set +o pipefail
+"$PY" -m pip install -v --no-build-isolation --no-deps -e "$ROOT" -C build-dir="$BUILD" \
+  -C cmake.define.GANC_BUILD_TESTS="$TESTS" -C cmake.define.GANC_PYTHON="$PY" 2>&1 \
+  | tee "$BUILD/pip-install.log" | grep --line-buffered -E '^ *\[[0-9]+/[0-9]+\] '
+status=${PIPESTATUS[0]}
+set -o pipefail
+if [ "$status" -ne 0 ]; then
+  grep -E 'error|Error' "$BUILD/pip-install.log" | head -20 >&2
+  log "pip install -e failed (the whole log: $BUILD/pip-install.log)"
+  exit 1
+fi
 export GANC_PYTHON="$PY" GANC_BUILD_DIR="$BUILD"

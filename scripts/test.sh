@@ -3,7 +3,7 @@
 # ctest: GoogleTest, lit/FileCheck, ground truth, parity against eager PyTorch DDP, style.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-source "$ROOT/scripts/setup.sh"
+source "$ROOT/scripts/setup.sh" --tests
 cd "$BUILD"
 "$GANC_PYTHON" -c "import torch; print('[ganc test] GPU tests: ' + ('run on ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'SKIPPED, no CUDA GPU on this machine (ctest lists cuda_test as Skipped)'))"
 ctest --output-on-failure --timeout 1800 "$@"

@@ -1,6 +1,7 @@
 // `ganc train` and `ganc run`: their options, parsed into the runtime's TrainOptions.
 #include "tools/TrainCommands.h"
 
+#include "ir/TextFormat.h"
 #include "runtime/Launcher.h"
 #include "runtime/Trainer.h"
 
@@ -27,13 +28,24 @@ const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
   --data PATH             torch.save tensor file [N, *data.shape] in [-1, 1], or a folder of
                           PNG/JPEG images (resized to the spec's data shape)
   --steps N               training steps (default 1000); a phase runs when step % interval == 0
-  --out DIR               samples, loss_history.csv, checkpoint.pt (default ganc-out)
+  --out DIR               the run's directory (default ganc-out): samples, stats.jsonl,
+                          TensorBoard events, checkpoints, run.json (options and effective
+                          spec); one that holds a run is refused without --resume or --force
+  --force                 start over in an --out that holds a run (its files are replaced)
   --seed S                data order and noise seed (rank r draws noise from seed + r)
   --log-every N           progress line every N steps (default 50)
   --sample-every N        sample grid every N steps and at the end (default 500, 0: never)
   --checkpoint-every N    checkpoint every N steps and at the end (default 1000, 0: never)
+  --keep-checkpoints N    step checkpoints (checkpoint-STEP.pt) kept besides checkpoint.pt,
+                          the latest (default 3, 0: checkpoint.pt only)
   --samples N             images in the sample grid (default 64)
-  --resume CKPT           continue exactly from a checkpoint
+  --resume CKPT|auto      continue exactly from a checkpoint; auto: from --out's latest one,
+                          or from step 0 if it has none (for restarted torchrun workers)
+  --tensorboard on|off    TensorBoard event files in --out, written beside the run by
+                          python -m ganc.tensorboard (default on)
+  --lr [GROUP=]X          learning rate of every optimizer group, or of GROUP (repeatable)
+  --betas [GROUP=]B1,B2   Adam betas of every Adam group, or of GROUP (repeatable)
+  --interval PHASE=K      run PHASE every K steps instead of the spec's interval (repeatable)
   --device cpu|cuda       cpu: Gloo; cuda: NCCL, one GPU per rank (cuda:LOCAL_RANK), each
                           phase captured once as a CUDA Graph and replayed
   --cuda-graphs on|off    off: run every phase eagerly on the GPU (default on)
@@ -95,6 +107,22 @@ public:
                                   ", not '" + v + "'");
     return n;
   }
+  /// "KEY=VALUE" as (KEY, VALUE); a value without "KEY=" as ("", VALUE).
+  std::pair<std::string, std::string> keyed(const std::string &flag) {
+    std::string v = value(flag);
+    size_t eq = v.find('=');
+    if (eq == std::string::npos)
+      return {"", v};
+    return {v.substr(0, eq), v.substr(eq + 1)};
+  }
+  /// A finite real number in [low, high) (a "for FLAG" error otherwise).
+  static double real(const std::string &flag, const std::string &text, double low, double high) {
+    std::optional<double> v = ir::parseDouble(text);
+    if (!v || !(*v >= low) || !(*v < high))
+      throw std::invalid_argument(flag + " takes a number in [" + ir::formatDouble(low) + ", " +
+                                  ir::formatDouble(high) + "), not '" + text + "'");
+    return *v;
+  }
   /// One of `allowed` ("a, b or c" in the error).
   std::string choice(const std::string &flag, const std::vector<std::string> &allowed) {
     std::string v = value(flag);
@@ -154,6 +182,41 @@ const std::map<std::string, OptionHandler> &trainOptions() {
          o.nonFinite = r.choice(f, {"stop", "skip"});
        }},
       {"--dump-grads", [](R &r, S &f, O &o) { o.dumpDir = r.value(f); }},
+      {"--force", [](R &, S &, O &o) { o.force = true; }},
+      {"--keep-checkpoints", [](R &r, S &f, O &o) { o.keepCheckpoints = r.number(f, 1000000); }},
+      {"--tensorboard",
+       [](R &r, S &f, O &o) {
+         o.tensorboard = r.choice(f, {"on", "off"}) == "on";
+       }},
+      {"--lr",
+       [](R &r, S &f, O &o) {
+         auto [group, text] = r.keyed(f);
+         o.lr[group] = R::real(f, text, 0, 1e6);
+         if (o.lr[group] <= 0)
+           throw std::invalid_argument(f + " must be positive, not '" + text + "'");
+       }},
+      {"--betas",
+       [](R &r, S &f, O &o) {
+         auto [group, text] = r.keyed(f);
+         size_t comma = text.find(',');
+         if (comma == std::string::npos)
+           throw std::invalid_argument(f + " takes B1,B2 (e.g. 0,0.99), not '" + text + "'");
+         o.betas[group] = {R::real(f, text.substr(0, comma), 0, 1),
+                           R::real(f, text.substr(comma + 1), 0, 1)};
+       }},
+      {"--interval",
+       [](R &r, S &f, O &o) {
+         auto [phase, text] = r.keyed(f);
+         if (phase.empty())
+           throw std::invalid_argument(f + " takes PHASE=K (e.g. d_reg=16), not '" + text + "'");
+         std::optional<double> k = ir::parseDouble(text);
+         if (!k || *k < 1 || *k > 1e9 || *k != static_cast<double>(static_cast<int64_t>(*k)))
+           throw std::invalid_argument(f + " " + phase +
+                                       "= takes a whole number of steps >= 1, "
+                                       "not '" +
+                                       text + "'");
+         o.intervals[phase] = static_cast<int64_t>(*k);
+       }},
   };
   return options;
 }
@@ -186,6 +249,10 @@ bool parseTrain(const std::vector<std::string> &args, TrainOptions &o, std::stri
   }
   if (o.model.empty()) {
     error = "no --model given: the archive the plan was compiled from";
+    return false;
+  }
+  if (o.force && !o.resume.empty()) {
+    error = "--force starts over and --resume continues: give one of them";
     return false;
   }
   if (o.device == "cuda" && o.cudaGraphs && o.warmup < 1) {

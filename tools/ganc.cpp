@@ -8,12 +8,15 @@
 
 #include <torch/version.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <unistd.h>
 
 using namespace ganc;
 
@@ -26,12 +29,13 @@ commands:
                             [--print-ir-after PASS]
       lower every phase of a TorchScript GAN archive (with its ganc.json spec) to the ganc IR,
       find the parameters each phase trains, bucket their all-reduces, and write the plan.
-  explain PLAN
+  explain PLAN [--json]
       per phase: used and unused parameters, buckets, all-reduce order and bytes per step.
   train PLAN --model MODEL.pt [options]     one rank; reads RANK, WORLD_SIZE, LOCAL_RANK,
                                             MASTER_ADDR, MASTER_PORT like torchrun
   run --nproc N PLAN --model MODEL.pt [options]
                                             start N local ranks of `ganc train`
+  plot OUT [-o PNG]                         a run's loss curves as a PNG (Python, matplotlib)
   (ganc COMMAND --help lists each command's options; ganc --version says which ganc)
 
 exit codes: 0 success, 2 bad input (one line on stderr says which file/phase/parameter),
@@ -153,21 +157,41 @@ int compile(const std::vector<std::string> &args) {
   return 0;
 }
 
-int explainCommand(const std::vector<std::string> &args) {
+int explainCommand(std::vector<std::string> args) {
   if (args.size() == 1 && (args[0] == "-h" || args[0] == "--help")) {
-    std::cout << "usage: ganc explain PLAN\n\n"
+    std::cout << "usage: ganc explain PLAN [--json]\n\n"
                  "Per phase: how it is replayed, the used, unused, conditional and frozen\n"
                  "parameters with sizes, the optimizer groups it steps, its training-step\n"
-                 "features, and its buckets in all-reduce order with the bytes per step.\n";
+                 "features, and its buckets in all-reduce order with the bytes per step.\n"
+                 "--json: the same plan as JSON (what compile --emit json prints).\n";
     return 0;
   }
+  auto json = std::find(args.begin(), args.end(), "--json");
+  const bool asJson = json != args.end();
+  if (asJson)
+    args.erase(json);
   if (args.size() != 1)
-    return fail("explain: usage: ganc explain PLAN");
+    return fail("explain: usage: ganc explain PLAN [--json]");
   auto plan = ir::readPlan(args[0]);
   if (!plan)
     return fail(plan.status().message());
-  std::cout << tools::explain(**plan);
+  std::cout << (asJson ? tools::planJson(**plan) : tools::explain(**plan));
   return 0;
+}
+
+/// `ganc plot` is Python (matplotlib): run it with the Python ganc was installed into.
+int plotCommand(const std::vector<std::string> &args) {
+  const char *python = std::getenv("GANC_PYTHON");
+  std::vector<std::string> command = {python && *python ? python : "python3", "-m", "ganc.plot"};
+  command.insert(command.end(), args.begin(), args.end());
+  std::vector<char *> argv;
+  for (std::string &a : command)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  return fail(std::string("plot: cannot run ") + argv[0] +
+              " (set GANC_PYTHON to the Python "
+              "ganc is installed into)");
 }
 
 } // namespace
@@ -183,6 +207,8 @@ int main(int argc, char **argv) {
     return compile(args);
   if (command == "explain")
     return explainCommand(args);
+  if (command == "plot")
+    return plotCommand(args);
   if (command == "train")
     return tools::trainCommand(args);
   if (command == "run")

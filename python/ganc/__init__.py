@@ -1,154 +1,49 @@
-"""ganc's Python helper: export a GAN and its training phases to one TorchScript archive.
+"""ganc from Python: export a GAN and its training phases to one TorchScript archive,
+compile it, train it.
 
     import ganc
     ganc.export(gan, "dcgan.pt", spec)                 # scripted
     ganc.export(gan, "dcgan.pt", spec, trace=True)     # traced, one trace per phase method
+    plan = ganc.compile("dcgan.pt")                    # a ganc.Plan: .explain(), .used(phase)
+    summary = ganc.train(plan, data="digits.pt", nproc=2, steps=500, out="runs/dcgan")
 
 The spec (see docs/spec.md) is validated against the module and stored in the archive as the
 extra file ``ganc.json``; ``ganc compile`` reads both.
+
+torch is imported when something that needs it is first used: the `ganc` command and the
+TensorBoard writer start without it.
 """
 from __future__ import annotations
 
-import contextlib
+import importlib
 
-import torch
+from .api import GancError, Plan, compile, train
 
-from .scriptable import ExportError, make_scriptable
-from .spec import SPEC_VERSION, SpecError, dumps, validate
+# Name -> the submodule that defines it, imported on first use (PEP 562).
+_LAZY = {
+    "export": "exporter", "load_spec": "exporter", "load_checkpoint": "exporter",
+    "example_inputs": "exporter", "phase_methods_scripted": "exporter",
+    "make_scriptable": "scriptable", "ExportError": "scriptable",
+    "SPEC_VERSION": "spec", "SpecError": "spec", "validate": "spec", "dumps": "spec",
+}
 
-__all__ = ["export", "load_spec", "load_checkpoint", "example_inputs", "make_scriptable", "ExportError",
-           "SPEC_VERSION", "SpecError", "validate"]
-
-
-def example_inputs(spec: dict, phase: dict, batch: int | None = None) -> tuple:
-    """Tensors of the right shapes for one call of a phase method (for tracing and tests)."""
-    batch = batch or spec["batch_size"]
-    dtype = getattr(torch, spec.get("dtype", "float32"))
-    out = []
-    for inp in phase["inputs"]:
-        if inp["source"] == "fade":
-            out.append(torch.rand(()).to(dtype))
-            continue
-        if inp["source"] in ("labels", "categorical"):
-            out.append(torch.randint(inp.get("classes", spec["data"].get("classes", 1)), (batch,)))
-            continue
-        shape = spec["data"]["shape"] if inp["source"] == "data" else inp["shape"]
-        draw = torch.rand if inp["source"] == "uniform" else torch.randn
-        out.append(draw([batch] + list(shape)).to(dtype))
-    return tuple(out)
+__all__ = ["export", "compile", "train", "Plan", "GancError", "load_spec", "load_checkpoint",
+           "example_inputs", "make_scriptable", "ExportError", "SPEC_VERSION", "SpecError",
+           "validate"]
 
 
-@contextlib.contextmanager
-def phase_methods_scripted(gan: torch.nn.Module, methods, script: bool = True):
-    """Marks the phase methods for scripting (or, for tracing, unmarks them) for the duration
-    of the block, restoring the class afterwards: user classes are left as they were."""
-    from torch._jit_internal import FunctionModifiers
-    saved = []
-    for name in methods:
-        for klass in type(gan).__mro__:
-            fn = klass.__dict__.get(name)
-            if fn is not None:
-                saved.append((fn, fn.__dict__.get("_torchscript_modifier", _MISSING)))
-                if script:
-                    fn._torchscript_modifier = FunctionModifiers.EXPORT
-                elif "_torchscript_modifier" in fn.__dict__:
-                    del fn._torchscript_modifier
-                break
-    try:
-        yield
-    finally:
-        for fn, old in saved:
-            if old is _MISSING:
-                fn.__dict__.pop("_torchscript_modifier", None)
-            else:
-                fn._torchscript_modifier = old
+_SUBMODULES = {"spec", "scriptable", "exporter", "oracle", "tensorboard", "plot", "cli", "api"}
 
 
-_MISSING = object()
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module("." + name, __name__)
+    if name in _LAZY:
+        value = getattr(importlib.import_module("." + _LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ganc' has no attribute {name!r}")
 
 
-def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False) -> dict:
-    """Scripts (or traces) `gan` with every phase method and writes it with its spec to `path`.
-
-    Spectral norm and weight norm layers (both PyTorch APIs) are exported through scriptable
-    equivalents with the same state_dict names and numerics (see ganc.scriptable). `gan`
-    itself is not modified: the checks and the export run on a copy, and the archive holds
-    the parameters and buffers `gan` had.
-
-    Returns the validated spec. Raises SpecError for a spec that names a method or submodule
-    that does not exist, ValueError for a phase that does not return a scalar, and
-    ExportError for a layer ganc cannot export or a traced archive that cannot train.
-    """
-    spec = validate(spec, gan)
-    model = make_scriptable(gan)
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    model.train()
-    for phase in spec["phases"]:
-        loss = getattr(model, phase["method"])(*example_inputs(spec, phase, batch=2))
-        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-            raise SpecError(f"spec: phase {phase['name']!r}: method {phase['method']!r} must "
-                            f"return a scalar loss tensor")
-    _restore(model, state)
-    names = [p["method"] for p in spec["phases"]]
-    # Phase methods need not be decorated by the user.
-    with phase_methods_scripted(model, names, script=not trace):
-        if trace:
-            methods = {p["method"]: example_inputs(spec, p) for p in spec["phases"]}
-            scripted = torch.jit.trace_module(model, methods, check_trace=False)
-            _check_trace_trains(scripted, spec)
-        else:
-            # Scripting reads every attribute, properties included: in eval mode a layer's
-            # weight property runs no power iteration. The modes are set back afterwards.
-            modes = {name: m.training for name, m in model.named_modules()}
-            model.eval()
-            scripted = torch.jit.script(model)
-            for name, m in scripted.named_modules():
-                m.training = modes[name]
-    _restore(scripted, state)
-    torch.jit.save(scripted, path, _extra_files={"ganc.json": dumps(spec)})
-    return spec
-
-
-def _restore(module, state: dict) -> None:
-    """Copies `state` (a state_dict snapshot) back into `module`'s tensors, gradients dropped."""
-    with torch.no_grad():
-        for name, t in module.state_dict().items():
-            t.copy_(state[name])
-    for p in module.parameters():
-        p.grad = None
-
-
-def _check_trace_trains(traced, spec: dict) -> None:
-    """Runs every traced phase once with autograd: a trace that recorded ops autograd cannot
-    differentiate (out= variants, in-place updates of saved tensors) is refused with the cause
-    now, not at `ganc compile` or at step 0."""
-    for phase in spec["phases"]:
-        try:
-            getattr(traced, phase["method"])(*example_inputs(spec, phase)).backward()
-        except Exception as e:  # noqa: BLE001 - any failure means the archive cannot train
-            cause = str(e).strip().splitlines()
-            raise ExportError(f"ganc.export: phase {phase['name']!r}: the traced archive cannot train: "
-                              f"{type(e).__name__}: {cause[-1] if cause else ''}") from e
-
-
-def load_spec(path: str) -> dict:
-    """The ganc.json stored in an archive."""
-    files = {"ganc.json": ""}
-    torch.jit.load(path, _extra_files=files)
-    import json
-    return json.loads(files["ganc.json"])
-
-
-def load_checkpoint(path: str) -> dict:
-    """Loads a file ganc wrote (checkpoint.pt, gradient dumps) with torch.load.
-
-    LibTorch's pickler wraps containers in `torch.jit._pickle` helpers (restore_type_tag,
-    build_doublelist, ...), plain identity functions that the weights-only unpickler does not
-    allow by default; allowing them keeps the load weights-only.
-    `torch.load(path, weights_only=False)` also works.
-    """
-    import torch.jit._pickle as jp
-    helpers = [jp.restore_type_tag, jp.build_intlist, jp.build_tensorlist, jp.build_doublelist,
-               jp.build_boollist]
-    with torch.serialization.safe_globals(helpers):
-        return torch.load(path, weights_only=True)
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

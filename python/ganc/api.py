@@ -1,0 +1,185 @@
+"""ganc from Python: compile an archive to a plan, look at the plan, train from it.
+
+    import ganc
+    plan = ganc.compile("dcgan32.pt")                 # -> dcgan32.plan, a ganc.Plan
+    print(plan.explain())
+    plan.used("d"), plan.buckets("g")                 # the analysis, as Python data
+    summary = ganc.train(plan, data="digits.pt", nproc=2, steps=500, out="runs/dcgan")
+
+Both run the `ganc` driver (training is one process per rank either way); its progress is
+echoed as it comes, so a notebook shows it, and a failure raises GancError with the driver's
+one-line message and exit code (2: bad input, 1: a rank failed).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+
+from .cli import environment, executable
+
+__all__ = ["Plan", "GancError", "compile", "train"]
+
+
+class GancError(RuntimeError):
+    """The driver failed: `message` is its error line, `exit_code` 2 for bad input and 1 for
+    a failure while training."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+def _run(args: list[str], echo: bool) -> str:
+    """Runs the driver; returns its stdout. stdout and stderr are echoed line by line while
+    it runs (when `echo`); a non-zero exit raises GancError with its last error line."""
+    proc = subprocess.Popen([executable(), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, bufsize=1, env=environment())
+    out: list[str] = []
+    err: list[str] = []
+
+    def pump(stream, lines, sink):
+        for line in stream:
+            lines.append(line)
+            if echo:
+                sink.write(line)
+                sink.flush()
+
+    threads = [threading.Thread(target=pump, args=(proc.stdout, out, sys.stdout), daemon=True),
+               threading.Thread(target=pump, args=(proc.stderr, err, sys.stderr), daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        code = proc.wait()
+    except BaseException:  # KeyboardInterrupt in a notebook: stop the ranks, then re-raise
+        proc.terminate()
+        proc.wait()
+        raise
+    for t in threads:
+        t.join()
+    if code != 0:
+        errors = [line.strip() for line in err if line.strip()]
+        message = errors[-1] if errors else f"ganc {args[0]} exited with status {code}"
+        raise GancError(message.removeprefix("ganc: error: "), code)
+    return "".join(out)
+
+
+@dataclass
+class Plan:
+    """A compiled plan: its file, the archive it was compiled from, and its content (the
+    JSON `ganc compile --emit json` prints)."""
+    path: str
+    model: str | None
+    data: dict = field(repr=False)
+
+    @classmethod
+    def load(cls, path: str, model: str | None = None) -> "Plan":
+        """Reads a plan file (checked like `ganc train` checks it)."""
+        return cls(path, model, json.loads(_run(["explain", "--json", path], echo=False)))
+
+    @property
+    def name(self) -> str:
+        return self.data["name"]
+
+    @property
+    def phases(self) -> list[str]:
+        """Phase names (for a progressive GAN, `phase@stage` keys), in plan order."""
+        return [_key(p) for p in self.data["phases"]]
+
+    def phase(self, name: str) -> dict:
+        for p in self.data["phases"]:
+            if _key(p) == name:
+                return p
+        raise KeyError(f"plan {self.path}: no phase {name!r} (phases: {', '.join(self.phases)})")
+
+    def used(self, phase: str) -> list[str]:
+        """The parameters `phase` gives a gradient to and updates."""
+        return list(self.phase(phase)["used"])
+
+    def unused(self, phase: str) -> list[str]:
+        return list(self.phase(phase)["unused"])
+
+    def buckets(self, phase: str) -> list[list[str]]:
+        """The phase's buckets, each a list of parameter names, in all-reduce order."""
+        return [[s["parameter"] for s in b["slots"]] for b in self.phase(phase)["buckets"]]
+
+    def bytes_per_step(self, phase: str) -> int:
+        """Bytes the phase all-reduces per step."""
+        return sum(b["bytes"] for b in self.phase(phase)["buckets"])
+
+    def explain(self) -> str:
+        """What `ganc explain` prints."""
+        return _run(["explain", self.path], echo=False)
+
+    def _repr_pretty_(self, printer, cycle):  # IPython
+        printer.text(self.explain())
+
+
+def _key(phase: dict) -> str:
+    return phase["name"] + (f"@{phase['stage']}" if phase.get("stage") else "")
+
+
+def compile(archive: str, output: str | None = None, *, bucket_cap_mb: float | None = None,
+            first_bucket_mb: float | None = None) -> Plan:
+    """`ganc compile ARCHIVE -o OUTPUT` (default: the archive's name with .plan)."""
+    output = output or os.path.splitext(archive)[0] + ".plan"
+    args = ["compile", archive, "-o", output, "--emit", "json"]
+    if bucket_cap_mb is not None:
+        args += ["--bucket-cap-mb", str(bucket_cap_mb)]
+    if first_bucket_mb is not None:
+        args += ["--first-bucket-mb", str(first_bucket_mb)]
+    return Plan(output, archive, json.loads(_run(args, echo=False)))
+
+
+# Options given as booleans that the driver spells on/off.
+_ON_OFF = {"cuda_graphs", "cudnn_benchmark"}
+
+
+def _option_args(options: dict) -> list[str]:
+    args = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is None or value is False and key not in _ON_OFF:
+            continue
+        if isinstance(value, bool):
+            args += [flag] if key not in _ON_OFF else [flag, "on" if value else "off"]
+        elif isinstance(value, (list, tuple)):
+            args += [flag, ",".join(str(v) for v in value)]
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+def train(plan: Plan | str, model: str | None = None, data=None, *, nproc: int = 1,
+          out: str = "ganc-out", quiet: bool = False, **options) -> dict:
+    """Trains with `nproc` local ranks (`ganc run`) and returns the run's summary (what
+    OUT/summary.json holds: steps, wall time, img/s, the last logged losses, skipped steps,
+    the files written).
+
+    `data` is a path (tensor file, image folder, zip) or a tensor [N, *shape] in [-1, 1].
+    Every other keyword is a `ganc train` option: steps=2000, seed=1, log_every=100,
+    resume="auto", force=True, lr=2e-4, betas=(0.0, 0.99), device="cuda",
+    cuda_graphs=False, ... `quiet` stops the progress lines being echoed.
+    """
+    if isinstance(plan, str):
+        plan = Plan(plan, model, {})
+    model = model or plan.model
+    if model is None:
+        raise ValueError("ganc.train: say which archive the plan was compiled from (model=...)")
+    with tempfile.TemporaryDirectory(prefix="ganc-data-") as tmp:
+        if data is not None and not isinstance(data, (str, os.PathLike)):
+            import torch
+            path = os.path.join(tmp, "data.pt")
+            torch.save(data.detach().cpu().contiguous(), path)
+            data = path
+        args = ["run", "--nproc", str(nproc), plan.path, "--model", str(model), "--out", str(out)]
+        if data is not None:
+            args += ["--data", str(data)]
+        _run(args + _option_args(options), echo=not quiet)
+    with open(os.path.join(out, "summary.json")) as f:
+        return json.load(f)

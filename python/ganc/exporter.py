@@ -1,0 +1,146 @@
+"""Exporting a GAN and its phases to a ganc archive (ganc.export), and reading back what
+ganc wrote (ganc.load_spec, ganc.load_checkpoint)."""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from .scriptable import ExportError, make_scriptable
+from .spec import SPEC_VERSION, SpecError, dumps, validate
+
+__all__ = ["export", "load_spec", "load_checkpoint", "example_inputs", "phase_methods_scripted"]
+
+
+def example_inputs(spec: dict, phase: dict, batch: int | None = None) -> tuple:
+    """Tensors of the right shapes for one call of a phase method (for tracing and tests)."""
+    batch = batch or spec["batch_size"]
+    dtype = getattr(torch, spec.get("dtype", "float32"))
+    out = []
+    for inp in phase["inputs"]:
+        if inp["source"] == "fade":
+            out.append(torch.rand(()).to(dtype))
+            continue
+        if inp["source"] in ("labels", "categorical"):
+            out.append(torch.randint(inp.get("classes", spec["data"].get("classes", 1)), (batch,)))
+            continue
+        shape = spec["data"]["shape"] if inp["source"] == "data" else inp["shape"]
+        draw = torch.rand if inp["source"] == "uniform" else torch.randn
+        out.append(draw([batch] + list(shape)).to(dtype))
+    return tuple(out)
+
+
+@contextlib.contextmanager
+def phase_methods_scripted(gan: torch.nn.Module, methods, script: bool = True):
+    """Marks the phase methods for scripting (or, for tracing, unmarks them) for the duration
+    of the block, restoring the class afterwards: user classes are left as they were."""
+    from torch._jit_internal import FunctionModifiers
+    saved = []
+    for name in methods:
+        for klass in type(gan).__mro__:
+            fn = klass.__dict__.get(name)
+            if fn is not None:
+                saved.append((fn, fn.__dict__.get("_torchscript_modifier", _MISSING)))
+                if script:
+                    fn._torchscript_modifier = FunctionModifiers.EXPORT
+                elif "_torchscript_modifier" in fn.__dict__:
+                    del fn._torchscript_modifier
+                break
+    try:
+        yield
+    finally:
+        for fn, old in saved:
+            if old is _MISSING:
+                fn.__dict__.pop("_torchscript_modifier", None)
+            else:
+                fn._torchscript_modifier = old
+
+
+_MISSING = object()
+
+
+def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False) -> dict:
+    """Scripts (or traces) `gan` with every phase method and writes it with its spec to `path`.
+
+    Spectral norm and weight norm layers (both PyTorch APIs) are exported through scriptable
+    equivalents with the same state_dict names and numerics (see ganc.scriptable). `gan`
+    itself is not modified: the checks and the export run on a copy, and the archive holds
+    the parameters and buffers `gan` had.
+
+    Returns the validated spec. Raises SpecError for a spec that names a method or submodule
+    that does not exist, ValueError for a phase that does not return a scalar, and
+    ExportError for a layer ganc cannot export or a traced archive that cannot train.
+    """
+    spec = validate(spec, gan)
+    model = make_scriptable(gan)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model.train()
+    for phase in spec["phases"]:
+        loss = getattr(model, phase["method"])(*example_inputs(spec, phase, batch=2))
+        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+            raise SpecError(f"spec: phase {phase['name']!r}: method {phase['method']!r} must "
+                            f"return a scalar loss tensor")
+    _restore(model, state)
+    names = [p["method"] for p in spec["phases"]]
+    # Phase methods need not be decorated by the user.
+    with phase_methods_scripted(model, names, script=not trace):
+        if trace:
+            methods = {p["method"]: example_inputs(spec, p) for p in spec["phases"]}
+            scripted = torch.jit.trace_module(model, methods, check_trace=False)
+            _check_trace_trains(scripted, spec)
+        else:
+            # Scripting reads every attribute, properties included: in eval mode a layer's
+            # weight property runs no power iteration. The modes are set back afterwards.
+            modes = {name: m.training for name, m in model.named_modules()}
+            model.eval()
+            scripted = torch.jit.script(model)
+            for name, m in scripted.named_modules():
+                m.training = modes[name]
+    _restore(scripted, state)
+    torch.jit.save(scripted, path, _extra_files={"ganc.json": dumps(spec)})
+    return spec
+
+
+def _restore(module, state: dict) -> None:
+    """Copies `state` (a state_dict snapshot) back into `module`'s tensors, gradients dropped."""
+    with torch.no_grad():
+        for name, t in module.state_dict().items():
+            t.copy_(state[name])
+    for p in module.parameters():
+        p.grad = None
+
+
+def _check_trace_trains(traced, spec: dict) -> None:
+    """Runs every traced phase once with autograd: a trace that recorded ops autograd cannot
+    differentiate (out= variants, in-place updates of saved tensors) is refused with the cause
+    now, not at `ganc compile` or at step 0."""
+    for phase in spec["phases"]:
+        try:
+            getattr(traced, phase["method"])(*example_inputs(spec, phase)).backward()
+        except Exception as e:  # noqa: BLE001 - any failure means the archive cannot train
+            cause = str(e).strip().splitlines()
+            raise ExportError(f"ganc.export: phase {phase['name']!r}: the traced archive cannot train: "
+                              f"{type(e).__name__}: {cause[-1] if cause else ''}") from e
+
+
+def load_spec(path: str) -> dict:
+    """The ganc.json stored in an archive."""
+    files = {"ganc.json": ""}
+    torch.jit.load(path, _extra_files=files)
+    import json
+    return json.loads(files["ganc.json"])
+
+
+def load_checkpoint(path: str) -> dict:
+    """Loads a file ganc wrote (checkpoint.pt, gradient dumps) with torch.load.
+
+    LibTorch's pickler wraps containers in `torch.jit._pickle` helpers (restore_type_tag,
+    build_doublelist, ...), plain identity functions that the weights-only unpickler does not
+    allow by default; allowing them keeps the load weights-only.
+    `torch.load(path, weights_only=False)` also works.
+    """
+    import torch.jit._pickle as jp
+    helpers = [jp.restore_type_tag, jp.build_intlist, jp.build_tensorlist, jp.build_doublelist,
+               jp.build_boollist]
+    with torch.serialization.safe_globals(helpers):
+        return torch.load(path, weights_only=True)

@@ -1,0 +1,85 @@
+"""`ganc plot OUT`: a run's loss curves as a PNG (matplotlib).
+
+One panel per phase: the loss averaged over ranks and over each log interval (stats.jsonl),
+with a band of one standard deviation; a run without stats.jsonl is plotted from rank 0's
+loss_history.csv.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+
+__all__ = ["plot", "main"]
+
+
+def _series(out: str) -> dict[str, list[tuple[int, float, float]]]:
+    """Per phase, (step, mean, std) points."""
+    series: dict[str, list[tuple[int, float, float]]] = {}
+    stats = os.path.join(out, "stats.jsonl")
+    if os.path.exists(stats):
+        with open(stats) as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                record = json.loads(line)
+                for key, value in record.items():
+                    if key.startswith("Loss/"):
+                        series.setdefault(key[5:], []).append(
+                            (record["step"], value["mean"], value["std"]))
+        return series
+    history = os.path.join(out, "loss_history.csv")
+    with open(history) as f:
+        for row in csv.DictReader(f):
+            series.setdefault(row["phase"], []).append((int(row["step"]), float(row["loss"]), 0.0))
+    return series
+
+
+def plot(out: str, output: str | None = None) -> str:
+    """Writes the loss curves of the run in `out` to `output` (default OUT/losses.png) and
+    returns its path."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    series = _series(out)
+    if not series:
+        raise ValueError(f"{out}: no losses logged yet (stats.jsonl is empty)")
+    output = output or os.path.join(out, "losses.png")
+    fig, axes = plt.subplots(len(series), 1, figsize=(8, 2.6 * len(series)), sharex=True,
+                             squeeze=False)
+    for ax, (phase, points) in zip(axes[:, 0], sorted(series.items())):
+        steps = [p[0] for p in points]
+        mean = [p[1] for p in points]
+        low = [p[1] - p[2] for p in points]
+        high = [p[1] + p[2] for p in points]
+        ax.plot(steps, mean, lw=1.2)
+        ax.fill_between(steps, low, high, alpha=0.25, lw=0)
+        ax.set_ylabel(f"{phase} loss")
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("step")
+    fig.suptitle(os.path.basename(os.path.abspath(out)))
+    fig.tight_layout()
+    fig.savefig(output, dpi=120)
+    plt.close(fig)
+    return output
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ganc plot", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", help="the run's directory (ganc train --out)")
+    parser.add_argument("-o", "--output", help="the PNG to write (default OUT/losses.png)")
+    args = parser.parse_args(argv)
+    try:
+        path = plot(args.out, args.output)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"ganc: error: plot: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+// The run directory: claiming it, --resume auto, run.json, checkpoint rotation.
+#include "runtime/RunDir.h"
+
+#include "ir/Files.h"
+#include "runtime/Setup.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <regex>
+
+namespace ganc::runtime {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// Names of the files a run writes into --out.
+bool isRunFile(const std::string &name) {
+  static const std::regex pattern(
+      R"((checkpoint(-\d+)?\.pt|loss_history\.csv|stats\.jsonl|run\.json|timing\.json|)"
+      R"(summary\.json|samples(_step\d+)?\.png|events\.out\.tfevents\..*))");
+  return std::regex_match(name, pattern);
+}
+
+std::vector<fs::path> runFiles(const std::string &dir) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const fs::directory_entry &e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file(ec) && isRunFile(e.path().filename().string()))
+      files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::string join(const std::vector<std::string> &names) {
+  std::string out;
+  for (const std::string &n : names)
+    out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+/// The step checkpoints in `dir`, oldest first, with their steps.
+std::vector<std::pair<int64_t, fs::path>> stepCheckpoints(const std::string &dir) {
+  static const std::regex pattern(R"(checkpoint-(\d+)\.pt)");
+  std::vector<std::pair<int64_t, fs::path>> found;
+  std::error_code ec;
+  for (const fs::directory_entry &e : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (std::regex_match(name, m, pattern))
+      found.emplace_back(std::stoll(m[1].str()), e.path());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+} // namespace
+
+Status claimRunDir(const TrainOptions &o) {
+  std::error_code ec;
+  if (fs::exists(o.outDir, ec) && !fs::is_directory(o.outDir, ec))
+    return Status::error("--out " + o.outDir + " exists and is not a directory");
+  std::vector<fs::path> files =
+      fs::exists(o.outDir, ec) ? runFiles(o.outDir) : std::vector<fs::path>();
+  if (!files.empty() && o.resume.empty()) {
+    if (!o.force) {
+      std::vector<std::string> names;
+      for (const fs::path &f : files)
+        if (names.size() < 3)
+          names.push_back(f.filename().string());
+      return Status::error("--out " + o.outDir + " holds a run (" + join(names) +
+                           (files.size() > 3 ? ", ..." : "") +
+                           "): continue it with --resume auto, start over in it with --force, "
+                           "or choose another --out");
+    }
+    for (const fs::path &f : files)
+      if (!fs::remove(f, ec) && ec)
+        return Status::error("--force: cannot remove " + f.string() + ": " + ec.message());
+  }
+  fs::create_directories(o.outDir, ec);
+  if (ec)
+    return Status::error("--out " + o.outDir + ": " + ec.message());
+  return Status::ok();
+}
+
+std::string resolveResume(const TrainOptions &o) {
+  if (o.resume != "auto")
+    return o.resume;
+  const std::string latest = o.outDir + "/checkpoint.pt";
+  std::error_code ec;
+  return fs::exists(latest, ec) ? latest : "";
+}
+
+Status applyOverrides(frontend::Spec &spec, const TrainOptions &o) {
+  auto groupNames = [&] {
+    std::vector<std::string> names;
+    for (const auto &[name, group] : spec.optimizers)
+      names.push_back(name);
+    return join(names);
+  };
+  auto groups = [&](const std::string &flag, const std::string &key,
+                    std::vector<frontend::OptimizerSpec *> &out) -> Status {
+    for (auto &[name, group] : spec.optimizers)
+      if (key.empty() || key == name)
+        out.push_back(&group);
+    if (out.empty())
+      return Status::error(flag + " " + key + "=: the spec has no optimizer group '" + key +
+                           "' (groups: " + groupNames() + ")");
+    return Status::ok();
+  };
+  for (const auto &[key, lr] : o.lr) {
+    std::vector<frontend::OptimizerSpec *> targets;
+    GANC_TRY(groups("--lr", key, targets));
+    for (frontend::OptimizerSpec *g : targets)
+      g->lr = lr;
+  }
+  for (const auto &[key, betas] : o.betas) {
+    std::vector<frontend::OptimizerSpec *> targets;
+    GANC_TRY(groups("--betas", key, targets));
+    size_t adam = 0;
+    for (frontend::OptimizerSpec *g : targets) {
+      if (g->type == "sgd" && !key.empty())
+        return Status::error("--betas " + key + "=: group '" + key +
+                             "' uses sgd, which has no betas");
+      if (g->type == "sgd")
+        continue;
+      g->beta1 = betas.first;
+      g->beta2 = betas.second;
+      ++adam;
+    }
+    if (adam == 0)
+      return Status::error("--betas: no optimizer group uses Adam (groups: " + groupNames() + ")");
+  }
+  for (const auto &[name, interval] : o.intervals) {
+    auto phase = std::find_if(spec.phases.begin(), spec.phases.end(),
+                              [&](const frontend::PhaseSpec &p) { return p.name == name; });
+    if (phase == spec.phases.end()) {
+      std::vector<std::string> names;
+      for (const frontend::PhaseSpec &p : spec.phases)
+        names.push_back(p.name);
+      return Status::error("--interval " + name + "=: the spec has no phase '" + name +
+                           "' (phases: " + join(names) + ")");
+    }
+    phase->interval = interval;
+  }
+  return Status::ok();
+}
+
+Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &resumedFrom) {
+  using nlohmann::json;
+  const TrainOptions &o = s.options;
+  const frontend::Spec &spec = s.spec();
+  // The effective spec: the archive's, with what the command line changed.
+  json effective = json::parse(spec.text);
+  for (const auto &[name, g] : spec.optimizers) {
+    json &j = effective["optimizers"][name];
+    j["type"] = g.type;
+    j["lr"] = g.lr;
+    if (g.type != "sgd")
+      j["betas"] = {g.beta1, g.beta2};
+  }
+  for (json &phase : effective["phases"])
+    for (const frontend::PhaseSpec &p : spec.phases)
+      if (phase.value("name", "") == p.name)
+        phase["interval"] = p.interval;
+  json overrides = json::object();
+  for (const auto &[key, lr] : o.lr)
+    overrides["lr"][key.empty() ? "*" : key] = lr;
+  for (const auto &[key, b] : o.betas)
+    overrides["betas"][key.empty() ? "*" : key] = {b.first, b.second};
+  for (const auto &[key, k] : o.intervals)
+    overrides["interval"][key] = k;
+  std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char started[32];
+  std::strftime(started, sizeof(started), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  json record = {
+      {"ganc_version", GANC_VERSION_STRING},
+      {"started", started},
+      {"plan", o.plan},
+      {"model", o.model},
+      {"data", o.data},
+      {"world_size", s.rank.worldSize},
+      {"device", s.device.is_cuda() ? "cuda" : "cpu"},
+      {"first_step", firstStep},
+      {"resumed_from", resumedFrom},
+      {"options",
+       {{"steps", o.steps},
+        {"seed", o.seed},
+        {"log_every", o.logEvery},
+        {"sample_every", o.sampleEvery},
+        {"checkpoint_every", o.checkpointEvery},
+        {"keep_checkpoints", o.keepCheckpoints},
+        {"samples", o.samples},
+        {"non_finite", o.nonFinite},
+        {"cuda_graphs", o.cudaGraphs},
+        {"deterministic", o.deterministic},
+        {"memory_format", o.memoryFormat}}},
+      {"overrides", overrides},
+      {"spec", effective},
+  };
+  return writeFileAtomically(o.outDir + "/run.json", record.dump(2) + "\n");
+}
+
+Status storeCheckpoint(const std::string &outDir, int64_t step, const std::vector<char> &bytes,
+                       int64_t keep) {
+  const std::string latest = outDir + "/checkpoint.pt";
+  if (keep <= 0)
+    return writeFileAtomically(latest, bytes);
+  char name[64];
+  std::snprintf(name, sizeof(name), "/checkpoint-%07lld.pt", static_cast<long long>(step));
+  const std::string snapshot = outDir + name;
+  GANC_TRY(writeFileAtomically(snapshot, bytes));
+  // checkpoint.pt becomes the new snapshot in one rename: a hard link made beside it first
+  // (a copy where the file system has no hard links).
+  const std::string staged = latest + ".link";
+  std::error_code ec;
+  fs::remove(staged, ec);
+  fs::create_hard_link(snapshot, staged, ec);
+  if (ec) {
+    GANC_TRY(writeFileAtomically(latest, bytes));
+  } else {
+    fs::rename(staged, latest, ec);
+    if (ec)
+      return Status::failure("cannot replace " + latest + ": " + ec.message());
+  }
+  std::vector<std::pair<int64_t, fs::path>> steps = stepCheckpoints(outDir);
+  for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i)
+    fs::remove(steps[i].second, ec); // an old snapshot left behind is harmless
+  return Status::ok();
+}
+
+} // namespace ganc::runtime

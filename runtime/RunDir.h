@@ -1,0 +1,39 @@
+// The run directory (--out): claimed before training so that a run is never overwritten by
+// accident, `--resume auto` resolved in it, the run's record (run.json) and the rotation of
+// step checkpoints.
+#pragma once
+
+#include "frontend/Spec.h"
+#include "ir/Status.h"
+#include "runtime/Trainer.h"
+
+#include <string>
+#include <vector>
+
+namespace ganc::runtime {
+
+struct Session;
+
+/// Rank 0, before anything is trained: refuses an --out that holds a run unless the run is
+/// resumed or --force is given (then ganc's files in it are removed), and creates it.
+Status claimRunDir(const TrainOptions &options);
+
+/// `--resume auto`: --out's checkpoint.pt if there is one, else "" (start at step 0). Any
+/// other value is returned as it is.
+std::string resolveResume(const TrainOptions &options);
+
+/// The command line's hyper-parameters (--lr, --betas, --interval) over `spec`'s, checked
+/// against its groups and phases.
+Status applyOverrides(frontend::Spec &spec, const TrainOptions &options);
+
+/// Rank 0 writes --out/run.json: the options, world size, device, where the run starts,
+/// and the effective spec (the archive's, with the command line's overrides).
+Status writeRunRecord(const Session &session, int64_t firstStep, const std::string &resumedFrom);
+
+/// Writes a checkpoint's bytes for `step` steps done: checkpoint-STEP.pt, and checkpoint.pt
+/// (the latest; a hard link to it), both atomically; step checkpoints beyond the newest
+/// `keep` are removed. With keep 0 only checkpoint.pt is written.
+Status storeCheckpoint(const std::string &outDir, int64_t step, const std::vector<char> &bytes,
+                       int64_t keep);
+
+} // namespace ganc::runtime
