@@ -78,8 +78,10 @@ Status claimRunDir(const TrainOptions &o) {
                            "): continue it with --resume auto, start over in it with --force, "
                            "or choose another --out");
     }
+    // The earlier run's latest checkpoint stays until this run writes its own: a run that
+    // fails before its first checkpoint leaves it as it was.
     for (const fs::path &f : files)
-      if (!fs::remove(f, ec) && ec)
+      if (f.filename() != "checkpoint.pt" && !fs::remove(f, ec) && ec)
         return Status::error("--force: cannot remove " + f.string() + ": " + ec.message());
   }
   fs::create_directories(o.outDir, ec);

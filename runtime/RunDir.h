@@ -15,7 +15,8 @@ namespace ganc::runtime {
 struct Session;
 
 /// Rank 0, before anything is trained: refuses an --out that holds a run unless the run is
-/// resumed or --force is given (then ganc's files in it are removed), and creates it.
+/// resumed or --force is given (then ganc's files in it are removed, but for checkpoint.pt,
+/// which stays until this run writes its first checkpoint), and creates it.
 Status claimRunDir(const TrainOptions &options);
 
 /// `--resume auto`: --out's checkpoint.pt if there is one, else "" (start at step 0). Any

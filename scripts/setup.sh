@@ -62,9 +62,11 @@ if ! "$PY" -c "import torch, $MODULES, sys; sys.exit(0 if torch.__version__.spli
 fi
 
 # --- Build and install (pip, editable; CMake builds in ./build) ----------------------------
-# ccache keeps objects across build trees: `pip install .` of this checkout elsewhere (the
-# packaging test) and a fresh clone compile only what changed.
-export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1
+# ccache keeps objects across build trees: `pip install .` of this checkout (the packaging
+# test builds in a temporary tree) compiles only what changed. Paths stay absolute (no
+# CCACHE_BASEDIR: the trees sit at different depths), so objects are shared between trees
+# of the same checkout.
+export CCACHE_NOHASHDIR=1
 log "building in $BUILD and installing ganc into $VENV (pip install -e)"
 mkdir -p "$BUILD"
 set +o pipefail

@@ -31,7 +31,8 @@ const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
   --out DIR               the run's directory (default ganc-out): samples, stats.jsonl,
                           TensorBoard events, checkpoints, run.json (options and effective
                           spec); one that holds a run is refused without --resume or --force
-  --force                 start over in an --out that holds a run (its files are replaced)
+  --force                 start over in an --out that holds a run (its files are removed;
+                          checkpoint.pt stays until the new run writes one)
   --seed S                data order and noise seed (rank r draws noise from seed + r)
   --log-every N           progress line every N steps (default 50)
   --sample-every N        sample grid every N steps and at the end (default 500, 0: never)

@@ -83,7 +83,7 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False) -> 
     _restore(model, state)
     names = [p["method"] for p in spec["phases"]]
     # Phase methods need not be decorated by the user.
-    with phase_methods_scripted(model, names, script=not trace):
+    with phase_methods_scripted(model, names, script=not trace), _forget_failed_types():
         if trace:
             methods = {p["method"]: example_inputs(spec, p) for p in spec["phases"]}
             scripted = torch.jit.trace_module(model, methods, check_trace=False)
@@ -99,6 +99,20 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False) -> 
     _restore(scripted, state)
     torch.jit.save(scripted, path, _extra_files={"ganc.json": dumps(spec)})
     return spec
+
+
+@contextlib.contextmanager
+def _forget_failed_types():
+    """TorchScript caches the type it builds for each module class, and keeps a type whose
+    compilation failed half defined: scripting the same classes again, even after the user
+    fixed the cause, fails with "Can't redefine method". After a failure the cache is
+    replaced, so the next export builds fresh types (modules scripted before keep theirs)."""
+    try:
+        yield
+    except BaseException:
+        import torch.jit._recursive as recursive
+        recursive.concrete_type_store = recursive.ConcreteTypeStore()
+        raise
 
 
 def _restore(module, state: dict) -> None:

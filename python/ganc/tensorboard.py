@@ -70,9 +70,9 @@ class EventLog:
                           self._summary.Value(tag=key, simple_value=float(value)))
 
     def _samples(self) -> None:
-        for name in sorted(os.listdir(self.out)):
-            match = _SAMPLE.match(name)
-            if not match or name in self.images:
+        found = [(int(m.group(1)), name) for name in os.listdir(self.out) if (m := _SAMPLE.match(name))]
+        for step, name in sorted(found):  # in step order: TensorBoard drops steps that go back
+            if name in self.images:
                 continue
             with open(os.path.join(self.out, name), "rb") as f:
                 png = f.read()
@@ -82,7 +82,7 @@ class EventLog:
             self.images.add(name)
             image = self._summary.Image(width=size[0], height=size[1], colorspace=3,
                                         encoded_image_string=png)
-            self._add(int(match.group(1)), None, self._summary.Value(tag="samples", image=image))
+            self._add(step, None, self._summary.Value(tag="samples", image=image))
 
     def _add(self, step: int, walltime: float | None, value) -> None:
         event = self._event(wall_time=walltime or time.time(), step=step,

@@ -155,7 +155,7 @@ def test_non_finite_training_stops_and_keeps_the_last_checkpoint(ganc_bin, datas
     torch.save(data * 3e38, huge)
     bad = subprocess.run([ganc_bin, "run", "--nproc", "1",
                           *train_args(plan, "mlp", huge, str(out), 20, "--checkpoint-every", "2",
-                                      "--log-every", log_every)],
+                                      "--log-every", log_every, "--force")],
                          capture_output=True, text=True)
     assert bad.returncode == 1, bad.stderr
     assert says in bad.stderr, bad.stderr
@@ -248,11 +248,12 @@ def test_a_full_disk_fails_the_write_and_keeps_the_last_checkpoint(ganc_bin, dat
     try:
         plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
         result = subprocess.run([ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(disk), 4,
-                                                                "--checkpoint-every", "2")],
+                                                                "--checkpoint-every", "2", "--tensorboard", "off")],
                                 capture_output=True, text=True, timeout=120)
         assert result.returncode == 1, result.stderr
-        assert "checkpoint.pt (No space left on device)" in result.stderr, result.stderr
-        assert sorted(os.listdir(disk)) == ["checkpoint.pt", "loss_history.csv"]
+        assert "checkpoint-0000004.pt (No space left on device)" in result.stderr, result.stderr
+        assert sorted(os.listdir(disk)) == ["checkpoint-0000002.pt", "checkpoint.pt", "loss_history.csv", "run.json",
+                                            "stats.jsonl"]
         import ganc
         assert ganc.load_checkpoint(str(disk / "checkpoint.pt"))["step"] == 2
     finally:

@@ -1,0 +1,221 @@
+"""ganc as a PyTorch practitioner uses it: the Python API, the run directory (refusal to
+overwrite, --resume auto, rotated checkpoints, hyper-parameter overrides), stats.jsonl,
+TensorBoard events read back with tensorboard's reader, `ganc plot`, torchrun and SLURM."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ROOT, archive, compile_plan, train_args
+
+import ganc
+
+
+def run_ganc(ganc_bin, *args, env=None):
+    return subprocess.run([ganc_bin, *args], capture_output=True, text=True, env=env)
+
+
+def test_python_api_compiles_explains_and_trains(ganc_bin, datasets, tmp_path):
+    """ganc.compile gives the plan's analysis as Python data; ganc.train trains with local
+    ranks and returns the run's summary; the run equals the same `ganc run` from the shell."""
+    plan = ganc.compile(archive("mlp"), str(tmp_path / "mlp.plan"))
+    assert plan.phases == ["d", "g"]
+    names = [n for n, _ in torch.jit.load(archive("mlp")).named_parameters()]
+    assert plan.used("d") and set(plan.used("d")) == {n for n in names if n.startswith("discriminator.")}
+    assert set(plan.used("g")) == {n for n in names if n.startswith("generator.")}
+    assert sorted(sum(plan.buckets("g"), [])) == sorted(plan.used("g"))
+    d_bytes = 4 * sum(p.numel() for n, p in torch.jit.load(archive("mlp")).named_parameters()
+                      if n.startswith("discriminator."))
+    assert sum(s["bytes"] for b in plan.phase("d")["buckets"] for s in b["slots"]) == d_bytes
+    assert d_bytes <= plan.bytes_per_step("d") < d_bytes + 64 * len(plan.used("d"))  # slots are aligned
+    assert "phase d: method phase_d" in plan.explain()
+    assert ganc.Plan.load(plan.path).data == plan.data
+
+    api_out = str(tmp_path / "api")
+    summary = ganc.train(plan, data=datasets["ring"], nproc=2, steps=20, out=api_out, log_every=10,
+                         sample_every=0, quiet=True)
+    assert summary["steps"] == 20 and summary["world_size"] == 2 and set(summary["losses"]) == {"d", "g"}
+    assert summary["checkpoint"] == os.path.join(api_out, "checkpoint.pt")
+    cli_out = str(tmp_path / "cli")
+    subprocess.run([ganc_bin, "run", "--nproc", "2", *train_args(plan.path, "mlp", datasets["ring"], cli_out, 20,
+                                                                  "--log-every", "10")], check=True,
+                   capture_output=True)
+    a = ganc.load_checkpoint(os.path.join(api_out, "checkpoint.pt"))
+    b = ganc.load_checkpoint(os.path.join(cli_out, "checkpoint.pt"))
+    for owner in ("generator", "discriminator"):
+        for k in a[owner]:
+            assert torch.equal(a[owner][k], b[owner][k]), k
+
+    # A tensor in memory is data too; a failure raises with the driver's line and exit code.
+    ganc.train(plan, data=torch.load(datasets["ring"]), steps=2, out=str(tmp_path / "mem"), quiet=True)
+    with pytest.raises(ganc.GancError) as e:
+        ganc.train(plan, data=datasets["ring"], steps=2, out=str(tmp_path / "mem"), quiet=True)
+    assert e.value.exit_code == 2 and "holds a run" in e.value.message
+
+
+def test_stats_average_over_ranks_and_interval_and_reach_tensorboard(ganc_bin, datasets, tmp_path):
+    """stats.jsonl's Loss/<phase> is the mean over the log interval (one rank: the mean of
+    loss_history.csv's rows of the interval) and over every rank (num counts both); the
+    TensorBoard event file holds the same scalars and the sample grids; ganc plot draws them."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    one = tmp_path / "one"
+    subprocess.run([ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(one), 12, "--log-every", "4",
+                                                   "--sample-every", "6")], check=True, capture_output=True)
+    rows = [line.split(",") for line in (one / "loss_history.csv").read_text().splitlines()[1:]]
+    stats = [json.loads(line) for line in (one / "stats.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in stats] == [4, 8, 12]
+    for record in stats:
+        for phase in ("d", "g"):
+            losses = [float(r[2]) for r in rows if r[1] == phase and record["step"] - 4 <= int(r[0]) < record["step"]]
+            assert record[f"Loss/{phase}"]["num"] == 4
+            assert record[f"Loss/{phase}"]["mean"] == pytest.approx(sum(losses) / 4, rel=1e-5)  # the csv has 6 digits
+
+    events = EventAccumulator(str(one), size_guidance={"scalars": 0, "images": 0})
+    events.Reload()
+    got = [(e.step, e.value) for e in events.Scalars("Loss/d")]
+    assert got == [(s["step"], pytest.approx(s["Loss/d"]["mean"], rel=1e-6)) for s in stats]
+    assert {"Progress/img_per_sec", "Timing/sec_per_step", "Skipped/g"} <= set(events.Tags()["scalars"])
+    assert [i.step for i in events.Images("samples")] == [6, 12]
+    assert all(i.width > 0 and i.height > 0 for i in events.Images("samples"))
+
+    two = tmp_path / "two"
+    subprocess.run([ganc_bin, "run", "--nproc", "2", *train_args(plan, "mlp", datasets["ring"], str(two), 8,
+                                                                 "--log-every", "4")], check=True, capture_output=True)
+    record = json.loads((two / "stats.jsonl").read_text().splitlines()[-1])
+    assert record["Loss/d"]["num"] == 2 * 4 and record["Loss/d"]["std"] > 0
+
+    r = subprocess.run([sys.executable, "-m", "ganc.cli", "plot", str(one)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (one / "losses.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_run_is_never_overwritten_by_accident(ganc_bin, datasets, tmp_path):
+    """An --out that holds a run is refused (one line, exit 2, its files untouched); --resume
+    auto continues from its latest checkpoint (or starts at 0 where there is none); --force
+    starts over; step checkpoints beyond --keep-checkpoints are removed."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    out = tmp_path / "run"
+    first = run_ganc(ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(out), 10,
+                                                    "--checkpoint-every", "2", "--keep-checkpoints", "2",
+                                                    "--resume", "auto"))
+    assert first.returncode == 0 and "no checkpoint in" in first.stdout, first.stderr
+    assert sorted(p.name for p in out.glob("checkpoint*.pt")) == ["checkpoint-0000008.pt", "checkpoint-0000010.pt",
+                                                                   "checkpoint.pt"]
+    assert (out / "checkpoint.pt").read_bytes() == (out / "checkpoint-0000010.pt").read_bytes()
+    before = (out / "checkpoint.pt").read_bytes()
+
+    again = run_ganc(ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(out), 10))
+    assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1
+    assert "holds a run" in again.stderr and "--resume auto" in again.stderr
+    assert (out / "checkpoint.pt").read_bytes() == before
+
+    resumed = run_ganc(ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(out), 16, "--resume", "auto"))
+    assert resumed.returncode == 0 and "at step 10" in resumed.stdout, resumed.stderr
+    straight = tmp_path / "straight"
+    subprocess.run([ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(straight), 16)], check=True,
+                   capture_output=True)
+    a = ganc.load_checkpoint(str(out / "checkpoint.pt"))
+    b = ganc.load_checkpoint(str(straight / "checkpoint.pt"))
+    assert all(torch.equal(a["generator"][k], b["generator"][k]) for k in a["generator"])
+
+    forced = run_ganc(ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(out), 3, "--force"))
+    assert forced.returncode == 0, forced.stderr
+    assert ganc.load_checkpoint(str(out / "checkpoint.pt"))["step"] == 3
+    assert not (out / "checkpoint-0000010.pt").exists()
+
+
+def test_hyper_parameter_overrides_match_eager_ddp_with_that_spec(ganc_bin, datasets, tmp_path):
+    """--lr, --betas and --interval change the run as the same values in the spec would: the
+    parameters after training equal eager PyTorch DDP on an archive exported with them; the
+    effective spec is recorded in run.json. Overrides naming no group or phase are refused."""
+    import zoo
+    from ganc import oracle
+    gan, spec = zoo.build("mlp")
+    base, changed = str(tmp_path / "base.pt"), str(tmp_path / "changed.pt")
+    ganc.export(gan, base, spec)
+    spec2 = json.loads(json.dumps(spec))
+    spec2["optimizers"]["generator"]["lr"] = 3e-3
+    spec2["optimizers"]["discriminator"]["betas"] = [0.1, 0.9]
+    next(p for p in spec2["phases"] if p["name"] == "g")["interval"] = 2
+    ganc.export(gan, changed, spec2)
+
+    plan = str(tmp_path / "base.plan")
+    subprocess.run([ganc_bin, "compile", base, "-o", plan], check=True, capture_output=True)
+    got = str(tmp_path / "got")
+    r = run_ganc(ganc_bin, "run", "--nproc", "2", plan, "--model", base, "--data", datasets["ring"], "--steps", "6",
+                 "--out", str(tmp_path / "run"), "--sample-every", "0", "--dump-grads", got,
+                 "--lr", "generator=3e-3", "--betas", "discriminator=0.1,0.9", "--interval", "g=2")
+    assert r.returncode == 0, r.stderr
+    ref = str(tmp_path / "ref")
+    oracle.run(changed, datasets["ring"], 2, 6, 0, ref)
+    mine = ganc.load_checkpoint(os.path.join(got, "params_final.pt"))
+    theirs = torch.load(os.path.join(ref, "params_final.pt"))
+    for k in theirs:
+        assert torch.equal(mine[k], theirs[k]), k
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["spec"]["optimizers"]["generator"]["lr"] == 3e-3
+    assert record["overrides"] == {"lr": {"generator": 3e-3}, "betas": {"discriminator": [0.1, 0.9]},
+                                   "interval": {"g": 2}}
+
+    for bad, words in ((["--lr", "gen=1e-3"], "no optimizer group 'gen'"), (["--interval", "x=2"], "no phase 'x'"),
+                       (["--betas", "1,0.5"], "--betas takes a number in")):
+        r = run_ganc(ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(tmp_path / "bad"), 2, *bad))
+        assert r.returncode == 2 and words in r.stderr, r.stderr
+
+
+def test_torchrun_uses_its_agent_store_and_slurm_names_the_master(ganc_bin, datasets, tmp_path):
+    """Under torchrun the ranks join its agent's store (no second server binding the port,
+    no error line); under SLURM without MASTER_ADDR the first host of the node list serves
+    the store, and a node list ganc cannot read is refused in one line."""
+    from ganc.oracle import free_port
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "RANK", "WORLD_SIZE"))}
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                        "--master-port", str(free_port()), "--no-python", ganc_bin, "train",
+                        *train_args(plan, "mlp", datasets["ring"], str(tmp_path / "tr"), 6, "--resume", "auto")],
+                       capture_output=True, text=True, env=dict(env, OMP_NUM_THREADS="1"), timeout=300)
+    assert r.returncode == 0, r.stderr
+    noise = [line for line in r.stderr.splitlines() if any(w in line.lower() for w in ("error", "bind", "fail"))]
+    assert noise == [], noise
+    assert ganc.load_checkpoint(str(tmp_path / "tr" / "checkpoint.pt"))["step"] == 6
+
+    slurm = dict(env, SLURM_PROCID="0", SLURM_NTASKS="1", SLURM_LOCALID="0", SLURM_JOB_NODELIST="localhost",
+                 MASTER_PORT=str(free_port()))
+    r = run_ganc(ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(tmp_path / "sl"), 2), env=slurm)
+    assert r.returncode == 0, r.stderr
+    r = run_ganc(ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(tmp_path / "sl2"), 2),
+                 env=dict(slurm, SLURM_JOB_NODELIST="gpu[,x"))
+    assert r.returncode == 2 and "SLURM_JOB_NODELIST='gpu[,x'" in r.stderr and "MASTER_ADDR" in r.stderr, r.stderr
+
+
+def test_a_failed_export_leaves_the_process_able_to_export(tmp_path):
+    """A module class TorchScript cannot compile fails the export with its error, again with
+    the same error on a second try, and a corrected class then exports."""
+    import copy
+    import zoo
+    gan, spec = zoo.build("mlp")
+
+    def wrap(forward):
+        cls = type("Wrapped", (torch.nn.Module,), {"forward": forward})
+        m = copy.deepcopy(gan)
+        inner = m.discriminator
+        m.discriminator = cls()
+        m.discriminator.inner = inner
+        return m
+
+    def bad(self, x):
+        return self.inner(x) * len({k: 1 for k in range(2)}.items().__iter__.__name__)
+
+    broken = wrap(bad)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="__iter__"):
+            ganc.export(broken, str(tmp_path / "bad.pt"), spec)
+
+    def good(self, x):
+        return self.inner(x)
+
+    ganc.export(wrap(good), str(tmp_path / "good.pt"), spec)
+    assert ganc.load_spec(str(tmp_path / "good.pt"))["name"] == spec["name"]

@@ -1,0 +1,49 @@
+"""`pip install .` into a fresh virtual environment that already has torch: the build finds
+that torch through pip's isolated build environment, the `ganc` command runs the installed
+tools (not a build tree), and the Python API trains the MLP GAN from that environment."""
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+
+from conftest import ROOT, archive
+
+
+def test_pip_install_into_a_fresh_environment(tmp_path, datasets):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    # "Already has torch": the test environment's packages (torch, tensorboard, ...) are
+    # visible to the fresh one through a .pth file, as a site-wide install would be.
+    site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    with open(os.path.join(site, "test-env.pth"), "w") as f:
+        f.write(sysconfig.get_paths()["purelib"] + "\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("GANC_BUILD_DIR", "PYTHONPATH", "GANC_PYTHON")}
+    # The objects are shared with the checkout's own build through ccache (setup.sh).
+    env.pop("CCACHE_BASEDIR", None)
+    env["CCACHE_NOHASHDIR"] = "1"
+    r = subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", ROOT], capture_output=True, text=True, env=env,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+    ganc_cmd = str(venv / "bin" / "ganc")
+    version = subprocess.run([ganc_cmd, "--version"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert version.returncode == 0 and version.stdout.startswith("ganc 0.") and "LibTorch 2." in version.stdout
+    where = subprocess.run([py, "-c", "import ganc.cli; print(ganc.cli.tools_dir())"], capture_output=True,
+                           text=True, env=env, cwd=tmp_path).stdout.strip()
+    assert where.startswith(str(venv)), where  # the installed tools, not the build tree
+
+    script = f"""
+import ganc, json
+plan = ganc.compile({archive('mlp')!r}, "mlp.plan")
+summary = ganc.train(plan, data={datasets['ring']!r}, nproc=2, steps=10, out="run", log_every=5, quiet=True)
+print(json.dumps({{"used": plan.used("d"), "summary": summary}}))
+"""
+    r = subprocess.run([py, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert result["used"] and all(n.startswith("discriminator.") for n in result["used"])
+    assert result["summary"]["steps"] == 10
+    assert any(n.startswith("events.out.tfevents.") for n in os.listdir(tmp_path / "run"))
