@@ -89,7 +89,7 @@ def run_ganc(model, data, steps, warmup, world, tmp):
     out = os.path.join(tmp, model + "_ganc")
     subprocess.run([GANC, "run", "--nproc", str(world), plan, "--model", archive, "--data", data,
                     "--steps", str(steps), "--seed", "0", "--out", out, "--sample-every", "0",
-                    "--checkpoint-every", "0", "--log-every", str(steps)],
+                    "--checkpoint-every", "0", "--log-every", str(steps), "--force", "--tensorboard", "off"],
                    check=True, stdout=subprocess.DEVNULL)
     timing = json.load(open(os.path.join(out, "timing.json")))
     return (statistics.median(timing["step_seconds"][warmup:]),

@@ -151,6 +151,7 @@ def run_ganc(model, data, iters, warmup, tmp, graphs=True, layout="auto"):
     r = subprocess.run([GANC, "run", "--nproc", "1", plan, "--model", archive, "--data", data,
                         "--device", "cuda", "--steps", str(steps), "--out", out, "--sample-every", "0",
                         "--checkpoint-every", "0", "--log-every", str(steps), "--warmup", "3",
+                        "--force", "--tensorboard", "off",
                         "--cuda-graphs", "on" if graphs else "off", "--memory-format", layout],
                        capture_output=True, text=True)
     if r.returncode != 0:

@@ -74,10 +74,13 @@ Status field(const json &j, const char *key, T &out, const std::string &where) {
     ok = v.is_number();
   else if constexpr (std::is_same_v<T, int64_t>)
     ok = v.is_number_integer();
+  else if constexpr (std::is_same_v<T, bool>)
+    ok = v.is_boolean();
   else
     ok = v.is_string();
   const char *expected = std::is_same_v<T, double>    ? "a number"
                          : std::is_same_v<T, int64_t> ? "an integer"
+                         : std::is_same_v<T, bool>    ? "true or false"
                                                       : "a string";
   if (!ok)
     return Status::error(where + "'" + key + "' must be " + expected + ", got " + v.dump());
@@ -563,13 +566,16 @@ Status parseInto(const json &j, Spec &spec) {
   spec.batchSize = j["batch_size"].get<int64_t>();
   GANC_TRY(need(j.contains("data") && j["data"].is_object() && j["data"].contains("shape"),
                 "missing 'data': {\"shape\": [...]}"));
-  GANC_TRY(knownKeys(j["data"], {"shape", "classes"}, "'data': "));
+  GANC_TRY(knownKeys(j["data"], {"shape", "classes", "xflip"}, "'data': "));
   auto dataShape = shapeOf(j["data"]["shape"], "'data.shape'");
   if (!dataShape)
     return dataShape.status();
   spec.dataShape = dataShape.take();
   GANC_TRY(field(j["data"], "classes", spec.dataClasses, "'data': "));
   GANC_TRY(need(spec.dataClasses >= 0, "'data.classes' must be >= 0"));
+  GANC_TRY(field(j["data"], "xflip", spec.dataXflip, "'data': "));
+  GANC_TRY(need(!spec.dataXflip || spec.dataShape.size() == 3,
+                "'data.xflip' mirrors images: it needs a [C, H, W] data shape"));
   std::string dtype = "float32";
   GANC_TRY(field(j, "dtype", dtype, ""));
   static const std::map<std::string, InputDtype> kDtypes = {{"float32", InputDtype::Float32},

@@ -168,6 +168,8 @@ struct Spec {
   std::vector<int64_t> dataShape;
   /// Classes of the dataset's labels (0: unlabelled).
   int64_t dataClasses = 0;
+  /// The data set doubled with every image mirrored left to right (StyleGAN's --mirror).
+  bool dataXflip = false;
   /// dtype of every phase input, data and noise alike: float32 (default), float64,
   /// bfloat16 or float16; it must match the model's parameters.
   InputDtype inputDtype = InputDtype::Float32;

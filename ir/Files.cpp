@@ -3,6 +3,8 @@
 
 #include <zlib.h>
 
+#include <functional>
+
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -198,12 +200,13 @@ Status readZip64Extra(const ZipReader &zip, uint64_t extra, uint64_t extraSize, 
   return Status::ok();
 }
 
-Status checkEntry(const ZipReader &zip, const Entry &entry) {
+/// Checks one entry's local header and bounds (and a stored entry's CRC-32); `data` is where
+/// its bytes start.
+Status checkEntry(const ZipReader &zip, const Entry &entry, uint64_t &data) {
   const std::string where = "entry '" + entry.name + "'";
   if (!zip.has(entry.local, kLocalSize) || zip.le(entry.local, 4) != kLocalSignature)
     return Status::error(where + ": local header out of bounds or damaged");
-  uint64_t data =
-      entry.local + kLocalSize + zip.le(entry.local + 26, 2) + zip.le(entry.local + 28, 2);
+  data = entry.local + kLocalSize + zip.le(entry.local + 26, 2) + zip.le(entry.local + 28, 2);
   if (!zip.has(data, entry.compressed))
     return Status::error(where + ": data runs past the end of the file (truncated?)");
   // Stored entries (what torch writes) are checked against their CRC-32; torch records 0 when
@@ -217,11 +220,104 @@ Status checkEntry(const ZipReader &zip, const Entry &entry) {
   return Status::ok();
 }
 
+Status damaged(const Status &s) { return Status::error("damaged file: " + s.message()); }
+
+/// Calls `visit` with every entry of the central directory and where its data starts, after
+/// checking it.
+Status walkEntries(const std::vector<char> &bytes, const ZipReader &zip, const Directory &dir,
+                   const std::function<Status(const Entry &, uint64_t)> &visit) {
+  uint64_t at = dir.offset, end = dir.offset + dir.size;
+  for (uint64_t i = 0; i < dir.entries; ++i) {
+    if (at + kCentralSize > end || zip.le(at, 4) != kCentralSignature)
+      return damaged(Status::error("central directory entry " + std::to_string(i) + " is damaged"));
+    Entry entry;
+    entry.method = static_cast<uint16_t>(zip.le(at + 10, 2));
+    entry.crc = static_cast<uint32_t>(zip.le(at + 16, 4));
+    entry.compressed = zip.le(at + 20, 4);
+    entry.uncompressed = zip.le(at + 24, 4);
+    entry.local = zip.le(at + 42, 4);
+    uint64_t nameSize = zip.le(at + 28, 2), extraSize = zip.le(at + 30, 2);
+    uint64_t next = at + kCentralSize + nameSize + extraSize + zip.le(at + 32, 2);
+    if (next > end)
+      return damaged(Status::error("central directory entry " + std::to_string(i) + " is damaged"));
+    entry.name.assign(bytes.data() + at + kCentralSize, nameSize);
+    if (Status s = readZip64Extra(zip, at + kCentralSize + nameSize, extraSize, entry); !s)
+      return damaged(s);
+    uint64_t data = 0;
+    if (Status s = checkEntry(zip, entry, data); !s)
+      return damaged(s);
+    GANC_TRY(visit(entry, data));
+    at = next;
+  }
+  return Status::ok();
+}
+
+/// A deflated entry's bytes, inflated with zlib and checked against its CRC-32.
+Expected<std::vector<char>> inflateEntry(const std::vector<char> &bytes, const Entry &entry,
+                                         uint64_t data) {
+  constexpr uint64_t kLimit = uint64_t{1} << 31;
+  if (entry.uncompressed > kLimit || entry.compressed > kLimit)
+    return Status::error("entry '" + entry.name + "': larger than 2 GiB");
+  std::vector<char> out(entry.uncompressed);
+  z_stream stream{};
+  if (inflateInit2(&stream, -MAX_WBITS) != Z_OK) // raw deflate, as zip stores it
+    return Status::error("zlib: cannot start inflating");
+  stream.next_in = reinterpret_cast<Bytef *>(const_cast<char *>(bytes.data() + data));
+  stream.avail_in = static_cast<uInt>(entry.compressed);
+  stream.next_out = reinterpret_cast<Bytef *>(out.data());
+  stream.avail_out = static_cast<uInt>(out.size());
+  int result = inflate(&stream, Z_FINISH);
+  const uint64_t produced = stream.total_out;
+  inflateEnd(&stream);
+  if (result != Z_STREAM_END || produced != entry.uncompressed)
+    return damaged(Status::error("entry '" + entry.name + "' does not inflate to its size"));
+  uLong c = crc32(0L, reinterpret_cast<const Bytef *>(out.data()), static_cast<uInt>(out.size()));
+  if (entry.crc != 0 && static_cast<uint32_t>(c) != entry.crc)
+    return damaged(
+        Status::error("entry '" + entry.name + "': CRC-32 mismatch (the file is corrupted)"));
+  return out;
+}
+
 } // namespace
+
+Expected<std::vector<std::pair<std::string, std::vector<char>>>>
+readZipEntries(const std::vector<char> &bytes,
+               const std::function<bool(const std::string &)> &wanted) {
+  ZipReader zip(bytes);
+  auto dir = findDirectory(zip);
+  if (!dir)
+    return dir.status();
+  std::vector<std::pair<std::string, std::vector<char>>> files;
+  Status walked = walkEntries(bytes, zip, *dir, [&](const Entry &entry, uint64_t data) -> Status {
+    if (!entry.name.empty() && entry.name.back() == '/')
+      return Status::ok(); // a directory
+    if (!wanted(entry.name))
+      return Status::ok();
+    if (entry.method == 0) {
+      files.emplace_back(
+          entry.name,
+          std::vector<char>(bytes.begin() + static_cast<int64_t>(data),
+                            bytes.begin() + static_cast<int64_t>(data + entry.compressed)));
+      return Status::ok();
+    }
+    if (entry.method != 8)
+      return Status::error("entry '" + entry.name + "': compression method " +
+                           std::to_string(entry.method) +
+                           " (ganc reads stored and deflated entries)");
+    auto inflated = inflateEntry(bytes, entry, data);
+    if (!inflated)
+      return inflated.status();
+    files.emplace_back(entry.name, inflated.take());
+    return Status::ok();
+  });
+  if (!walked)
+    return walked;
+  return files;
+}
 
 Status checkZipArchive(const std::vector<char> &bytes) {
   ZipReader zip(bytes);
-  auto bad = [](const Status &s) { return Status::error("damaged file: " + s.message()); };
+  auto bad = [](const Status &s) { return damaged(s); };
   auto dir = findDirectory(zip);
   if (!dir)
     return dir.status();
@@ -234,28 +330,7 @@ Status checkZipArchive(const std::vector<char> &bytes) {
       return bad(
           Status::error("the file's CRC-32 does not match its seal (the file is corrupted)"));
   }
-  uint64_t at = dir->offset, end = dir->offset + dir->size;
-  for (uint64_t i = 0; i < dir->entries; ++i) {
-    if (at + kCentralSize > end || zip.le(at, 4) != kCentralSignature)
-      return bad(Status::error("central directory entry " + std::to_string(i) + " is damaged"));
-    Entry entry;
-    entry.method = static_cast<uint16_t>(zip.le(at + 10, 2));
-    entry.crc = static_cast<uint32_t>(zip.le(at + 16, 4));
-    entry.compressed = zip.le(at + 20, 4);
-    entry.uncompressed = zip.le(at + 24, 4);
-    entry.local = zip.le(at + 42, 4);
-    uint64_t nameSize = zip.le(at + 28, 2), extraSize = zip.le(at + 30, 2);
-    uint64_t next = at + kCentralSize + nameSize + extraSize + zip.le(at + 32, 2);
-    if (next > end)
-      return bad(Status::error("central directory entry " + std::to_string(i) + " is damaged"));
-    entry.name.assign(bytes.data() + at + kCentralSize, nameSize);
-    if (Status s = readZip64Extra(zip, at + kCentralSize + nameSize, extraSize, entry); !s)
-      return bad(s);
-    if (Status s = checkEntry(zip, entry); !s)
-      return bad(s);
-    at = next;
-  }
-  return Status::ok();
+  return walkEntries(bytes, zip, *dir, [](const Entry &, uint64_t) { return Status::ok(); });
 }
 
 std::vector<char> sealZipArchive(std::vector<char> bytes) {

@@ -5,8 +5,10 @@
 #include "ir/Module.h"
 #include "ir/Status.h"
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ganc {
@@ -34,6 +36,13 @@ Status checkZipArchive(const std::vector<char> &bytes);
 /// its bytes stored as the archive's comment, a field every zip reader (torch.load
 /// included) skips: what ganc's checkpoints carry.
 std::vector<char> sealZipArchive(std::vector<char> bytes);
+
+/// The files of a zip archive whose names `wanted` accepts, checked as checkZipArchive checks
+/// them, stored entries as they are and deflated ones inflated (zlib) and checked against
+/// their CRC-32. Directories are skipped.
+Expected<std::vector<std::pair<std::string, std::vector<char>>>>
+readZipEntries(const std::vector<char> &bytes,
+               const std::function<bool(const std::string &)> &wanted);
 
 namespace ir {
 

@@ -5,9 +5,14 @@
 
 #include <torch/serialize.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 
 #define STB_IMAGE_IMPLEMENTATION
 #define STBI_ONLY_PNG
@@ -25,27 +30,95 @@ std::string lower(std::string s) {
   return s;
 }
 
-Expected<at::Tensor> loadImageFolder(const std::string &dir, const std::vector<int64_t> &shape) {
-  if (shape.size() != 3 || (shape[0] != 1 && shape[0] != 3))
-    return Status::error("--data " + dir +
-                         ": a folder of images needs a [C, H, W] data shape "
-                         "with C = 1 or 3 in the spec");
-  std::vector<fs::path> files;
-  for (const auto &entry : fs::directory_iterator(dir)) {
-    std::string ext = lower(entry.path().extension().string());
-    if (entry.is_regular_file() && (ext == ".png" || ext == ".jpg" || ext == ".jpeg"))
-      files.push_back(entry.path());
+bool isImage(const std::string &name) {
+  const std::string ext = lower(fs::path(name).extension().string());
+  return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
+}
+
+/// One image of a folder or zip set: its path inside the set, and its bytes (zip) or file.
+struct ImageSource {
+  std::string name;
+  fs::path file;
+  std::vector<char> bytes;
+};
+
+/// Labels from StyleGAN's dataset.json, or from first-level folder names; undefined if none.
+Expected<at::Tensor> imageLabels(const std::string &where, const std::vector<ImageSource> &images,
+                                 const std::optional<std::string> &datasetJson, std::string &note) {
+  std::vector<int64_t> labels;
+  if (datasetJson) {
+    nlohmann::json j = nlohmann::json::parse(*datasetJson, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object())
+      return Status::error(where + ": dataset.json is not a JSON object");
+    if (j.contains("labels") && !j["labels"].is_null()) {
+      if (!j["labels"].is_array())
+        return Status::error(where + ": dataset.json's labels must be a list of [path, class]");
+      std::map<std::string, int64_t> byName;
+      for (const nlohmann::json &pair : j["labels"]) {
+        if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() ||
+            !pair[1].is_number_integer())
+          return Status::error(where + ": dataset.json's labels must be [path, class] pairs, not " +
+                               pair.dump());
+        byName[pair[0].get<std::string>()] = pair[1].get<int64_t>();
+      }
+      for (const ImageSource &image : images) {
+        auto found = byName.find(image.name);
+        if (found == byName.end())
+          return Status::error(where + ": " + image.name + " has no label in dataset.json");
+        labels.push_back(found->second);
+      }
+      note = std::to_string(images.size()) + " images labelled by dataset.json";
+      return torch::tensor(labels, torch::kLong);
+    }
   }
-  if (files.empty())
-    return Status::error("--data " + dir + ": no PNG or JPEG images in the folder");
-  std::sort(files.begin(), files.end());
+  std::vector<std::string> classes;
+  for (const ImageSource &image : images) {
+    const size_t slash = image.name.find('/');
+    if (slash == std::string::npos)
+      return at::Tensor(); // an image at the top: the set is unlabelled
+    classes.push_back(image.name.substr(0, slash));
+  }
+  std::vector<std::string> sorted = classes;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  for (const std::string &c : classes)
+    labels.push_back(std::lower_bound(sorted.begin(), sorted.end(), c) - sorted.begin());
+  note = std::to_string(images.size()) + " images, " + std::to_string(sorted.size()) +
+         " classes from folder names (0: " + sorted.front() +
+         (sorted.size() > 1 ? (sorted.size() > 2 ? ", ..., " : ", ") +
+                                  std::to_string(sorted.size() - 1) + ": " + sorted.back()
+                            : std::string()) +
+         ")";
+  return torch::tensor(labels, torch::kLong);
+}
+
+Expected<Dataset> loadImages(const std::string &where, std::vector<ImageSource> images,
+                             const std::optional<std::string> &datasetJson,
+                             const std::vector<int64_t> &shape) {
+  if (shape.size() != 3 || (shape[0] != 1 && shape[0] != 3))
+    return Status::error("--data " + where +
+                         ": images need a [C, H, W] data shape with C = 1 or 3 in the spec");
+  if (images.empty())
+    return Status::error("--data " + where + ": no PNG or JPEG images in it");
+  std::sort(images.begin(), images.end(),
+            [](const ImageSource &a, const ImageSource &b) { return a.name < b.name; });
+  Dataset dataset;
+  auto labels = imageLabels("--data " + where, images, datasetJson, dataset.note);
+  if (!labels)
+    return labels.status();
+  dataset.labels = labels.take();
   const int channels = static_cast<int>(shape[0]);
-  std::vector<at::Tensor> images;
-  for (const fs::path &file : files) {
+  std::vector<at::Tensor> decoded;
+  for (const ImageSource &image : images) {
     int w = 0, h = 0, n = 0;
-    unsigned char *pixels = stbi_load(file.c_str(), &w, &h, &n, channels);
+    unsigned char *pixels =
+        image.bytes.empty()
+            ? stbi_load(image.file.c_str(), &w, &h, &n, channels)
+            : stbi_load_from_memory(reinterpret_cast<const stbi_uc *>(image.bytes.data()),
+                                    static_cast<int>(image.bytes.size()), &w, &h, &n, channels);
     if (!pixels)
-      return Status::error(file.string() + ": cannot decode image (" + stbi_failure_reason() + ")");
+      return Status::error(where + ": " + image.name + ": cannot decode image (" +
+                           stbi_failure_reason() + ")");
     at::Tensor img = torch::from_blob(pixels, {h, w, channels}, torch::kUInt8)
                          .permute({2, 0, 1})
                          .to(torch::kFloat32)
@@ -58,24 +131,81 @@ Expected<at::Tensor> loadImageFolder(const std::string &dir, const std::vector<i
                                                    .mode(torch::kBilinear)
                                                    .align_corners(false)
                                                    .antialias(true));
-    images.push_back(img);
+    decoded.push_back(img);
   }
-  return (torch::cat(images) / 127.5 - 1.0).contiguous();
+  dataset.samples = (torch::cat(decoded) / 127.5 - 1.0).contiguous();
+  return dataset;
+}
+
+/// A folder of images, searched recursively (names relative to it, with '/').
+Expected<Dataset> loadImageFolder(const std::string &dir, const std::vector<int64_t> &shape) {
+  std::vector<ImageSource> images;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(
+           dir, fs::directory_options::follow_directory_symlink, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec) && isImage(it->path().string()))
+      images.push_back({fs::relative(it->path(), dir).generic_string(), it->path(), {}});
+  }
+  if (ec)
+    return Status::error("--data " + dir + ": " + ec.message());
+  std::optional<std::string> datasetJson;
+  if (fs::exists(fs::path(dir) / "dataset.json")) {
+    auto text = readFile((fs::path(dir) / "dataset.json").string());
+    if (!text)
+      return text.status();
+    datasetJson = std::string(text->begin(), text->end());
+  }
+  return loadImages(dir, std::move(images), datasetJson, shape);
+}
+
+/// A zip archive of images (StyleGAN's dataset format), with its dataset.json if any.
+Expected<Dataset> loadImageZip(const std::string &path, const std::vector<char> &bytes,
+                               const std::vector<int64_t> &shape) {
+  auto files = readZipEntries(
+      bytes, [](const std::string &name) { return isImage(name) || name == "dataset.json"; });
+  if (!files)
+    return files.status().withContext("--data " + path);
+  std::vector<ImageSource> images;
+  std::optional<std::string> datasetJson;
+  for (auto &[name, content] : *files) {
+    if (name == "dataset.json")
+      datasetJson = std::string(content.begin(), content.end());
+    else
+      images.push_back({name, fs::path(), std::move(content)});
+  }
+  return loadImages(path, std::move(images), datasetJson, shape);
+}
+
+/// Tensors outside [-1, 1] the way images in [0, 1] or [0, 255] are: a hint, not an error.
+std::string rangeWarning(const std::string &path, const at::Tensor &data) {
+  const double low = data.min().item<double>(), high = data.max().item<double>();
+  char range[96];
+  std::snprintf(range, sizeof(range), "[%.3g, %.3g]", low, high);
+  if (low >= 0 && high > 1.5)
+    return "--data " + path + ": values span " + range +
+           ", like 8-bit pixels; ganc trains on [-1, 1] (x / 127.5 - 1)";
+  if (low >= 0 && high <= 1 && high > 0)
+    return "--data " + path + ": values span " + range +
+           ", like images in [0, 1]; ganc's generators and data are in [-1, 1] (x * 2 - 1)";
+  return "";
 }
 
 } // namespace
 
 Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t> &sampleShape) {
-  if (fs::is_directory(path)) {
-    auto images = loadImageFolder(path, sampleShape);
-    if (!images)
-      return images.status();
-    return Dataset{images.take(), at::Tensor()};
-  }
+  if (fs::is_directory(path))
+    return loadImageFolder(path, sampleShape);
   auto bytes = readFile(path);
   if (!bytes)
     return bytes.status().withContext("--data");
   GANC_TRY(checkZipArchive(*bytes).withContext("--data " + path));
+  // torch.save's zip holds a pickle (NAME/data.pkl); any other zip is a set of images.
+  auto pickles = readZipEntries(*bytes, [](const std::string &name) {
+    return name.size() >= 9 && name.compare(name.size() - 9, 9, "/data.pkl") == 0;
+  });
+  if (pickles && pickles->empty())
+    return loadImageZip(path, *bytes, sampleShape);
   c10::IValue value;
   try {
     value = torch::pickle_load(*bytes);
@@ -106,7 +236,7 @@ Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t
   if (labels.defined() && labels.size(0) != data.size(0))
     return Status::error("--data " + path + ": " + std::to_string(labels.size(0)) + " labels for " +
                          std::to_string(data.size(0)) + " samples");
-  return Dataset{data, labels};
+  return Dataset{data, labels, "", rangeWarning(path, data)};
 }
 
 ShardedBatches::ShardedBatches(int64_t datasetSize, int rank, int worldSize, int64_t batchSize,

@@ -14,11 +14,19 @@ namespace ganc::runtime {
 struct Dataset {
   at::Tensor samples; // [N, *sampleShape], float
   at::Tensor labels;  // [N], int64; undefined when unlabelled
+  /// What was found, for rank 0 to say once ("10 classes from folder names: ...").
+  std::string note;
+  /// Something that looks wrong but is not an error (values in [0, 1], not [-1, 1]).
+  std::string warning;
 };
 
 /// Loads samples of `sampleShape` from `path`: a file written by torch.save (a tensor of shape
 /// [N, *sampleShape], or a dict with an "images" tensor and optionally a "labels" tensor), or
-/// a folder of PNG/JPEG images (decoded, resized to the sample shape, scaled to [-1, 1]).
+/// PNG/JPEG images (decoded, resized to the sample shape, scaled to [-1, 1]) in a folder, its
+/// subfolders, or a zip archive. Images are labelled by StyleGAN's dataset.json
+/// ({"labels": [["path/in/set.png", class], ...]}) where there is one, else, where every image
+/// lies in a first-level subfolder, by that folder's name (torchvision's ImageFolder: classes
+/// in sorted order); otherwise they are unlabelled.
 Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t> &sampleShape);
 
 /// torch.utils.data.DistributedSampler(shuffle=True, seed, drop_last=False) feeding a

@@ -1,6 +1,8 @@
 // Phase inputs: sharded data, staged batches, labels, noise, the fade-in weight.
 #include "runtime/Inputs.h"
 
+#include <iostream>
+
 #include <algorithm>
 
 namespace ganc::runtime {
@@ -37,12 +39,22 @@ Expected<std::unique_ptr<PhaseInputs>> PhaseInputs::create(const Session &sessio
     auto data = loadDataset(o.data, spec.dataShape);
     if (!data)
       return data.status();
+    if (spec.dataXflip) { // the set doubled: every image also mirrored left to right
+      data->samples = torch::cat({data->samples, data->samples.flip({-1})});
+      if (data->labels.defined())
+        data->labels = torch::cat({data->labels, data->labels});
+    }
     in->data_ = data->samples.to(session.inputType);
     in->labels_ = data->labels;
+    if (session.isRankZero() && !data->note.empty())
+      std::cout << "data: " << data->note << std::endl;
+    if (session.isRankZero() && !data->warning.empty())
+      std::cerr << "ganc: warning: " << data->warning << std::endl;
     if (needsLabels && !in->labels_.defined())
       return Status::error("--data " + o.data +
                            ": the spec's phases read labels, and the data "
-                           "has none (save {'images': ..., 'labels': ...})");
+                           "has none (save {'images': ..., 'labels': ...}, put the images in "
+                           "one folder per class, or label them in dataset.json)");
     if (needsLabels) {
       int64_t top = in->labels_.max().item<int64_t>(), bottom = in->labels_.min().item<int64_t>();
       if (bottom < 0 || top >= spec.dataClasses)

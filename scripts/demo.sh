@@ -18,7 +18,7 @@ done
 source "$ROOT/scripts/setup.sh"
 OUT=${GANC_DEMO_OUT:-$ROOT/out/demo}
 mkdir -p "$OUT"
-GANC="$BUILD/tools/ganc"
+GANC="$VENV/bin/ganc"   # the command `pip install` gave the environment
 
 echo "== export the DCGAN (32x32) with its phases and spec"
 "$GANC_PYTHON" "$ROOT/models/export.py" dcgan32 -o "$OUT/dcgan32.pt"
@@ -30,7 +30,10 @@ echo "== ganc explain (D's parameters are reduced only in phase d, G's only in p
 "$GANC" explain "$OUT/dcgan32.plan"
 echo "== ganc run --nproc $NPROC: $STEPS steps"
 "$GANC" run --nproc "$NPROC" "$OUT/dcgan32.plan" --model "$OUT/dcgan32.pt" --data "$OUT/digits32.pt" \
-  --steps "$STEPS" --out "$OUT/train" --log-every 100 --sample-every 500 --checkpoint-every 1000
+  --steps "$STEPS" --out "$OUT/train" --log-every 100 --sample-every 500 --checkpoint-every 1000 \
+  --force   # a second demo starts over in the same directory
+"$GANC" plot "$OUT/train"
 echo
 echo "sample grid: $OUT/train/samples.png (one per 500 steps: $OUT/train/samples_step*.png)"
-echo "loss history: $OUT/train/loss_history.csv; checkpoint: $OUT/train/checkpoint.pt"
+echo "losses: $OUT/train/losses.png (stats.jsonl; TensorBoard: tensorboard --logdir $OUT);"
+echo "checkpoint: $OUT/train/checkpoint.pt"

@@ -210,6 +210,9 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
             labels = data.get("labels")
             data = data["images"]
         data = data.float().to(getattr(torch, spec.get("dtype", "float32")))
+        if spec["data"].get("xflip"):  # the set doubled with mirrored images, as ganc does
+            data = torch.cat([data, data.flip(-1)])
+            labels = torch.cat([labels, labels]) if labels is not None else None
     inputs = Inputs(spec, data, rank, world, seed, f"cuda:{rank}" if cuda else "cpu")
     if global_batch_of:
         inputs = GlobalInputs([Inputs(spec, data, r, global_batch_of, seed) for r in range(global_batch_of)])

@@ -28,7 +28,7 @@ KEYS = {
     "spec": ("ganc_spec", "name", "batch_size", "data", "dtype", "precision", "loss_scalers",
              "sync_batch_norm", "non_finite", "phases", "optimizers", "buffers", "sample", "ema",
              "stages"),
-    "data": ("shape", "classes"),
+    "data": ("shape", "classes", "xflip"),
     "phase": ("name", "method", "updates", "interval", "inputs", "accumulate", "precision",
               "loss_scaler"),
     "input": ("name", "source", "shape", "classes"),
@@ -232,6 +232,9 @@ def validate(spec: dict, module=None) -> dict:
     _require(isinstance(data, dict) and isinstance(data.get("shape"), list),
              "spec: 'data' must be an object with a 'shape' list (one sample, no batch dim)")
     _known_keys(data, "data", "spec: 'data': ")
+    _require(isinstance(data.get("xflip", False), bool), "spec: 'data': 'xflip' must be true or false")
+    _require(not data.get("xflip") or len(data["shape"]) == 3,
+             "spec: 'data.xflip' mirrors images: it needs a [C, H, W] data shape")
     spec.setdefault("dtype", "float32")
     _require(spec["dtype"] in DTYPES, f"spec: 'dtype' must be one of {', '.join(DTYPES)}")
     sync = spec.get("sync_batch_norm", [])
