@@ -182,7 +182,8 @@ int explainCommand(std::vector<std::string> args) {
 /// `ganc plot` is Python (matplotlib): run it with the Python ganc was installed into.
 int plotCommand(const std::vector<std::string> &args) {
   const char *python = std::getenv("GANC_PYTHON");
-  std::vector<std::string> command = {python && *python ? python : "python3", "-m", "ganc.plot"};
+  std::vector<std::string> command = {python && *python ? python : GANC_DEFAULT_PYTHON, "-m",
+                                      "ganc.plot"};
   command.insert(command.end(), args.begin(), args.end());
   std::vector<char *> argv;
   for (std::string &a : command)
