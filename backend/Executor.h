@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ganc::backend {
@@ -73,9 +74,14 @@ public:
   /// Host seconds the last run spent in the model's forward and backward and in all-reduce
   /// waits (on CPU that is the work; on CUDA the work is timed on the device instead).
   double lastWorkSeconds() const { return lastWorkSeconds_; }
+  /// The values the last run's phase method logged besides its loss (a method returning
+  /// `(loss, {name: scalar})`), in the method's order, each the mean over micro-batches, on
+  /// the device (reading one synchronises).
+  const std::vector<std::pair<std::string, at::Tensor>> &lastStats() const { return lastStats_; }
 
 protected:
   double lastWorkSeconds_ = 0;
+  std::vector<std::pair<std::string, at::Tensor>> lastStats_;
   RunStats lastRun_;
 };
 

@@ -335,7 +335,12 @@ private:
       phase->inputs.push_back(input);
     }
     GANC_TRY(lowerBlock(graph.block(), phase->body, false));
-    auto loss = values_.find(graph.outputs()[0]);
+    // A method may return (loss, {name: scalar}): the loss is the tuple's first element; the
+    // logged values are no part of what backward differentiates.
+    jit::Value *output = graph.outputs()[0];
+    if (output->node()->kind() == c10::prim::TupleConstruct)
+      output = output->node()->inputs()[0];
+    auto loss = values_.find(output);
     if (loss == values_.end())
       return phaseError("the loss is not a lowered value");
     phase->loss = loss->second;

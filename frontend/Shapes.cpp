@@ -57,7 +57,20 @@ Expected<std::map<jit::Value *, ir::Type>> probeShapes(Archive &archive, const P
                          "' on example inputs failed: " + failure);
   if (stack.size() != originalOutputs + probed.size())
     return Status::error("unexpected interpreter result");
-  const c10::IValue &loss = stack[0];
+  c10::IValue loss = stack[0];
+  if (originalOutputs == 1 && loss.isTuple()) {
+    // (loss, {name: scalar}): the values a phase logs besides its loss.
+    const auto &elements = loss.toTupleRef().elements();
+    bool logged = elements.size() == 2 && elements[1].isGenericDict();
+    if (logged)
+      for (const auto &entry : elements[1].toGenericDict())
+        logged = logged && entry.value().isTensor() && entry.value().toTensor().numel() == 1;
+    if (!logged)
+      return Status::error("method '" + phase.method +
+                           "' returns a tuple: it must be (loss, "
+                           "{name: scalar tensor, ...})");
+    loss = elements[0];
+  }
   if (originalOutputs != 1 || !loss.isTensor())
     return Status::error("method '" + phase.method + "' must return one scalar loss tensor");
   if (loss.toTensor().dim() != 0)

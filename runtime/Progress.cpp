@@ -68,6 +68,44 @@ void Progress::addLoss(int64_t step, const std::string &phase, const at::Tensor 
   pending_.push_back({step, phase, loss.clone()});
 }
 
+void Progress::addStats(const std::string &phase,
+                        const std::vector<std::pair<std::string, at::Tensor>> &stats) {
+  for (const auto &[name, value] : stats)
+    pendingStats_.push_back({phase, name, value.clone()});
+}
+
+namespace {
+
+/// Adds a value to an interval's moments, if it is finite.
+void accumulate(double value, double &count, double &sum, double &squares) {
+  if (!std::isfinite(value))
+    return;
+  count += 1;
+  sum += value;
+  squares += value * value;
+}
+
+/// Sums `values` over every rank in place (one all-reduce on the group's device).
+void allReduceSum(Session &s, std::vector<double> &values) {
+  if (s.rank.worldSize == 1 || values.empty())
+    return;
+  std::vector<at::Tensor> reduced{
+      at::tensor(values, at::TensorOptions().dtype(at::kDouble)).to(s.device)};
+  s.group.backend->allreduce(reduced)->wait();
+  at::Tensor host = reduced[0].cpu();
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = host[static_cast<int64_t>(i)].item<double>();
+}
+
+nlohmann::json momentsJson(double count, double sum, double squares) {
+  const double mean = sum / count;
+  return {{"num", count},
+          {"mean", mean},
+          {"std", std::sqrt(std::max(0.0, squares / count - mean * mean))}};
+}
+
+} // namespace
+
 Status Progress::endStep(int64_t done, int64_t images) {
   stepSeconds_.push_back(secondsSince(stepStart_));
   workSeconds_.push_back(stepWork_);
@@ -97,6 +135,11 @@ Status Progress::endStep(int64_t done, int64_t images) {
   }
   pending_.clear();
   history_.flush(); // every logged row is on disk before the progress line says so
+  for (const PendingStat &p : pendingStats_) {
+    Moments &m = statsInterval_[p.phase][p.name];
+    accumulate(p.value.item<double>(), m.count, m.sum, m.squares);
+  }
+  pendingStats_.clear();
 
   // The interval's losses, averaged over every rank: one all-reduce of (count, sum, sum of
   // squares) per phase, in the spec's phase order on every rank.
@@ -106,14 +149,26 @@ Status Progress::endStep(int64_t done, int64_t images) {
     moments.insert(moments.end(), {m.count, m.sum, m.squares});
   }
   interval_.clear();
-  if (session_.rank.worldSize > 1) {
-    std::vector<at::Tensor> reduced{
-        at::tensor(moments, at::TensorOptions().dtype(at::kDouble)).to(session_.device)};
-    session_.group.backend->allreduce(reduced)->wait();
-    at::Tensor host = reduced[0].cpu();
-    for (size_t i = 0; i < moments.size(); ++i)
-      moments[i] = host[static_cast<int64_t>(i)].item<double>();
-  }
+  // The logged values follow, by phase and name; every rank must log the same names (checked
+  // first, with a fixed-size all-reduce of their count and a hash of their names).
+  const std::map<std::string, std::map<std::string, Moments>> stats = std::move(statsInterval_);
+  statsInterval_.clear();
+  std::vector<double> signature = {0, 0};
+  for (const auto &[phase, values] : stats)
+    for (const auto &[name, m] : values) {
+      signature[0] += 1;
+      signature[1] += static_cast<double>(std::hash<std::string>()(phase + "/" + name) % 1000003);
+      moments.insert(moments.end(), {m.count, m.sum, m.squares});
+    }
+  std::vector<double> agreed = signature;
+  allReduceSum(session_, agreed);
+  for (size_t i = 0; i < signature.size(); ++i)
+    if (agreed[i] != signature[i] * session_.rank.worldSize)
+      return Status::failure("rank " + std::to_string(session_.rank.rank) + ", step " +
+                             std::to_string(done) +
+                             ": the phases log different values on "
+                             "different ranks; a phase must log the same names on every rank");
+  allReduceSum(session_, moments);
   if (!session_.isRankZero())
     return Status::ok();
   auto now = Clock::now();
@@ -152,6 +207,13 @@ Status Progress::endStep(int64_t done, int64_t images) {
     if (skipped)
       line << " (" << skipped << " skipped)";
   }
+  for (const auto &[phase, values] : stats)
+    for (const auto &[name, m] : values) {
+      const double count = moments[k], sum = moments[k + 1], squares = moments[k + 2];
+      k += 3;
+      if (count > 0)
+        record["Stats/" + phase + "/" + name] = momentsJson(count, sum, squares);
+    }
   record["Progress/img_per_sec"] = imagesPerSecond;
   record["Progress/kimg"] = static_cast<double>(imagesTotal_) / 1000.0;
   record["Timing/sec_per_step"] = stepTime;

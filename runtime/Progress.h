@@ -29,6 +29,9 @@ public:
   /// A phase's loss, still on the device: it is read only when a progress line needs it,
   /// so the host never waits for the GPU between steps.
   void addLoss(int64_t step, const std::string &phase, const at::Tensor &loss);
+  /// The values a phase logged besides its loss (read, like the losses, at log steps).
+  void addStats(const std::string &phase,
+                const std::vector<std::pair<std::string, at::Tensor>> &stats);
   /// After step `done - 1`: records its time; at a log point writes the losses to the history,
   /// averages each phase's losses over the interval and over every rank (one small
   /// all-reduce, every rank takes part), and rank 0 appends them to stats.jsonl and prints the
@@ -58,6 +61,13 @@ private:
     double count = 0, sum = 0, squares = 0;
   };
   std::map<std::string, Moments> interval_;
+  /// Per phase and name, the interval's finite logged values on this rank.
+  std::map<std::string, std::map<std::string, Moments>> statsInterval_;
+  struct PendingStat {
+    std::string phase, name;
+    at::Tensor value;
+  };
+  std::vector<PendingStat> pendingStats_;
   /// The last logged means over ranks and interval (summary.json).
   std::map<std::string, double> loggedMean_;
   std::ofstream stats_;

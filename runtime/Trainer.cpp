@@ -95,6 +95,7 @@ private:
     if (dumping)
       GANC_TRY(dumpGradients(s_, step, key, phase.name));
     progress.addLoss(step, phase.name, loss);
+    progress.addStats(phase.name, s_.executor->lastStats());
     return Status::ok();
   }
 

@@ -140,16 +140,41 @@ private:
 
 } // namespace
 
-at::Tensor EagerExecutor::forward(PhaseState &state, const std::vector<at::Tensor> &inputs) {
+c10::IValue EagerExecutor::forward(PhaseState &state, const std::vector<at::Tensor> &inputs) {
   AutocastScope autocast(options_.device.type(), state.plan->autocast);
   std::vector<c10::IValue> args(inputs.begin(), inputs.end());
   if (state.function) {
     args.insert(args.begin(), module_._ivalue());
     state.function->run(args);
-    return args.back().toTensor();
+    return args.back();
   }
-  return module_.get_method(state.plan->method)(args).toTensor();
+  return module_.get_method(state.plan->method)(args);
 }
+
+namespace {
+
+/// Splits a phase method's output into its loss and the values it logs, each detached and
+/// divided by `accumulate` (their mean over micro-batches), added into `stats`.
+at::Tensor splitOutput(const c10::IValue &output, int64_t accumulate,
+                       std::vector<std::pair<std::string, at::Tensor>> &stats) {
+  if (!output.isTuple())
+    return output.toTensor();
+  const auto &elements = output.toTupleRef().elements();
+  torch::NoGradGuard noGrad;
+  size_t i = 0;
+  for (const auto &entry : elements.at(1).toGenericDict()) {
+    at::Tensor value =
+        entry.value().toTensor().detach().to(at::kFloat) / static_cast<double>(accumulate);
+    if (i < stats.size())
+      stats[i].second = stats[i].second + value;
+    else
+      stats.emplace_back(entry.key().toStringRef(), value);
+    ++i;
+  }
+  return elements.at(0).toTensor();
+}
+
+} // namespace
 
 at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
                                           const std::vector<at::Tensor> &inputs, int64_t micro) {
@@ -175,7 +200,7 @@ at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
   at::Tensor loss;
   auto start = std::chrono::steady_clock::now();
   try {
-    loss = forward(state, inputs);
+    loss = splitOutput(forward(state, inputs), accumulate, lastStats_);
     if (accumulate > 1)
       loss = loss / static_cast<double>(accumulate); // the mean over micro-batches
     auto scale = options_.lossScales.find(state.plan->name);
@@ -204,6 +229,7 @@ at::Tensor EagerExecutor::run(const std::string &phase, const InputFn &inputs, c
   if (it == phases_.end())
     throw std::runtime_error("no phase '" + phase + "' in the plan");
   lastWorkSeconds_ = 0;
+  lastStats_.clear();
   at::Tensor loss;
   for (int64_t micro = 0; micro < it->second.plan->accumulate; ++micro) {
     at::Tensor part = forwardBackward(phase, inputs(micro), micro);

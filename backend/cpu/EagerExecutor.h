@@ -42,7 +42,8 @@ private:
   EagerExecutor() = default;
   void broadcastCoalesced(std::vector<at::Tensor> tensors);
   /// The phase method (or its stage graph) on `inputs`, under the phase's autocast.
-  at::Tensor forward(PhaseState &state, const std::vector<at::Tensor> &inputs);
+  /// The phase method's output: its loss, or (loss, {name: scalar}).
+  c10::IValue forward(PhaseState &state, const std::vector<at::Tensor> &inputs);
 
   torch::jit::Module module_;
   c10::intrusive_ptr<c10d::Backend> group_;

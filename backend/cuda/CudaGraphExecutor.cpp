@@ -27,6 +27,7 @@ struct CudaGraphExecutor::Captured {
   int warmupsLeft = 0;
   std::unique_ptr<at::cuda::CUDAGraph> graph;
   at::Tensor loss; // the graph's output, overwritten by every replay
+  std::vector<std::pair<std::string, at::Tensor>> stats; // the logged values, likewise
 };
 
 Expected<std::unique_ptr<CudaGraphExecutor>>
@@ -84,7 +85,9 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
     if (!c.plan->eagerReason.empty() && loggedEager_.insert(phase).second)
       std::cerr << "ganc: phase '" << phase << "' runs eagerly: " << c.plan->eagerReason
                 << std::endl;
-    return eager_->run(phase, inputs, step);
+    at::Tensor loss = eager_->run(phase, inputs, step);
+    lastStats_ = eager_->lastStats();
+    return loss;
   }
   if (!c.graph) {
     // Warm-up and capture happen on a side stream, as torch.cuda.graphs does: capture cannot
@@ -98,11 +101,13 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
       if (c.warmupsLeft > 0) {
         --c.warmupsLeft;
         loss = eager_->run(phase, inputs, step);
+        lastStats_ = eager_->lastStats();
       } else {
         c.graph = std::make_unique<at::cuda::CUDAGraph>();
         try {
           c.graph->capture_begin(pool_);
           c.loss = eager_->run(phase, inputs, step);
+          c.stats = eager_->lastStats();
           c.graph->capture_end();
         } catch (const std::exception &e) {
           throw std::runtime_error("capturing phase '" + phase + "' as a CUDA Graph failed (" +
@@ -116,6 +121,7 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
       return loss;
     // Capture records the phase without running it: this iteration is the first replay.
     c.graph->replay();
+    lastStats_ = c.stats;
     return c.loss;
   }
   auto start = std::chrono::steady_clock::now();
@@ -123,6 +129,7 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
   lastRun_.launchSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   lastRun_.replayed = true;
+  lastStats_ = c.stats;
   return c.loss;
 }
 

@@ -13,7 +13,7 @@ from .conditional import ConditionalDCGAN, conditional_spec
 from .cyclegan import CycleGAN, cyclegan_spec
 from .dcgan import DCGAN, training_step_spec, two_phase_spec
 from .ema import EMAGAN, ema_spec
-from .mlp import MLPDiscriminator, MLPGAN, MLPGenerator, mlp, mlp_spec
+from .mlp import MLPDiscriminator, MLPGAN, MLPGANStats, MLPGenerator, mlp, mlp_spec
 from .progressive import ProgressiveGAN, progressive_spec
 from .r1 import R1GAN, r1_spec
 from .finetune import BranchGAN, TemperatureGAN, freezed_spec, temperature_spec
@@ -36,6 +36,7 @@ ZOO = {
                                                                   [100, 1, 1]),
                                                    ganc_spec=2, sync_batch_norm=["generator"])),
     "mlp": lambda: (MLPGAN(), mlp_spec("mlp")),
+    "mlp_stats": lambda: (MLPGANStats(), mlp_spec("mlp_stats")),
     "wgan_gp": lambda: (WGANGP(), wgan_gp_spec("wgan_gp")),
     "cyclegan": lambda: (CycleGAN(), cyclegan_spec("cyclegan")),
     "r1gan": lambda: (R1GAN(), r1_spec("r1gan")),

@@ -54,3 +54,14 @@ class MLPGAN(nn.Module):
 def mlp_spec(name, batch=64):
     spec = two_phase_spec(name, batch, [2], [8], lr=1e-3, betas=(0.5, 0.999))
     return spec
+
+
+class MLPGANStats(MLPGAN):
+    """The MLP GAN whose D step also logs D's mean score on real and fake points and its
+    loss again (stats.jsonl, TensorBoard), as StyleGAN's training loop reports scores."""
+
+    def phase_d(self, real, z):
+        fake = self.generator(z).detach()
+        d_fake, d_real = self.discriminator(fake), self.discriminator(real)
+        loss = F.softplus(d_fake).mean() + F.softplus(-d_real).mean()
+        return loss, {"D_real": d_real.mean(), "D_fake": d_fake.mean(), "loss": loss}

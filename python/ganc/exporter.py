@@ -76,17 +76,15 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False) -> 
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     model.train()
     for phase in spec["phases"]:
-        loss = getattr(model, phase["method"])(*example_inputs(spec, phase, batch=2))
-        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-            raise SpecError(f"spec: phase {phase['name']!r}: method {phase['method']!r} must "
-                            f"return a scalar loss tensor")
+        phase_loss(getattr(model, phase["method"])(*example_inputs(spec, phase, batch=2)), phase)
     _restore(model, state)
     names = [p["method"] for p in spec["phases"]]
     # Phase methods need not be decorated by the user.
     with phase_methods_scripted(model, names, script=not trace), _forget_failed_types():
         if trace:
             methods = {p["method"]: example_inputs(spec, p) for p in spec["phases"]}
-            scripted = torch.jit.trace_module(model, methods, check_trace=False)
+            # strict=False: a phase may return a dict of logged values besides its loss.
+            scripted = torch.jit.trace_module(model, methods, check_trace=False, strict=False)
             _check_trace_trains(scripted, spec)
         else:
             # Scripting reads every attribute, properties included: in eval mode a layer's
@@ -115,6 +113,21 @@ def _forget_failed_types():
         raise
 
 
+def phase_loss(output, phase: dict) -> torch.Tensor:
+    """The loss of a phase method's output: the output itself, or the first element of
+    `(loss, {name: scalar tensor})`, whose values ganc logs (stats.jsonl, TensorBoard)."""
+    where = f"spec: phase {phase['name']!r}: method {phase['method']!r}"
+    if isinstance(output, tuple):
+        if (len(output) != 2 or not isinstance(output[1], dict)
+                or not all(isinstance(k, str) and isinstance(v, torch.Tensor) and v.numel() == 1
+                           for k, v in output[1].items())):
+            raise SpecError(f"{where} returns a tuple: it must be (loss, {{name: scalar tensor, ...}})")
+        output = output[0]
+    if not isinstance(output, torch.Tensor) or output.dim() != 0:
+        raise SpecError(f"{where} must return a scalar loss tensor (or (loss, {{name: scalar}}))")
+    return output
+
+
 def _restore(module, state: dict) -> None:
     """Copies `state` (a state_dict snapshot) back into `module`'s tensors, gradients dropped."""
     with torch.no_grad():
@@ -130,7 +143,7 @@ def _check_trace_trains(traced, spec: dict) -> None:
     now, not at `ganc compile` or at step 0."""
     for phase in spec["phases"]:
         try:
-            getattr(traced, phase["method"])(*example_inputs(spec, phase)).backward()
+            phase_loss(getattr(traced, phase["method"])(*example_inputs(spec, phase)), phase).backward()
         except Exception as e:  # noqa: BLE001 - any failure means the archive cannot train
             cause = str(e).strip().splitlines()
             raise ExportError(f"ganc.export: phase {phase['name']!r}: the traced archive cannot train: "

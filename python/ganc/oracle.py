@@ -44,7 +44,8 @@ class PhaseRunner(torch.nn.Module):
         self.method = method
 
     def forward(self, *inputs):
-        return getattr(self.gan, self.method)(*inputs)
+        out = getattr(self.gan, self.method)(*inputs)
+        return out[0] if isinstance(out, tuple) else out  # (loss, {logged values}): the loss
 
 
 def _optimizer(params, spec, cuda=False):

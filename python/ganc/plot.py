@@ -1,7 +1,8 @@
 """`ganc plot OUT`: a run's loss curves as a PNG (matplotlib).
 
-One panel per phase: the loss averaged over ranks and over each log interval (stats.jsonl),
-with a band of one standard deviation; a run without stats.jsonl is plotted from rank 0's
+One panel per phase's loss and per value a phase logs besides it (a method returning
+`(loss, {name: scalar})`): the mean over ranks and over each log interval (stats.jsonl), with
+a band of one standard deviation; a run without stats.jsonl is plotted from rank 0's
 loss_history.csv.
 """
 from __future__ import annotations
@@ -26,14 +27,14 @@ def _series(out: str) -> dict[str, list[tuple[int, float, float]]]:
                     continue
                 record = json.loads(line)
                 for key, value in record.items():
-                    if key.startswith("Loss/"):
-                        series.setdefault(key[5:], []).append(
-                            (record["step"], value["mean"], value["std"]))
+                    if key.startswith(("Loss/", "Stats/")):
+                        name = key[5:] + " loss" if key.startswith("Loss/") else key[6:]
+                        series.setdefault(name, []).append((record["step"], value["mean"], value["std"]))
         return series
     history = os.path.join(out, "loss_history.csv")
     with open(history) as f:
         for row in csv.DictReader(f):
-            series.setdefault(row["phase"], []).append((int(row["step"]), float(row["loss"]), 0.0))
+            series.setdefault(row["phase"] + " loss", []).append((int(row["step"]), float(row["loss"]), 0.0))
     return series
 
 
@@ -56,7 +57,7 @@ def plot(out: str, output: str | None = None) -> str:
         high = [p[1] + p[2] for p in points]
         ax.plot(steps, mean, lw=1.2)
         ax.fill_between(steps, low, high, alpha=0.25, lw=0)
-        ax.set_ylabel(f"{phase} loss")
+        ax.set_ylabel(phase)
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("step")
     fig.suptitle(os.path.basename(os.path.abspath(out)))

@@ -53,6 +53,8 @@ MODELS = [
     ("sndcgan32", "digits", 10, "ddp"),
     ("dcgan32_freezed", "digits", 10, "ddp"),
     ("mlp_branch", "ring", 10, "ddp"),
+    # A D step that logs scores besides its loss: the values are outputs of the captured graph.
+    ("mlp_stats", "ring", 10, "ddp"),
 ]
 IDS = [m[0] for m in MODELS]
 SEED = 7

@@ -312,3 +312,50 @@ def test_data_in_zero_one_gets_a_warning(ganc_bin, datasets, tmp_path):
     assert r.returncode == 0, r.stderr
     warnings = [line for line in r.stderr.splitlines() if "warning" in line]
     assert len(warnings) == 1 and "like images in [0, 1]" in warnings[0] and "x * 2 - 1" in warnings[0], r.stderr
+
+
+@pytest.mark.parametrize("trace", [False, True], ids=["scripted", "traced"])
+def test_phases_log_values_besides_their_loss(ganc_bin, datasets, tmp_path, trace):
+    """A phase method returning (loss, {name: scalar}) trains exactly as the loss alone does in
+    eager DDP; its values reach stats.jsonl averaged over ranks and the interval (the logged
+    copy of the loss equals Loss/d), TensorBoard and the plot."""
+    import zoo
+    from ganc import oracle
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    gan, spec = zoo.build("mlp_stats")
+    model = str(tmp_path / "stats.pt")
+    ganc.export(gan, model, spec, trace=trace)
+    plan = str(tmp_path / "stats.plan")
+    subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
+    out, got, ref = tmp_path / "run", str(tmp_path / "got"), str(tmp_path / "ref")
+    r = run_ganc(ganc_bin, "run", "--nproc", "2", plan, "--model", model, "--data", datasets["ring"], "--steps", "10",
+                 "--out", str(out), "--sample-every", "0", "--log-every", "5", "--dump-grads", got)
+    assert r.returncode == 0, r.stderr
+    oracle.run(model, datasets["ring"], 2, 10, 0, ref)
+    mine = ganc.load_checkpoint(os.path.join(got, "params_final.pt"))
+    theirs = torch.load(os.path.join(ref, "params_final.pt"))
+    assert all(torch.equal(mine[k], theirs[k]) for k in theirs)
+    for record in [json.loads(line) for line in (out / "stats.jsonl").read_text().splitlines()]:
+        assert record["Stats/d/loss"]["num"] == record["Loss/d"]["num"] == 2 * 5
+        assert record["Stats/d/loss"]["mean"] == pytest.approx(record["Loss/d"]["mean"], rel=1e-6)
+        assert record["Stats/d/loss"]["std"] == pytest.approx(record["Loss/d"]["std"], rel=1e-4, abs=1e-7)
+        assert {"Stats/d/D_real", "Stats/d/D_fake"} <= set(record) and not any(k.startswith("Stats/g") for k in record)
+    events = EventAccumulator(str(out))
+    events.Reload()
+    assert [e.step for e in events.Scalars("Stats/d/D_real")] == [5, 10]
+    r = subprocess.run([sys.executable, "-m", "ganc.plot", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0 and (out / "losses.png").exists(), r.stderr
+
+
+def test_a_phase_returning_a_malformed_tuple_is_refused(tmp_path):
+    import zoo
+    gan, spec = zoo.build("mlp")
+
+    class Bad(type(gan)):
+        def phase_d(self, real, z):
+            return super().phase_d(real, z), real.mean()
+
+    bad = Bad()
+    bad.load_state_dict(gan.state_dict())
+    with pytest.raises(ganc.SpecError, match=r"must be \(loss, \{name: scalar tensor"):
+        ganc.export(bad, str(tmp_path / "bad.pt"), spec)
