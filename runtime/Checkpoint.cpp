@@ -92,6 +92,7 @@ Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
     rng.insert("phase", c10::List<at::Tensor>(phase));
   rng.insert("world_size", int64_t{s.rank.worldSize});
   rng.insert("seed", static_cast<int64_t>(s.options.seed));
+  rng.insert("batch_size", s.spec().batchSize);
   if (ShardedBatches *batches = inputs.batches()) {
     rng.insert("data_epoch", batches->epoch());
     rng.insert("data_cursor", batches->cursor());
@@ -127,6 +128,11 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
                          std::to_string(rng.at("seed").toInt()) + ", resuming with --seed " +
                          std::to_string(s.options.seed) +
                          " would change the noise and data streams");
+  if (rng.contains("batch_size") && rng.at("batch_size").toInt() != s.spec().batchSize)
+    return Status::error("--resume " + path + ": written with batch " +
+                         std::to_string(rng.at("batch_size").toInt()) +
+                         " per rank, resuming with " + std::to_string(s.spec().batchSize) +
+                         " would change the data stream");
   const int64_t step = ckpt.at("step").toInt();
   if (step >= s.options.steps)
     return Status::error("--resume " + path + ": the checkpoint is at step " +

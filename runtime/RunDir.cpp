@@ -138,6 +138,8 @@ Status applyOverrides(frontend::Spec &spec, const TrainOptions &o) {
     if (adam == 0)
       return Status::error("--betas: no optimizer group uses Adam (groups: " + groupNames() + ")");
   }
+  if (o.batchSize > 0)
+    spec.batchSize = o.batchSize;
   for (const auto &[name, interval] : o.intervals) {
     auto phase = std::find_if(spec.phases.begin(), spec.phases.end(),
                               [&](const frontend::PhaseSpec &p) { return p.name == name; });
@@ -177,6 +179,9 @@ Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &re
     overrides["betas"][key.empty() ? "*" : key] = {b.first, b.second};
   for (const auto &[key, k] : o.intervals)
     overrides["interval"][key] = k;
+  if (o.batchSize > 0)
+    overrides["batch_size"] = o.batchSize;
+  effective["batch_size"] = spec.batchSize;
   std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char started[32];
   std::strftime(started, sizeof(started), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));

@@ -23,8 +23,8 @@ Status claimRunDir(const TrainOptions &options);
 /// other value is returned as it is.
 std::string resolveResume(const TrainOptions &options);
 
-/// The command line's hyper-parameters (--lr, --betas, --interval) over `spec`'s, checked
-/// against its groups and phases.
+/// The command line's hyper-parameters (--lr, --betas, --interval, --batch-size) over
+/// `spec`'s, checked against its groups and phases.
 Status applyOverrides(frontend::Spec &spec, const TrainOptions &options);
 
 /// Rank 0 writes --out/run.json: the options, world size, device, where the run starts,

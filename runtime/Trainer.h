@@ -30,6 +30,9 @@ struct TrainOptions {
   std::map<std::string, double> lr;
   std::map<std::string, std::pair<double, double>> betas;
   std::map<std::string, int64_t> intervals;
+  /// The batch per rank instead of the spec's (0: the spec's). The plan does not depend on
+  /// it: used sets and buckets are the same at every batch.
+  int64_t batchSize = 0;
   /// Rank 0 writes every all-reduced gradient and the final parameters here (parity tests).
   std::string dumpDir;
   std::string device = "cpu";

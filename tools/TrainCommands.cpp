@@ -47,6 +47,7 @@ const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
   --lr [GROUP=]X          learning rate of every optimizer group, or of GROUP (repeatable)
   --betas [GROUP=]B1,B2   Adam betas of every Adam group, or of GROUP (repeatable)
   --interval PHASE=K      run PHASE every K steps instead of the spec's interval (repeatable)
+  --batch-size N          batch per rank instead of the spec's
   --device cpu|cuda       cpu: Gloo; cuda: NCCL, one GPU per rank (cuda:LOCAL_RANK), each
                           phase captured once as a CUDA Graph and replayed
   --cuda-graphs on|off    off: run every phase eagerly on the GPU (default on)
@@ -184,6 +185,12 @@ const std::map<std::string, OptionHandler> &trainOptions() {
        }},
       {"--dump-grads", [](R &r, S &f, O &o) { o.dumpDir = r.value(f); }},
       {"--force", [](R &, S &, O &o) { o.force = true; }},
+      {"--batch-size",
+       [](R &r, S &f, O &o) {
+         o.batchSize = r.number(f, 1 << 24);
+         if (o.batchSize < 1)
+           throw std::invalid_argument(f + " must be at least 1");
+       }},
       {"--keep-checkpoints", [](R &r, S &f, O &o) { o.keepCheckpoints = r.number(f, 1000000); }},
       {"--tensorboard",
        [](R &r, S &f, O &o) {

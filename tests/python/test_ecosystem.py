@@ -112,6 +112,9 @@ def test_a_run_is_never_overwritten_by_accident(ganc_bin, datasets, tmp_path):
     assert "holds a run" in again.stderr and "--resume auto" in again.stderr
     assert (out / "checkpoint.pt").read_bytes() == before
 
+    other_batch = run_ganc(ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(out), 16, "--resume",
+                                                          "auto", "--batch-size", "32"))
+    assert other_batch.returncode == 2 and "would change the data stream" in other_batch.stderr
     resumed = run_ganc(ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(out), 16, "--resume", "auto"))
     assert resumed.returncode == 0 and "at step 10" in resumed.stdout, resumed.stderr
     straight = tmp_path / "straight"
@@ -128,7 +131,8 @@ def test_a_run_is_never_overwritten_by_accident(ganc_bin, datasets, tmp_path):
 
 
 def test_hyper_parameter_overrides_match_eager_ddp_with_that_spec(ganc_bin, datasets, tmp_path):
-    """--lr, --betas and --interval change the run as the same values in the spec would: the
+    """--lr, --betas, --interval and --batch-size change the run as the same values in the spec
+    would: the
     parameters after training equal eager PyTorch DDP on an archive exported with them; the
     effective spec is recorded in run.json. Overrides naming no group or phase are refused."""
     import zoo
@@ -140,6 +144,7 @@ def test_hyper_parameter_overrides_match_eager_ddp_with_that_spec(ganc_bin, data
     spec2["optimizers"]["generator"]["lr"] = 3e-3
     spec2["optimizers"]["discriminator"]["betas"] = [0.1, 0.9]
     next(p for p in spec2["phases"] if p["name"] == "g")["interval"] = 2
+    spec2["batch_size"] = 32
     ganc.export(gan, changed, spec2)
 
     plan = str(tmp_path / "base.plan")
@@ -147,7 +152,8 @@ def test_hyper_parameter_overrides_match_eager_ddp_with_that_spec(ganc_bin, data
     got = str(tmp_path / "got")
     r = run_ganc(ganc_bin, "run", "--nproc", "2", plan, "--model", base, "--data", datasets["ring"], "--steps", "6",
                  "--out", str(tmp_path / "run"), "--sample-every", "0", "--dump-grads", got,
-                 "--lr", "generator=3e-3", "--betas", "discriminator=0.1,0.9", "--interval", "g=2")
+                 "--lr", "generator=3e-3", "--betas", "discriminator=0.1,0.9", "--interval", "g=2",
+                 "--batch-size", "32")
     assert r.returncode == 0, r.stderr
     ref = str(tmp_path / "ref")
     oracle.run(changed, datasets["ring"], 2, 6, 0, ref)
@@ -158,10 +164,12 @@ def test_hyper_parameter_overrides_match_eager_ddp_with_that_spec(ganc_bin, data
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     assert record["spec"]["optimizers"]["generator"]["lr"] == 3e-3
     assert record["overrides"] == {"lr": {"generator": 3e-3}, "betas": {"discriminator": [0.1, 0.9]},
-                                   "interval": {"g": 2}}
+                                   "interval": {"g": 2}, "batch_size": 32}
+    assert record["spec"]["batch_size"] == 32
 
     for bad, words in ((["--lr", "gen=1e-3"], "no optimizer group 'gen'"), (["--interval", "x=2"], "no phase 'x'"),
-                       (["--betas", "1,0.5"], "--betas takes a number in")):
+                       (["--betas", "1,0.5"], "--betas takes a number in"),
+                       (["--batch-size", "0"], "--batch-size must be at least 1")):
         r = run_ganc(ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(tmp_path / "bad"), 2, *bad))
         assert r.returncode == 2 and words in r.stderr, r.stderr
 
