@@ -72,8 +72,8 @@ mkdir -p "$BUILD"
 set +o pipefail
 "$PY" -m pip install -v --no-build-isolation --no-deps -e "$ROOT" -C build-dir="$BUILD" \
   -C cmake.define.GANC_BUILD_TESTS="$TESTS" -C cmake.define.GANC_PYTHON="$PY" 2>&1 \
-  | tee "$BUILD/pip-install.log" | grep --line-buffered -E '^ *\[[0-9]+/[0-9]+\] '
-status=${PIPESTATUS[0]}
+  | tee "$BUILD/pip-install.log" | { grep --line-buffered -E '^ *\[[0-9]+/[0-9]+\] ' || true; }
+status=${PIPESTATUS[0]}  # pip's (grep finds nothing when nothing needed building)
 set -o pipefail
 if [ "$status" -ne 0 ]; then
   grep -E 'error|Error' "$BUILD/pip-install.log" | head -20 >&2
