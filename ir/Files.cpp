@@ -315,7 +315,7 @@ readZipEntries(const std::vector<char> &bytes,
   return files;
 }
 
-Status checkZipArchive(const std::vector<char> &bytes) {
+Status checkZipArchive(const std::vector<char> &bytes, std::vector<std::string> *names) {
   ZipReader zip(bytes);
   auto bad = [](const Status &s) { return damaged(s); };
   auto dir = findDirectory(zip);
@@ -330,7 +330,11 @@ Status checkZipArchive(const std::vector<char> &bytes) {
       return bad(
           Status::error("the file's CRC-32 does not match its seal (the file is corrupted)"));
   }
-  return walkEntries(bytes, zip, *dir, [](const Entry &, uint64_t) { return Status::ok(); });
+  return walkEntries(bytes, zip, *dir, [names](const Entry &entry, uint64_t) {
+    if (names)
+      names->push_back(entry.name);
+    return Status::ok();
+  });
 }
 
 std::vector<char> sealZipArchive(std::vector<char> bytes) {

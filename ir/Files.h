@@ -29,8 +29,8 @@ Status writeFileAtomically(const std::string &path, const std::string &text);
 /// matches its CRC-32. LibTorch's reader trusts these fields: it reads past the buffer on a
 /// truncated file and loads flipped bytes without a word. Callers name the file.
 /// A sealed archive (sealZipArchive) is also checked against its whole-file CRC-32, which
-/// covers the zip's own records too.
-Status checkZipArchive(const std::vector<char> &bytes);
+/// covers the zip's own records too. With `names`, the entries' names are listed there.
+Status checkZipArchive(const std::vector<char> &bytes, std::vector<std::string> *names = nullptr);
 
 /// `bytes` (a zip archive just written by LibTorch, with no comment) with the CRC-32 of all
 /// its bytes stored as the archive's comment, a field every zip reader (torch.load

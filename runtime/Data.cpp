@@ -199,12 +199,12 @@ Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t
   auto bytes = readFile(path);
   if (!bytes)
     return bytes.status().withContext("--data");
-  GANC_TRY(checkZipArchive(*bytes).withContext("--data " + path));
+  std::vector<std::string> names;
+  GANC_TRY(checkZipArchive(*bytes, &names).withContext("--data " + path));
   // torch.save's zip holds a pickle (NAME/data.pkl); any other zip is a set of images.
-  auto pickles = readZipEntries(*bytes, [](const std::string &name) {
-    return name.size() >= 9 && name.compare(name.size() - 9, 9, "/data.pkl") == 0;
-  });
-  if (pickles && pickles->empty())
+  if (std::none_of(names.begin(), names.end(), [](const std::string &name) {
+        return name.size() >= 9 && name.compare(name.size() - 9, 9, "/data.pkl") == 0;
+      }))
     return loadImageZip(path, *bytes, sampleShape);
   c10::IValue value;
   try {

@@ -76,15 +76,6 @@ void Progress::addStats(const std::string &phase,
 
 namespace {
 
-/// Adds a value to an interval's moments, if it is finite.
-void accumulate(double value, double &count, double &sum, double &squares) {
-  if (!std::isfinite(value))
-    return;
-  count += 1;
-  sum += value;
-  squares += value * value;
-}
-
 /// Sums `values` over every rank in place (one all-reduce on the group's device).
 void allReduceSum(Session &s, std::vector<double> &values) {
   if (s.rank.worldSize == 1 || values.empty())
@@ -115,12 +106,7 @@ Status Progress::endStep(int64_t done, int64_t images) {
     return Status::ok();
   for (const PendingLoss &p : pending_) {
     lastLoss_[p.phase] = p.loss.item<double>();
-    if (std::isfinite(lastLoss_[p.phase])) {
-      Moments &m = interval_[p.phase];
-      m.count += 1;
-      m.sum += lastLoss_[p.phase];
-      m.squares += lastLoss_[p.phase] * lastLoss_[p.phase];
-    }
+    interval_[p.phase].add(lastLoss_[p.phase]);
     if (history_.is_open())
       history_ << p.step << "," << p.phase << "," << lastLoss_[p.phase] << "\n";
     // A phase with a loss scaler, or under `non_finite: skip`, leaves non-finite values to
@@ -135,10 +121,8 @@ Status Progress::endStep(int64_t done, int64_t images) {
   }
   pending_.clear();
   history_.flush(); // every logged row is on disk before the progress line says so
-  for (const PendingStat &p : pendingStats_) {
-    Moments &m = statsInterval_[p.phase][p.name];
-    accumulate(p.value.item<double>(), m.count, m.sum, m.squares);
-  }
+  for (const PendingStat &p : pendingStats_)
+    statsInterval_[p.phase][p.name].add(p.value.item<double>());
   pendingStats_.clear();
 
   // The interval's losses, averaged over every rank: one all-reduce of (count, sum, sum of
@@ -198,9 +182,8 @@ Status Progress::endStep(int64_t done, int64_t images) {
     if (count == 0) // the phase did not run in this interval, or only with non-finite losses
       continue;
     const double mean = sum / count;
-    const double std = std::sqrt(std::max(0.0, squares / count - mean * mean));
     loggedMean_[phase.name] = mean;
-    record["Loss/" + phase.name] = {{"num", count}, {"mean", mean}, {"std", std}};
+    record["Loss/" + phase.name] = momentsJson(count, sum, squares);
     char buffer[64];
     std::snprintf(buffer, sizeof(buffer), "  %s %.4f", phase.name.c_str(), mean);
     line << buffer;

@@ -7,6 +7,7 @@
 #include "runtime/TensorBoard.h"
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -59,6 +60,14 @@ private:
   /// Per phase, the interval's finite losses on this rank: count, sum, sum of squares.
   struct Moments {
     double count = 0, sum = 0, squares = 0;
+    /// Counts `value` if it is finite.
+    void add(double value) {
+      if (!std::isfinite(value))
+        return;
+      count += 1;
+      sum += value;
+      squares += value * value;
+    }
   };
   std::map<std::string, Moments> interval_;
   /// Per phase and name, the interval's finite logged values on this rank.
