@@ -38,7 +38,7 @@ struct ExecutorOptions {
 
 /// Called after a phase's gradients are all-reduced, with that phase's used parameters; the
 /// runtime's optimizers step there (inside the captured graph on CUDA).
-using StepFn = std::function<void(const std::string &phase, const PhaseReducer &)>;
+using StepFn = std::function<void(const std::string &phase, PhaseReducer &)>;
 
 /// Produces a phase's inputs for micro-batch `micro` (0 unless the phase accumulates) in the
 /// method's argument order. On CUDA it runs inside the captured region, so noise drawn there

@@ -11,10 +11,22 @@ namespace ganc::backend {
 
 Expected<std::unique_ptr<PhaseReducer>>
 PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Tensor> &parameters,
-                     c10::intrusive_ptr<c10d::Backend> group, c10::Device device) {
+                     c10::intrusive_ptr<c10d::Backend> group, c10::Device device, int zeroStage) {
   auto r = std::unique_ptr<PhaseReducer>(new PhaseReducer());
   r->group_ = group;
+  r->rank_ = group->getRank();
+  r->world_ = group->getSize();
   r->scale_ = 1.0 / static_cast<double>(group->getSize());
+  if (zeroStage > 0 && r->world_ > 1) {
+    r->zero_ = zeroStage;
+    for (const ir::Bucket &bucket : phase.buckets)
+      if (bucket.shardBytes == 0)
+        return Status::error("phase '" + phase.name +
+                             "': the plan's buckets have no shard layout "
+                             "for " +
+                             std::to_string(r->world_) + " ranks");
+    r->bucketShards_.resize(phase.buckets.size());
+  }
   for (size_t b = 0; b < phase.buckets.size(); ++b) {
     const ir::Bucket &bucket = phase.buckets[b];
     auto bucketType = frontend::scalarTypeOf(bucket.dtype);
@@ -23,8 +35,9 @@ PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Ten
                                              std::to_string(b));
     const c10::ScalarType dtype = *bucketType;
     int64_t elementSize = static_cast<int64_t>(c10::elementSize(dtype));
+    const int64_t bufferBytes = r->zero_ ? bucket.shardBytes * r->world_ : bucket.bytes;
     at::Tensor flat =
-        torch::zeros({bucket.bytes / elementSize}, at::TensorOptions(dtype).device(device));
+        torch::zeros({bufferBytes / elementSize}, at::TensorOptions(dtype).device(device));
     for (const ir::Bucket::Slot &slot : bucket.slots) {
       auto it = parameters.find(slot.parameter);
       if (it == parameters.end())
@@ -37,6 +50,10 @@ PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Ten
                              std::string(c10::toString(p.scalar_type())) + " in the model but " +
                              std::to_string(slot.bytes) + " bytes of " + bucket.dtype +
                              " in the plan");
+      if (r->zero_) {
+        r->slots_[slot.parameter] = Slot{static_cast<int>(b), at::Tensor()};
+        continue;
+      }
       // The slot has the parameter's strides (as DDP's bucket views do), so a channels-last
       // weight gets a channels-last gradient and the fused optimizers see one layout.
       at::Tensor view = p.is_non_overlapping_and_dense()
@@ -46,6 +63,8 @@ PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Ten
     }
     r->buffers_.push_back(flat);
     r->slotsPerBucket_.push_back(static_cast<int>(bucket.slots.size()));
+    if (r->zero_)
+      GANC_TRY(r->createShards(phase, parameters, dtype, b));
   }
   for (const ir::ScheduledAllReduce &s : phase.schedule)
     r->scheduleOrder_.push_back(s.bucket);
@@ -82,9 +101,16 @@ bool PhaseReducer::markReady(const std::string &parameter, const at::Tensor &ten
     return true; // a second backward in one phase: the bucket has already gone
   at::Tensor p = tensor;
   const at::Tensor grad = p.grad();
-  if (grad.defined() && !grad.is_same(slot->second.view))
-    at::mul_out(slot->second.view, grad, at::native::wrapped_scalar_tensor(scale_));
-  p.mutable_grad() = slot->second.view;
+  if (zero_) {
+    // The gradient goes into every rank's piece of the bucket and is then let go: the
+    // averaged gradient this rank keeps is its shard's, after the collective.
+    writeGradient(parameter, grad);
+    p.mutable_grad() = at::Tensor();
+  } else {
+    if (grad.defined() && !grad.is_same(slot->second.view))
+      at::mul_out(slot->second.view, grad, at::native::wrapped_scalar_tensor(scale_));
+    p.mutable_grad() = slot->second.view;
+  }
   ready = true;
   if (--pending_[slot->second.bucket] == 0)
     launchReady();
@@ -95,9 +121,13 @@ void PhaseReducer::launchReady() {
   // Collectives must be issued in the same order on every rank: bucket k+1 goes only after
   // bucket k, even if it completes first.
   while (nextLaunch_ < scheduleOrder_.size() && pending_[scheduleOrder_[nextLaunch_]] == 0) {
-    at::Tensor &flat = buffers_[scheduleOrder_[nextLaunch_]];
-    std::vector<at::Tensor> tensors{flat};
-    works_.push_back(group_->allreduce(tensors));
+    const int b = scheduleOrder_[nextLaunch_];
+    if (zero_ == 2) {
+      works_.push_back(group_->_reduce_scatter_base(gradShards_[b], buffers_[b]));
+    } else {
+      std::vector<at::Tensor> tensors{buffers_[b]};
+      works_.push_back(group_->allreduce(tensors));
+    }
     ++nextLaunch_;
   }
 }
@@ -115,13 +145,21 @@ void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
       continue;
     }
     const at::Tensor grad = p.grad();
-    if (grad.defined()) {
-      at::mul_out(slot.view, grad, at::native::wrapped_scalar_tensor(scale_));
+    if (grad.defined())
       reachedHere.insert(name);
+    if (zero_) {
+      if (grad.defined())
+        writeGradient(name, grad);
+      else
+        zeroGradient(name);
+      p.mutable_grad() = at::Tensor();
     } else {
-      slot.view.zero_();
+      if (grad.defined())
+        at::mul_out(slot.view, grad, at::native::wrapped_scalar_tensor(scale_));
+      else
+        slot.view.zero_();
+      p.mutable_grad() = slot.view;
     }
-    p.mutable_grad() = slot.view;
   }
   for (int &p : pending_)
     p = 0;
@@ -140,6 +178,9 @@ void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
   for (auto &work : works_)
     work->wait();
   works_.clear();
+  if (zero_ == 1) // every rank has the whole averaged bucket; this rank keeps its shard
+    for (size_t b = 0; b < buffers_.size(); ++b)
+      gradShards_[b].copy_(buffers_[b].narrow(0, rank_ * shardElements_[b], shardElements_[b]));
   // No rank reached it: grad None and no step, as DDP(find_unused_parameters=True) leaves it.
   unreached_.clear();
   if (reached.defined()) {
@@ -152,6 +193,113 @@ void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
         p.mutable_grad() = at::Tensor();
       }
   }
+}
+
+at::Tensor flatView(const at::Tensor &t) {
+  return t.as_strided({t.numel()}, {1}, t.storage_offset());
+}
+
+Status PhaseReducer::createShards(const ir::Phase &phase,
+                                  const std::map<std::string, at::Tensor> &parameters,
+                                  c10::ScalarType dtype, size_t b) {
+  const ir::Bucket &bucket = phase.buckets[b];
+  const int64_t elementSize = static_cast<int64_t>(c10::elementSize(dtype));
+  const int64_t shardElements = bucket.shardBytes / elementSize;
+  const auto options = buffers_[b].options();
+  gradShards_.push_back(torch::zeros({shardElements}, options));
+  paramShards_.push_back(torch::zeros({shardElements}, options));
+  shardElements_.push_back(shardElements);
+  for (const ir::Bucket::Slot &slot : bucket.slots) {
+    // Detached: the optimizer and the all-gather write the parameter through these views.
+    const at::Tensor p = parameters.at(slot.parameter).detach();
+    if (!p.is_non_overlapping_and_dense())
+      return Status::error("phase '" + phase.name + "': parameter '" + slot.parameter +
+                           "' is not dense in memory (a view of another tensor?); sharded "
+                           "optimizer state splits parameters by their memory");
+    Shard shard;
+    shard.bucket = static_cast<int>(b);
+    shard.offset = slot.shardOffset / elementSize;
+    shard.parameter = p;
+    const at::Tensor flat = flatView(p);
+    for (int q = 0; q < world_; ++q) {
+      const ir::Piece piece = ir::pieceOf(p.numel(), world_, q);
+      shard.pieces.push_back(piece);
+      shard.paramPieces.push_back(flat.narrow(0, piece.begin, piece.length));
+      shard.bucketPieces.push_back(
+          buffers_[b].narrow(0, q * shardElements + shard.offset, piece.length));
+    }
+    const int64_t mine = shard.pieces[rank_].length;
+    shard.param = shard.paramPieces[rank_];
+    shard.grad = gradShards_[b].narrow(0, shard.offset, mine);
+    shard.staged = paramShards_[b].narrow(0, shard.offset, mine);
+    shards_[slot.parameter] = std::move(shard);
+  }
+  for (const ir::Bucket::Slot &slot : bucket.slots)
+    bucketShards_[b].push_back(&shards_.at(slot.parameter));
+  return Status::ok();
+}
+
+void PhaseReducer::writeGradient(const std::string &parameter, const at::Tensor &grad) {
+  Shard &shard = shards_.at(parameter);
+  // The pieces are the parameter's memory order: a gradient with other strides is first
+  // laid out like the parameter.
+  at::Tensor g = grad;
+  if (g.strides() != shard.parameter.strides())
+    g = at::empty_strided(shard.parameter.sizes(), shard.parameter.strides(), g.options())
+            .copy_(grad);
+  const at::Tensor flat = flatView(g);
+  const at::Tensor scale = at::native::wrapped_scalar_tensor(scale_);
+  for (int q = 0; q < world_; ++q)
+    at::mul_out(shard.bucketPieces[q],
+                flat.narrow(0, shard.pieces[q].begin, shard.pieces[q].length), scale);
+}
+
+void PhaseReducer::zeroGradient(const std::string &parameter) {
+  for (at::Tensor &piece : shards_.at(parameter).bucketPieces)
+    piece.zero_();
+}
+
+void PhaseReducer::gatherParameters() {
+  torch::NoGradGuard noGrad;
+  for (int b : scheduleOrder_) {
+    for (Shard *shard : bucketShards_[b])
+      shard->staged.copy_(shard->param);
+    works_.push_back(group_->_allgather_base(buffers_[b], paramShards_[b]));
+  }
+  for (size_t i = 0; i < works_.size(); ++i) {
+    works_[i]->wait();
+    for (Shard *shard : bucketShards_[scheduleOrder_[i]])
+      for (int q = 0; q < world_; ++q)
+        if (q != rank_)
+          shard->paramPieces[q].copy_(shard->bucketPieces[q]);
+  }
+  works_.clear();
+}
+
+std::vector<at::Tensor> PhaseReducer::gatherGradients() const {
+  torch::NoGradGuard noGrad;
+  std::vector<at::Tensor> whole;
+  for (size_t i = 0; i < usedNames_.size(); ++i) {
+    const Shard &shard = shards_.at(usedNames_[i]);
+    const at::Tensor &p = shard.parameter;
+    whole.push_back(at::empty_strided(p.sizes(), p.strides(), p.options()));
+  }
+  for (size_t b = 0; b < buffers_.size(); ++b) {
+    at::Tensor gathered = torch::empty_like(buffers_[b]);
+    at::Tensor input = gradShards_[b];
+    group_->_allgather_base(gathered, input)->wait();
+    for (size_t i = 0; i < usedNames_.size(); ++i) {
+      const Shard &shard = shards_.at(usedNames_[i]);
+      if (shard.bucket != static_cast<int>(b))
+        continue;
+      const at::Tensor flat = flatView(whole[i]);
+      for (int q = 0; q < world_; ++q)
+        flat.narrow(0, shard.pieces[q].begin, shard.pieces[q].length)
+            .copy_(
+                gathered.narrow(0, q * shardElements_[b] + shard.offset, shard.pieces[q].length));
+    }
+  }
+  return whole;
 }
 
 struct GradReadyHook : torch::autograd::PostAccumulateGradHook {

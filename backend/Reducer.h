@@ -25,9 +25,10 @@ class PhaseReducer {
 public:
   /// `parameters` maps every module parameter name to its tensor; `device` is where the
   /// buffers live.
+  /// `zeroStage` (1 or 2) shards as the plan's buckets lay out when the plan is sharded.
   static Expected<std::unique_ptr<PhaseReducer>>
   create(const ir::Phase &phase, const std::map<std::string, at::Tensor> &parameters,
-         c10::intrusive_ptr<c10d::Backend> group, c10::Device device);
+         c10::intrusive_ptr<c10d::Backend> group, c10::Device device, int zeroStage = 0);
 
   /// Before backward: clear every parameter's .grad (unused parameters keep grad None, like
   /// DDP; used ones get their slot view when their gradient arrives).
@@ -48,15 +49,51 @@ public:
   const std::vector<at::Tensor> &usedParameters() const { return usedParameters_; }
   /// The all-reduced gradient of usedNames()[i]: its slot in the bucket, which the phase's
   /// last run wrote (a parameter's `.grad` may point at another phase's slot by now).
+  /// Unsharded only (sharded, see gradientPiece and gatherGradients).
   const at::Tensor &gradient(size_t i) const { return slots_.at(usedNames_[i]).view; }
   /// The flat bucket buffers, in bucket order (read by tests and the CUDA backend).
   const std::vector<at::Tensor> &buffers() const { return buffers_; }
+
+  // Sharded optimizer state (ZeRO). Each bucket is laid out by rank (ir::Bucket): backward's
+  // gradients are written, scaled by 1/world, into every rank's piece; stage 1 all-reduces
+  // the bucket, stage 2 reduce-scatters it; either way this rank is left the averaged
+  // gradient of its own pieces, which the optimizer steps, and gatherParameters() then
+  // all-gathers every rank's updated pieces back into the parameters.
+
+  /// 0 (not sharded), 1 or 2.
+  int zeroStage() const { return zero_; }
+  /// This rank's piece of usedParameters()[i] (a 1-D view in its memory order; written in
+  /// place by the optimizer) and the averaged gradient of that piece. Sharded only.
+  const at::Tensor &parameterPiece(size_t i) const { return shards_.at(usedNames_[i]).param; }
+  const at::Tensor &gradientPiece(size_t i) const { return shards_.at(usedNames_[i]).grad; }
+  /// After the optimizer stepped this rank's pieces: all-gathers the pieces of every bucket
+  /// (launched in schedule order, waited together) and copies the other ranks' into the
+  /// parameters. Every rank calls it.
+  void gatherParameters();
+  /// Every used parameter's averaged gradient, whole (an all-gather of the gradient pieces
+  /// into fresh tensors; for dumps). Every rank calls it; index as usedNames().
+  std::vector<at::Tensor> gatherGradients() const;
 
 private:
   struct Slot {
     int bucket = 0;
     at::Tensor view;
   };
+  /// A used parameter's pieces when sharded: per rank q, its elements of the parameter and
+  /// their place in the bucket (shard q); this rank's averaged gradient and its place in the
+  /// all-gather's input.
+  struct Shard {
+    int bucket = 0;
+    int64_t offset = 0; // elements from the start of each shard
+    at::Tensor parameter;
+    std::vector<ir::Piece> pieces;
+    std::vector<at::Tensor> paramPieces, bucketPieces;
+    at::Tensor param, grad, staged;
+  };
+  Status createShards(const ir::Phase &phase, const std::map<std::string, at::Tensor> &parameters,
+                      c10::ScalarType dtype, size_t b);
+  void writeGradient(const std::string &parameter, const at::Tensor &grad);
+  void zeroGradient(const std::string &parameter);
   void launchReady();
 
   c10::intrusive_ptr<c10d::Backend> group_;
@@ -73,7 +110,19 @@ private:
   std::vector<at::Tensor> usedParameters_;
   size_t nextLaunch_ = 0;
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+  int zero_ = 0;
+  int rank_ = 0;
+  int world_ = 1;
+  std::map<std::string, Shard> shards_;
+  /// Sharded, per bucket: this rank's averaged gradient shard, and its updated parameter
+  /// shard (the all-gather's input; the bucket buffer is its output).
+  std::vector<at::Tensor> gradShards_, paramShards_;
+  std::vector<int64_t> shardElements_;
+  std::vector<std::vector<Shard *>> bucketShards_;
 };
+
+/// `t` (non-overlapping and dense) as one flat view of its elements in memory order.
+at::Tensor flatView(const at::Tensor &t);
 
 /// Installs one post-accumulate-grad hook per parameter that forwards to whichever reducer
 /// is active. The hook lives in the tensor's autograd metadata, so it keeps firing even

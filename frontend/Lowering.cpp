@@ -526,6 +526,7 @@ Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive) {
   if (archive.spec.stages)
     for (const StageSpec &stage : archive.spec.stages->list)
       module->stages.push_back({stage.name, stage.grows});
+  module->zeroStage = archive.spec.zero;
   for (const auto &[name, l] : archive.spec.lossScalers)
     module->lossScalers.push_back(
         {name, l.initScale, l.growthFactor, l.backoffFactor, l.growthInterval});

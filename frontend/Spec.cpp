@@ -515,8 +515,15 @@ Status parseSample(const json &s, Spec &spec) {
 }
 
 /// The model-wide training-step fields (version 2): precision, loss_scalers, sync_batch_norm,
-/// non_finite.
+/// non_finite, zero.
 Status parseModelWideTrainingStep(const json &j, Spec &spec) {
+  GANC_TRY(needVersion2(spec, j, "zero", ""));
+  if (j.contains("zero"))
+    GANC_TRY(need(j["zero"].is_number_integer() && j["zero"].get<int64_t>() >= 0 &&
+                      j["zero"].get<int64_t>() <= 2,
+                  "'zero' must be 0 (off), 1 (shard optimizer state) or 2 (and gradients), got " +
+                      j["zero"].dump()));
+  GANC_TRY(field(j, "zero", spec.zero, ""));
   GANC_TRY(needVersion2(spec, j, "precision", ""));
   GANC_TRY(needVersion2(spec, j, "loss_scalers", ""));
   GANC_TRY(needVersion2(spec, j, "sync_batch_norm", ""));
@@ -549,8 +556,8 @@ Status parseInto(const json &j, Spec &spec) {
   GANC_TRY(need(j.contains("ganc_spec"), "missing 'ganc_spec' (the schema version)"));
   GANC_TRY(knownKeys(j,
                      {"ganc_spec", "name", "batch_size", "data", "dtype", "precision",
-                      "loss_scalers", "sync_batch_norm", "non_finite", "phases", "optimizers",
-                      "buffers", "sample", "ema", "stages"},
+                      "loss_scalers", "sync_batch_norm", "non_finite", "zero", "phases",
+                      "optimizers", "buffers", "sample", "ema", "stages"},
                      ""));
   GANC_TRY(need(j["ganc_spec"].is_number_integer() && j["ganc_spec"].get<int>() >= 1 &&
                     j["ganc_spec"].get<int>() <= kSpecVersion,

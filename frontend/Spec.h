@@ -13,7 +13,7 @@ namespace ganc::frontend {
 
 /// The spec schema version this build writes; it reads versions 1 and 2 (docs/spec.md).
 /// Version 2 adds the training-step fields (precision, accumulate, clip_grad_norm,
-/// loss_scalers, loss_scaler, sync_batch_norm, non_finite); a version
+/// loss_scalers, loss_scaler, sync_batch_norm, non_finite, zero); a version
 /// 1 spec that uses one is refused, so an older ganc never silently ignores them.
 constexpr int kSpecVersion = 2;
 
@@ -182,6 +182,9 @@ struct Spec {
   /// What a non-finite loss or gradient does in a phase without a loss scaler ("non_finite"):
   /// "stop" training, or "skip" the optimizer step (counted), as a loss scaler would.
   std::string nonFinite = "stop";
+  /// Sharded optimizer state ("zero"): 0 off, 1 (optimizer state sharded across ranks) or 2
+  /// (gradients reduce-scattered as well).
+  int zero = 0;
   std::vector<PhaseSpec> phases;
   /// Optimizer groups by name. loadArchive adds a default (Adam) group for every `updates`
   /// path whose parameters no declared group steps.

@@ -214,6 +214,12 @@ int64_t Tensor::bytes() const {
   return bytes;
 }
 
+Piece pieceOf(int64_t elements, int64_t ranks, int64_t rank) {
+  const int64_t base = elements / ranks;
+  const int64_t extra = elements % ranks;
+  return Piece{rank * base + std::min(rank, extra), base + (rank < extra ? 1 : 0)};
+}
+
 bool isWithin(const std::string &name, const std::string &path) {
   return name == path || (name.size() > path.size() && name.compare(0, path.size(), path) == 0 &&
                           name[path.size()] == '.');

@@ -109,17 +109,35 @@ struct PhaseInput {
 constexpr int64_t kBucketAlignment = 64;
 
 /// One all-reduce bucket: parameters laid out at aligned byte offsets in one flat buffer.
+///
+/// With sharded optimizer state (ZeRO) the bucket also has a rank-major layout: rank r owns
+/// piece r of every parameter in it (pieceOf), and the buffer is `ranks` shards of
+/// `shardBytes` each, shard r holding rank r's pieces at the slots' `shardOffset`s, so a
+/// reduce-scatter leaves each rank exactly the averaged gradient of what it steps, and an
+/// all-gather of the shards rebuilds every parameter.
 struct Bucket {
   struct Slot {
     std::string parameter;
     int64_t offset = 0; // bytes from the start of the bucket
     int64_t bytes = 0;
+    /// Sharded: bytes from the start of each shard to this parameter's piece (0 unsharded).
+    int64_t shardOffset = 0;
   };
   std::string dtype;
   std::string device;
   int64_t bytes = 0; // total size including alignment padding
+  /// Sharded: the bytes of one rank's shard (aligned); 0 when the plan is not sharded.
+  int64_t shardBytes = 0;
   std::vector<Slot> slots;
 };
+
+/// The elements of a parameter one rank owns under sharding: the balanced split of its
+/// `elements` (in memory order) over `ranks`, the first elements % ranks ranks one more.
+struct Piece {
+  int64_t begin = 0;
+  int64_t length = 0;
+};
+Piece pieceOf(int64_t elements, int64_t ranks, int64_t rank);
 
 /// When a bucket is all-reduced: right after `afterParameter`'s gradient is ready.
 struct ScheduledAllReduce {
@@ -230,6 +248,12 @@ struct Module {
   /// Bucket size caps the bucketing pass used (0 until it ran): the first bucket's and the rest.
   int64_t firstBucketCapBytes = 0;
   int64_t bucketCapBytes = 0;
+  /// Sharded optimizer state: 0 (off), 1 (optimizer state sharded, gradients all-reduced)
+  /// or 2 (gradients reduce-scattered too). The spec's `zero`, or compile's --zero.
+  int zeroStage = 0;
+  /// The world size the buckets' shards are planned for (0: not planned; the runtime plans
+  /// them for its world size at start-up).
+  int64_t shardRanks = 0;
   std::vector<Tensor> parameters;
   std::vector<Tensor> buffers;
   /// The stages of a progressively grown GAN in training order (empty: no stages); every

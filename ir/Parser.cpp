@@ -27,6 +27,12 @@ public:
         GANC_TRY(integer(module->bucketCapBytes));
         GANC_TRY(expectWord("first"));
         GANC_TRY(integer(module->firstBucketCapBytes));
+      } else if (word == "zero") {
+        int64_t stage = 0;
+        GANC_TRY(integer(stage));
+        module->zeroStage = static_cast<int>(stage);
+        GANC_TRY(expectWord("ranks"));
+        GANC_TRY(integer(module->shardRanks));
       } else if (word == "stage") {
         Stage stage;
         GANC_TRY(string(stage.name));
@@ -57,9 +63,10 @@ public:
         GANC_TRY(parsePhase(*phase, *module));
         module->phases.push_back(std::move(phase));
       } else {
-        return error("expected 'identity', 'bucket_cap', 'stage', 'loss_scaler', 'param', 'buffer' "
-                     "or 'phase', got '" +
-                     word + "'");
+        return error(
+            "expected 'identity', 'bucket_cap', 'zero', 'stage', 'loss_scaler', 'param', 'buffer' "
+            "or 'phase', got '" +
+            word + "'");
       }
     }
     GANC_TRY(expect('}'));
@@ -381,6 +388,10 @@ private:
     b.dtype = identifier();
     b.device = identifier();
     GANC_TRY(integer(b.bytes));
+    if (peekWord("shard")) {
+      identifier();
+      GANC_TRY(integer(b.shardBytes));
+    }
     GANC_TRY(expect('{'));
     while (!peek('}')) {
       Bucket::Slot slot;
@@ -388,6 +399,11 @@ private:
       GANC_TRY(expect('+'));
       GANC_TRY(integer(slot.offset));
       GANC_TRY(integer(slot.bytes));
+      if (b.shardBytes) {
+        GANC_TRY(expectWord("shard"));
+        GANC_TRY(expect('+'));
+        GANC_TRY(integer(slot.shardOffset));
+      }
       b.slots.push_back(slot);
     }
     GANC_TRY(expect('}'));

@@ -78,6 +78,8 @@ public:
     if (m.bucketCapBytes)
       line(1, "bucket_cap " + std::to_string(m.bucketCapBytes) + " first " +
                   std::to_string(m.firstBucketCapBytes));
+    if (m.zeroStage)
+      line(1, "zero " + std::to_string(m.zeroStage) + " ranks " + std::to_string(m.shardRanks));
     for (const Stage &stage : m.stages)
       line(1, "stage " + quote(stage.name) + " grows " + symbolList(stage.grows, 0));
     for (const LossScaler &l : m.lossScalers)
@@ -144,10 +146,12 @@ private:
     for (size_t i = 0; i < p.buckets.size(); ++i) {
       const Bucket &b = p.buckets[i];
       line(2, "bucket #" + std::to_string(i) + " " + b.dtype + " " + b.device + " " +
-                  std::to_string(b.bytes) + " {");
+                  std::to_string(b.bytes) +
+                  (b.shardBytes ? " shard " + std::to_string(b.shardBytes) : std::string()) + " {");
       for (const Bucket::Slot &slot : b.slots)
         line(3, "@" + slot.parameter + " +" + std::to_string(slot.offset) + " " +
-                    std::to_string(slot.bytes));
+                    std::to_string(slot.bytes) +
+                    (b.shardBytes ? " shard +" + std::to_string(slot.shardOffset) : std::string()));
       line(2, "}");
     }
     for (const ScheduledAllReduce &s : p.schedule)

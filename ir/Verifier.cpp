@@ -28,6 +28,12 @@ public:
       if (!names.insert(t.name).second)
         return Status::error("buffer @" + t.name + " is declared twice");
     GANC_TRY(verifyStages());
+    if (m_.zeroStage < 0 || m_.zeroStage > 2)
+      return Status::error("zero stage " + std::to_string(m_.zeroStage) +
+                           " (ganc shards at 1 or 2)");
+    if (m_.shardRanks < 0 || (m_.shardRanks > 0 && m_.zeroStage == 0))
+      return Status::error("shards planned for " + std::to_string(m_.shardRanks) +
+                           " ranks without a zero stage");
     std::set<std::string> scalers;
     for (const LossScaler &l : m_.lossScalers) {
       if (!scalers.insert(l.name).second)
@@ -167,6 +173,31 @@ private:
     return Status::ok();
   }
 
+  /// A sharded bucket: every shard holds each parameter's largest piece (rank 0's) at an
+  /// aligned offset, pieces apart, within the shard; an unsharded plan has no shard layout.
+  Status verifyShards(const Bucket &b) {
+    const bool planned = m_.shardRanks > 1;
+    if (!planned)
+      return b.shardBytes == 0 ? Status::ok()
+                               : Status::error("has a shard layout but the plan is not sharded");
+    if (b.shardBytes <= 0 || b.shardBytes % kBucketAlignment != 0)
+      return Status::error("shard of " + std::to_string(b.shardBytes) +
+                           " bytes (sharded buckets need positive, aligned shards)");
+    int64_t end = 0;
+    for (const Bucket::Slot &slot : b.slots) {
+      const int64_t element = Type::elementSize(b.dtype);
+      const int64_t piece = pieceOf(slot.bytes / element, m_.shardRanks, 0).length * element;
+      if (slot.shardOffset % kBucketAlignment != 0 || slot.shardOffset < end)
+        return Status::error("@" + slot.parameter + " at shard offset " +
+                             std::to_string(slot.shardOffset) + " is unaligned or overlaps");
+      end = slot.shardOffset + piece;
+    }
+    if (end > b.shardBytes)
+      return Status::error("shard of " + std::to_string(b.shardBytes) +
+                           " bytes is smaller than its pieces");
+    return Status::ok();
+  }
+
   Status verifyBuckets(const Phase &p) {
     if (p.buckets.empty() && p.schedule.empty())
       return Status::ok();
@@ -199,6 +230,7 @@ private:
       }
       if (end > b.bytes)
         return Status::error(where + " is smaller than its slots");
+      GANC_TRY(verifyShards(b).withContext(where));
       int64_t cap = i == 0 ? m_.firstBucketCapBytes : m_.bucketCapBytes;
       if (cap > 0 && b.slots.size() > 1 && end > cap)
         return Status::error(where + " holds " + std::to_string(end) + " bytes, over its cap of " +

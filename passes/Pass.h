@@ -17,6 +17,10 @@ using ir::Value;
 struct PassOptions {
   int64_t bucketCapBytes = int64_t{25} << 20;
   int64_t firstBucketCapBytes = int64_t{1} << 20;
+  /// Sharded optimizer state: 0 off, 1 or 2 (ZeRO stage); -1 keeps the module's (the spec's).
+  int zeroStage = -1;
+  /// The world size to plan shards for (0 or 1: none; the runtime plans them at start-up).
+  int64_t ranks = 0;
 };
 
 /// A pass rewrites or annotates the module and says whether it changed anything.

@@ -1,6 +1,8 @@
 // Checkpoint writing and resuming.
 #include "runtime/Checkpoint.h"
 
+#include "backend/Reducer.h"
+
 #include "frontend/TorchError.h"
 #include "ir/Files.h"
 #include "runtime/Dict.h"
@@ -36,6 +38,79 @@ std::vector<at::Tensor> gatherStates(Session &s, at::Generator &generator) {
   return gathered[0];
 }
 
+/// A sharded optimizer's state as an unsharded run keeps it: every rank's pieces of each
+/// moment gathered to rank 0 and put back together in each parameter's shape and memory
+/// order (one gather per kind of state and dtype). Rank 0 gets the whole state; the others an
+/// empty dict. Every rank calls it.
+c10::impl::GenericDict gatherOptimizerState(Session &s, const Optimizer &optimizer) {
+  torch::NoGradGuard noGrad;
+  c10::impl::GenericDict local = optimizer.stateDict();
+  c10::impl::GenericDict perParam = local.at("state").toGenericDict();
+  const int world = s.rank.worldSize;
+  const auto &parameters = s.executor->parameters();
+  // (kind, dtype) -> names in key order; all ranks hold state for the same names.
+  std::map<std::pair<std::string, c10::ScalarType>, std::vector<std::string>> batches;
+  for (const auto &item : perParam)
+    for (const auto &kind : item.value().toGenericDict())
+      if (kind.key().toStringRef() != "step")
+        batches[{kind.key().toStringRef(), kind.value().toTensor().scalar_type()}].push_back(
+            item.key().toStringRef());
+  std::map<std::string, c10::impl::GenericDict> whole;
+  for (const auto &[key, names] : batches) {
+    const auto &[kind, dtype] = key;
+    // Rank q's pieces of every name, back to back; rank 0's are the longest.
+    int64_t longest = 0;
+    std::vector<at::Tensor> mine;
+    for (const std::string &name : names) {
+      longest += ir::pieceOf(parameters.at(name).numel(), world, 0).length;
+      mine.push_back(perParam.at(name).toGenericDict().at(kind).toTensor().reshape({-1}));
+    }
+    const auto options = at::TensorOptions(s.device).dtype(dtype);
+    const at::Tensor pieces = torch::cat(mine);
+    at::Tensor input = torch::zeros({longest}, options);
+    input.narrow(0, 0, pieces.numel()).copy_(pieces);
+    // The root receives one tensor per rank; the others pass no outputs.
+    std::vector<std::vector<at::Tensor>> outputs;
+    if (s.isRankZero()) {
+      outputs.emplace_back();
+      for (int q = 0; q < world; ++q)
+        outputs[0].push_back(torch::empty({longest}, options));
+    }
+    std::vector<at::Tensor> inputs{input};
+    c10d::GatherOptions gather;
+    gather.rootRank = 0;
+    s.group.backend->gather(outputs, inputs, gather)->wait();
+    if (!s.isRankZero())
+      continue;
+    std::vector<int64_t> offset(world, 0);
+    for (const std::string &name : names) {
+      const at::Tensor &p = parameters.at(name);
+      at::Tensor full = at::empty_strided(p.sizes(), p.strides(), options.device(c10::kCPU));
+      const at::Tensor flat = backend::flatView(full);
+      for (int q = 0; q < world; ++q) {
+        const ir::Piece piece = ir::pieceOf(p.numel(), world, q);
+        flat.narrow(0, piece.begin, piece.length)
+            .copy_(outputs[0][q].narrow(0, offset[q], piece.length));
+        offset[q] += piece.length;
+      }
+      if (!whole.count(name))
+        whole.emplace(name, makeDict());
+      whole.at(name).insert(kind, full);
+    }
+  }
+  if (!s.isRankZero())
+    return makeDict();
+  for (auto &[name, entry] : whole)
+    entry.insert("step", perParam.at(name).toGenericDict().at("step"));
+  c10::impl::GenericDict state = makeDict();
+  for (const auto &item : perParam) {
+    const std::string &name = item.key().toStringRef();
+    state.insert(name, whole.count(name) ? whole.at(name) : item.value().toGenericDict());
+  }
+  local.insert_or_assign("state", state);
+  return local;
+}
+
 } // namespace
 
 Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
@@ -43,6 +118,11 @@ Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
   // On CUDA phase methods draw from the noise generator itself.
   std::vector<at::Tensor> phase =
       s.device.is_cuda() ? std::vector<at::Tensor>() : gatherStates(s, inputs.phaseRandom());
+  // Sharded optimizer state is saved whole, as an unsharded run saves it: a checkpoint
+  // resumes on any number of ranks, sharded or not.
+  c10::impl::GenericDict optimizers = makeDict();
+  for (const auto &[sub, opt] : s.optimizers)
+    optimizers.insert(sub, s.sharded() ? gatherOptimizerState(s, opt) : opt.stateDict());
   if (!s.isRankZero())
     return Status::ok();
   // A checkpoint is never written from weights that are not finite: the last good one stays.
@@ -78,9 +158,6 @@ Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
     add(b.name, b.value);
   for (auto &[owner, dict] : stateDicts)
     ckpt.insert(owner, dict);
-  c10::impl::GenericDict optimizers = makeDict();
-  for (const auto &[sub, opt] : s.optimizers)
-    optimizers.insert(sub, opt.stateDict());
   ckpt.insert("optimizers", optimizers);
   c10::impl::GenericDict scalers = makeDict();
   for (const auto &[name, scaler] : s.lossScalers)
@@ -119,10 +196,7 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
   if (ckpt.at("identity").toStringRef() != s.plan->identity)
     return Status::error("--resume " + path + ": written for another model");
   auto rng = ckpt.at("rng").toGenericDict();
-  if (rng.at("world_size").toInt() != s.rank.worldSize)
-    return Status::error("--resume " + path + ": written by " +
-                         std::to_string(rng.at("world_size").toInt()) + " ranks, resuming on " +
-                         std::to_string(s.rank.worldSize) + " would change the noise streams");
+  const int64_t savedWorld = rng.at("world_size").toInt();
   if (rng.contains("seed") && rng.at("seed").toInt() != static_cast<int64_t>(s.options.seed))
     return Status::error("--resume " + path + ": written with --seed " +
                          std::to_string(rng.at("seed").toInt()) + ", resuming with --seed " +
@@ -148,17 +222,31 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
   for (const auto &b : s.module().named_buffers(true))
     restore(b.name, b.value);
   auto optimizers = ckpt.at("optimizers").toGenericDict();
-  for (auto &[sub, opt] : s.optimizers)
+  for (auto &[sub, opt] : s.optimizers) {
     opt.loadStateDict(optimizers.at(sub).toGenericDict());
+    if (s.sharded())
+      opt.keepPieces(s.executor->parameters(), s.rank.worldSize, s.rank.rank);
+  }
   for (auto &[name, scaler] : s.lossScalers)
     scaler.loadStateDict(ckpt.at("loss_scalers").toGenericDict().at(name).toGenericDict());
-  inputs.noise().set_state(rng.at("noise").toTensorList().get(s.rank.rank));
-  if (rng.contains("phase") && !s.device.is_cuda())
-    inputs.phaseRandom().set_state(rng.at("phase").toTensorList().get(s.rank.rank));
+  // On another number of ranks, the ranks the checkpoint had continue their noise; a new rank
+  // starts its own (seed + rank) stream, and the data position carries over as the samples
+  // the epoch has used. Weights and optimizer state continue exactly.
+  if (s.rank.rank < savedWorld) {
+    inputs.noise().set_state(rng.at("noise").toTensorList().get(s.rank.rank));
+    if (rng.contains("phase") && !s.device.is_cuda())
+      inputs.phaseRandom().set_state(rng.at("phase").toTensorList().get(s.rank.rank));
+  }
   if (ShardedBatches *batches = inputs.batches(); batches && rng.contains("data_epoch"))
-    batches->seek(rng.at("data_epoch").toInt(), rng.at("data_cursor").toInt());
-  if (s.isRankZero())
+    batches->seek(rng.at("data_epoch").toInt(),
+                  rng.at("data_cursor").toInt() * savedWorld / s.rank.worldSize);
+  if (s.isRankZero()) {
     std::cout << "resumed from " << path << " at step " << step << std::endl;
+    if (savedWorld != s.rank.worldSize)
+      std::cout << "the checkpoint was written by " << savedWorld << " ranks, this run has "
+                << s.rank.worldSize << ": weights and optimizer state continue as they were; "
+                << "noise and data are dealt to the new ranks afresh" << std::endl;
+  }
   return step;
 }
 

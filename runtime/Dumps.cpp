@@ -22,10 +22,16 @@ Status dumpInputs(Session &s, int64_t step, const frontend::PhaseSpec &phase, in
 
 Status dumpGradients(Session &s, int64_t step, const std::string &key, const std::string &phase) {
   const backend::PhaseReducer &reducer = s.executor->reducer(key);
+  // Sharded, each rank holds its pieces only: every rank takes part in putting them together.
+  const std::vector<at::Tensor> gathered =
+      reducer.zeroStage() ? reducer.gatherGradients() : std::vector<at::Tensor>();
+  if (!s.isRankZero())
+    return Status::ok();
   c10::Dict<std::string, at::Tensor> grads;
   for (size_t i = 0; i < reducer.usedNames().size(); ++i)
     if (reducer.hadGradient(i))
-      grads.insert(reducer.usedNames()[i], reducer.gradient(i).cpu().clone());
+      grads.insert(reducer.usedNames()[i],
+                   (gathered.empty() ? reducer.gradient(i) : gathered[i]).cpu().clone());
   return writeFileAtomically(s.options.dumpDir + "/grads_step" + std::to_string(step) + "_" +
                                  phase + ".pt",
                              torch::pickle_save(grads));

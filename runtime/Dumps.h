@@ -12,7 +12,8 @@ namespace ganc::runtime {
 /// captured graph).
 Status dumpInputs(Session &session, int64_t step, const frontend::PhaseSpec &phase, int64_t micro,
                   const std::vector<at::Tensor> &inputs);
-/// The phase's all-reduced gradients, read from its bucket slots after the step.
+/// The phase's all-reduced gradients, read from its bucket slots after the step (sharded:
+/// gathered from every rank's pieces, so every rank calls it). Rank 0 writes.
 Status dumpGradients(Session &session, int64_t step, const std::string &key,
                      const std::string &phase);
 /// Every parameter and buffer after the last step.

@@ -8,15 +8,15 @@ LossScaler::LossScaler(const ir::LossScaler &spec, c10::Device device) : spec_(s
   growthTracker_ = torch::zeros({}, at::TensorOptions(device).dtype(torch::kInt32));
 }
 
-at::Tensor LossScaler::unscale(const std::vector<at::Tensor> &parameters) {
+at::Tensor LossScaler::unscale(const std::vector<at::Tensor> &gradients) {
   torch::NoGradGuard noGrad;
   // GradScaler: the reciprocal in double, then float32.
   at::Tensor inverse = scale_.to(torch::kFloat64).reciprocal().to(torch::kFloat32);
   at::Tensor foundInf = torch::zeros({}, scale_.options());
   std::vector<at::Tensor> grads;
-  for (const at::Tensor &p : parameters)
-    if (p.grad().defined())
-      grads.push_back(p.grad());
+  for (const at::Tensor &g : gradients)
+    if (g.defined() && g.numel() > 0)
+      grads.push_back(g);
   if (!grads.empty())
     at::_amp_foreach_non_finite_check_and_unscale_(grads, foundInf, inverse);
   return foundInf;
@@ -33,14 +33,14 @@ void LossScaler::update(const std::vector<at::Tensor> &foundInf) {
                          spec_.growthInterval);
 }
 
-at::Tensor nonFiniteFlag(const std::vector<at::Tensor> &parameters, c10::Device device) {
+at::Tensor nonFiniteFlag(const std::vector<at::Tensor> &gradients, c10::Device device) {
   torch::NoGradGuard noGrad;
   auto options = at::TensorOptions(device).dtype(torch::kFloat32);
   at::Tensor found = torch::zeros({}, options);
   std::vector<at::Tensor> grads;
-  for (const at::Tensor &p : parameters)
-    if (p.grad().defined())
-      grads.push_back(p.grad());
+  for (const at::Tensor &g : gradients)
+    if (g.defined() && g.numel() > 0)
+      grads.push_back(g);
   // GradScaler's check with a scale of 1: the multiply leaves every value as it was.
   if (!grads.empty())
     at::_amp_foreach_non_finite_check_and_unscale_(grads, found, torch::ones({}, options));

@@ -21,9 +21,9 @@ public:
 
   /// The current scale (a 0-dim float32 device tensor, updated in place).
   const at::Tensor &scale() const { return scale_; }
-  /// GradScaler.unscale_(optimizer): the gradients of `parameters` (those defined) times
-  /// 1/scale, in place. Returns this optimizer's found-inf flag (1.0 if any was inf/NaN).
-  at::Tensor unscale(const std::vector<at::Tensor> &parameters);
+  /// GradScaler.unscale_(optimizer): `grads` (those defined) times 1/scale, in place.
+  /// Returns this optimizer's found-inf flag (1.0 if any was inf/NaN).
+  at::Tensor unscale(const std::vector<at::Tensor> &grads);
   /// GradScaler.update(): the flags of the optimizers unscaled since the last update, summed,
   /// decide growth or backoff.
   void update(const std::vector<at::Tensor> &foundInf);
@@ -38,8 +38,8 @@ private:
   at::Tensor growthTracker_;
 };
 
-/// 1.0 (a 0-dim float32 tensor on `device`) if any defined gradient of `parameters` holds an
-/// inf or NaN, else 0.0; computed on the device, nothing read on the host.
-at::Tensor nonFiniteFlag(const std::vector<at::Tensor> &parameters, c10::Device device);
+/// 1.0 (a 0-dim float32 tensor on `device`) if any defined tensor of `grads` holds an inf or
+/// NaN, else 0.0; computed on the device, nothing read on the host.
+at::Tensor nonFiniteFlag(const std::vector<at::Tensor> &grads, c10::Device device);
 
 } // namespace ganc::runtime

@@ -1,6 +1,8 @@
 // torch.optim's Adam / AdamW / SGD (single-tensor code paths, as used on CPU) in C++.
 #include "runtime/Optimizer.h"
 
+#include "backend/Reducer.h"
+
 #include <cmath>
 
 namespace ganc::runtime {
@@ -68,30 +70,38 @@ void Optimizer::beginStep(int64_t step) {
 }
 
 void Optimizer::step(const std::vector<std::string> &names,
-                     const std::vector<at::Tensor> &parameters, const at::Tensor &foundInf) {
+                     const std::vector<at::Tensor> &parameters,
+                     const std::vector<at::Tensor> &grads, const at::Tensor &foundInf) {
   torch::NoGradGuard noGrad;
   if (!parameters.empty() && parameters.front().is_cuda()) {
-    fusedStep(names, parameters, foundInf);
+    fusedStep(names, parameters, grads, foundInf);
     return;
   }
   if (foundInf.defined() && foundInf.item<float>() != 0)
     return; // GradScaler skips the step: inf/NaN in the scaled gradients
   for (size_t i = 0; i < parameters.size(); ++i) {
-    const at::Tensor &p = parameters[i];
-    if (!p.grad().defined())
+    if (!grads[i].defined())
       continue;
     ParamState &state = state_[names[i]];
     if (spec_.type == "sgd")
-      sgd(p, state);
+      sgd(parameters[i], grads[i], state);
     else
-      adam(p, state);
+      adam(parameters[i], grads[i], state);
   }
 }
 
-void Optimizer::adam(const at::Tensor &param, ParamState &state) {
+int64_t Optimizer::stateBytes() const {
+  int64_t bytes = 0;
+  for (const auto &[name, s] : state_)
+    for (const at::Tensor *t : {&s.deviceStep, &s.expAvg, &s.expAvgSq, &s.momentum})
+      if (t->defined())
+        bytes += static_cast<int64_t>(t->nbytes());
+  return bytes + static_cast<int64_t>(state_.size() * sizeof(float)) * !device_.is_cuda();
+}
+
+void Optimizer::adam(const at::Tensor &param, at::Tensor grad, ParamState &state) {
   // torch/optim/adam.py::_single_tensor_adam (amsgrad=False, maximize=False).
   at::Tensor p = param;
-  at::Tensor grad = p.grad();
   if (!state.expAvg.defined()) {
     state.expAvg = torch::zeros_like(p, at::MemoryFormat::Preserve);
     state.expAvgSq = torch::zeros_like(p, at::MemoryFormat::Preserve);
@@ -113,10 +123,9 @@ void Optimizer::adam(const at::Tensor &param, ParamState &state) {
   p.addcdiv_(state.expAvg, denom, -stepSize);
 }
 
-void Optimizer::sgd(const at::Tensor &param, ParamState &state) {
+void Optimizer::sgd(const at::Tensor &param, at::Tensor grad, ParamState &state) {
   // torch/optim/sgd.py::_single_tensor_sgd (dampening=0, nesterov=False).
   at::Tensor p = param;
-  at::Tensor grad = p.grad();
   if (spec_.weightDecay != 0)
     grad = grad.add(p, spec_.weightDecay);
   if (spec_.momentum != 0) {
@@ -131,18 +140,19 @@ void Optimizer::sgd(const at::Tensor &param, ParamState &state) {
 }
 
 void Optimizer::fusedStep(const std::vector<std::string> &names,
-                          const std::vector<at::Tensor> &parameters, const at::Tensor &foundInf) {
+                          const std::vector<at::Tensor> &parameters,
+                          const std::vector<at::Tensor> &gradients, const at::Tensor &foundInf) {
   std::vector<at::Tensor> params, grads, expAvgs, expAvgSqs, momenta, steps;
   bool firstSgdStep = false;
   for (size_t i = 0; i < parameters.size(); ++i) {
     const at::Tensor &p = parameters[i];
-    if (!p.grad().defined())
+    if (!gradients[i].defined())
       continue;
     ParamState &state = state_[names[i]];
     if (!state.deviceStep.defined())
       state.deviceStep = torch::full({}, state.step, p.options().dtype(torch::kFloat32));
     params.push_back(p);
-    grads.push_back(p.grad());
+    grads.push_back(gradients[i]);
     steps.push_back(state.deviceStep);
     if (spec_.type == "sgd") {
       firstSgdStep |= !state.momentum.defined();
@@ -237,12 +247,58 @@ void Optimizer::loadStateDict(const c10::impl::GenericDict &dict) {
   }
 }
 
-void clipGradNorm(const std::vector<at::Tensor> &parameters, double maxNorm, double normType) {
+namespace {
+
+std::vector<at::Tensor> definedOnly(const std::vector<at::Tensor> &tensors) {
+  std::vector<at::Tensor> defined;
+  for (const at::Tensor &t : tensors)
+    if (t.defined())
+      defined.push_back(t);
+  return defined;
+}
+
+} // namespace
+
+at::Tensor localNormPart(const std::vector<at::Tensor> &gradients, double normType) {
   torch::NoGradGuard noGrad;
-  std::vector<at::Tensor> grads;
-  for (const at::Tensor &p : parameters)
-    if (p.grad().defined())
-      grads.push_back(p.grad());
+  std::vector<at::Tensor> grads = definedOnly(gradients);
+  if (grads.empty())
+    return at::Tensor();
+  at::Tensor norms = at::stack(at::_foreach_norm(grads, normType)).to(at::kDouble);
+  return std::isinf(normType) ? norms.max() : norms.pow(normType).sum();
+}
+
+void scaleByNorm(const std::vector<at::Tensor> &gradients, const at::Tensor &combined,
+                 double maxNorm, double normType) {
+  torch::NoGradGuard noGrad;
+  std::vector<at::Tensor> grads = definedOnly(gradients);
+  if (grads.empty())
+    return;
+  at::Tensor total = std::isinf(normType) ? combined : combined.pow(1.0 / normType);
+  total = total.to(grads.front().scalar_type());
+  at::Tensor coefficient = at::clamp((total + 1e-6).reciprocal() * maxNorm, std::nullopt, 1.0);
+  at::_foreach_mul_(grads, coefficient);
+}
+
+void Optimizer::keepPieces(const std::map<std::string, at::Tensor> &parameters, int64_t ranks,
+                           int64_t rank) {
+  torch::NoGradGuard noGrad;
+  for (auto &[name, state] : state_) {
+    const at::Tensor &p = parameters.at(name);
+    const ir::Piece piece = ir::pieceOf(p.numel(), ranks, rank);
+    for (at::Tensor *t : {&state.expAvg, &state.expAvgSq, &state.momentum}) {
+      if (!t->defined())
+        continue;
+      // In the parameter's memory order, as the pieces are cut.
+      at::Tensor laidOut = at::empty_strided(p.sizes(), p.strides(), t->options()).copy_(*t);
+      *t = backend::flatView(laidOut).narrow(0, piece.begin, piece.length).clone();
+    }
+  }
+}
+
+void clipGradNorm(const std::vector<at::Tensor> &gradients, double maxNorm, double normType) {
+  torch::NoGradGuard noGrad;
+  std::vector<at::Tensor> grads = definedOnly(gradients);
   if (grads.empty())
     return;
   std::vector<at::Tensor> norms = at::_foreach_norm(grads, normType);

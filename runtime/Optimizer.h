@@ -45,18 +45,26 @@ public:
   /// The learning rate of the current step.
   double lr() const { return lr_; }
 
-  /// One step over `parameters` (their .grad holds the all-reduced gradient), exactly as
-  /// torch.optim does it: its single-tensor code on CPU; on CUDA its fused kernels
-  /// (fused=True), whose step counts live on the device so a captured graph stays valid.
-  /// `foundInf`, when given, is a loss scaler's flag for these gradients: where it is set
+  /// One step over `parameters` with the all-reduced gradients `grads` (an undefined one: no
+  /// gradient, no step), exactly as torch.optim does it: its single-tensor code on CPU; on CUDA its
+  /// fused kernels (fused=True), whose step counts live on the device so a captured graph stays
+  /// valid. `foundInf`, when given, is a loss scaler's flag for these gradients: where it is set
   /// the step is skipped (state and step counts unchanged), as GradScaler.step does — on CPU
   /// by reading it (no device to synchronise with), on CUDA inside the fused kernels.
+  /// Sharded, `parameters` and `grads` are this rank's pieces (1-D views) and the state is
+  /// kept for the pieces only; the arithmetic is elementwise, so it is the same.
   void step(const std::vector<std::string> &names, const std::vector<at::Tensor> &parameters,
-            const at::Tensor &foundInf = at::Tensor());
+            const std::vector<at::Tensor> &grads, const at::Tensor &foundInf = at::Tensor());
+  /// Bytes of optimizer state this rank holds (moments, momentum buffers, step counts).
+  int64_t stateBytes() const;
 
   /// State as {"state": {name: {...}}, "hyper": {...}}, loadable by torch.load.
+  /// Sharded, the tensors are this rank's pieces (see gatherState for the whole).
   c10::impl::GenericDict stateDict() const;
   void loadStateDict(const c10::impl::GenericDict &state);
+  /// Sharded: keeps only this rank's piece of each loaded (whole) state tensor; `parameters`
+  /// gives each one's shape and memory order.
+  void keepPieces(const std::map<std::string, at::Tensor> &parameters, int64_t ranks, int64_t rank);
   const frontend::OptimizerSpec &spec() const { return spec_; }
 
 private:
@@ -65,10 +73,10 @@ private:
     at::Tensor deviceStep; // CUDA: the same count, on the device
     at::Tensor expAvg, expAvgSq, momentum;
   };
-  void adam(const at::Tensor &param, ParamState &state);
-  void sgd(const at::Tensor &param, ParamState &state);
+  void adam(const at::Tensor &param, at::Tensor grad, ParamState &state);
+  void sgd(const at::Tensor &param, at::Tensor grad, ParamState &state);
   void fusedStep(const std::vector<std::string> &names, const std::vector<at::Tensor> &params,
-                 const at::Tensor &foundInf);
+                 const std::vector<at::Tensor> &grads, const at::Tensor &foundInf);
 
   frontend::OptimizerSpec spec_;
   c10::Device device_;
@@ -79,9 +87,17 @@ private:
   at::Tensor lrTensor_;
 };
 
-/// torch.nn.utils.clip_grad_norm_(parameters, maxNorm, normType) with its default foreach
-/// arithmetic: the total norm of the per-tensor norms, then every .grad times
+/// torch.nn.utils.clip_grad_norm_ over `grads` (undefined ones skipped) with its default
+/// foreach arithmetic: the total norm of the per-tensor norms, then every gradient times
 /// min(1, maxNorm / (total + 1e-6)). Device tensors only: no host synchronisation.
-void clipGradNorm(const std::vector<at::Tensor> &parameters, double maxNorm, double normType);
+void clipGradNorm(const std::vector<at::Tensor> &grads, double maxNorm, double normType);
+/// The same clipping when `grads` are one rank's pieces of the gradients: this rank's part
+/// of the norm (the sum of |norm|^p of its pieces, or their max for the infinity norm), to
+/// be combined across ranks (sum, or max) before scaleByNorm.
+at::Tensor localNormPart(const std::vector<at::Tensor> &grads, double normType);
+/// Multiplies `grads` by min(1, maxNorm / (total + 1e-6)), `combined` being every rank's
+/// localNormPart combined.
+void scaleByNorm(const std::vector<at::Tensor> &grads, const at::Tensor &combined, double maxNorm,
+                 double normType);
 
 } // namespace ganc::runtime

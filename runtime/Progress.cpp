@@ -280,6 +280,9 @@ Status Progress::writeSummary(double wall) const {
       {"steps", o.steps},
       {"world_size", session_.rank.worldSize},
       {"device", session_.device.is_cuda() ? "cuda" : "cpu"},
+      {"zero", session_.sharded() ? session_.plan->zeroStage : 0},
+      // Rank 0's (sharded, rank 0 holds the largest pieces).
+      {"optimizer_state_bytes", session_.optimizerStateBytes()},
       {"wall_seconds", wall},
       {"images", imagesTotal_},
       {"images_per_second", wall > 0 ? static_cast<double>(imagesTotal_) / wall : 0.0},

@@ -3,11 +3,14 @@
 
 #include "backend/Device.h"
 #include "ir/Files.h"
+#include "passes/Pass.h"
 #include "runtime/RunDir.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <thread>
 
 namespace ganc::runtime {
@@ -69,6 +72,31 @@ Status setUpDevice(Session &s) {
   return joinGroup(s, createNcclGroup(s.rank, timeout));
 }
 
+/// The plan's shards for this run: the stage is the plan's or --zero's; the layout is planned
+/// for this world size when the plan's is for another (or none). One rank has nothing to
+/// shard: a warning, and the run is unsharded.
+Status planShards(Session &s) {
+  ir::Module &plan = *s.plan;
+  const int stage = s.options.zero >= 0 ? s.options.zero : plan.zeroStage;
+  const int64_t world = s.rank.worldSize;
+  if (stage > 0 && world == 1 && s.isRankZero())
+    std::cerr << "ganc: warning: zero " << stage
+              << " with one rank: there is nothing to shard; training unsharded" << std::endl;
+  const int64_t ranks = stage > 0 && world > 1 ? world : 0;
+  if (stage == plan.zeroStage && ranks == plan.shardRanks)
+    return Status::ok();
+  if (ranks && plan.shardRanks && s.isRankZero())
+    std::cout << "the plan's shards are laid out for " << plan.shardRanks
+              << " ranks; planning them for " << world << std::endl;
+  passes::PassOptions options;
+  options.zeroStage = stage;
+  options.ranks = ranks;
+  auto changed = passes::runSharding(plan, options);
+  if (!changed)
+    return changed.status().withContext(s.options.plan);
+  return ir::verifyInvariants(plan).withContext("sharding " + s.options.plan);
+}
+
 Status createExecutor(Session &s) {
   const frontend::Spec &spec = s.spec();
   backend::ExecutorOptions options;
@@ -127,7 +155,9 @@ const std::vector<Session::StepGroup> &Session::stepGroups(const std::string &ph
     group.optimizer = &optimizers.at(name);
     for (const auto &[index, i] : entries) {
       group.names.push_back(reducer.usedNames()[i]);
-      group.parameters.push_back(reducer.usedParameters()[i]);
+      group.parameters.push_back(reducer.zeroStage() ? reducer.parameterPiece(i)
+                                                     : reducer.usedParameters()[i]);
+      group.used.push_back(i);
     }
     for (const ir::ClipGradNorm &clip : compiled->clips)
       if (clip.group == name)
@@ -146,34 +176,102 @@ bool Session::skipsNonFinite(const std::string &phaseName) const {
   return false;
 }
 
-void Session::optimizerStep(const std::string &phase, const backend::PhaseReducer &reducer) {
+std::vector<at::Tensor> Session::gradients(const StepGroup &group,
+                                           const backend::PhaseReducer &reducer) {
+  std::vector<at::Tensor> grads;
+  for (size_t i : group.used)
+    grads.push_back(!reducer.hadGradient(i) ? at::Tensor()
+                    : reducer.zeroStage()   ? reducer.gradientPiece(i)
+                                            : reducer.gradient(i));
+  return grads;
+}
+
+void Session::combineAcrossRanks(std::vector<at::Tensor> &found, std::vector<at::Tensor> &normParts,
+                                 const std::vector<StepGroup> &groups) {
+  // Each rank saw only its pieces: a flag set anywhere, and the norm over every rank's
+  // pieces, must be the same on every rank before any of them steps.
+  torch::NoGradGuard noGrad;
+  auto options = at::TensorOptions(device).dtype(at::kDouble);
+  std::vector<at::Tensor> sums, maxima;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (found[g].defined())
+      sums.push_back(found[g].to(at::kDouble).reshape({1}));
+    if (!groups[g].clip)
+      continue;
+    if (!normParts[g].defined())
+      normParts[g] = torch::zeros({}, options);
+    (std::isinf(groups[g].clip->normType) ? maxima : sums).push_back(normParts[g].reshape({1}));
+  }
+  auto allReduce = [&](std::vector<at::Tensor> &parts, c10d::ReduceOp op) {
+    if (parts.empty())
+      return at::Tensor();
+    std::vector<at::Tensor> io{torch::cat(parts)};
+    group.backend->allreduce(io, c10d::AllreduceOptions{op})->wait();
+    return io[0];
+  };
+  at::Tensor summed = allReduce(sums, c10d::ReduceOp::SUM);
+  at::Tensor maxed = allReduce(maxima, c10d::ReduceOp::MAX);
+  int64_t nextSum = 0;
+  int64_t nextMax = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (found[g].defined())
+      found[g] = (summed[nextSum++] > 0).to(at::kFloat);
+    if (groups[g].clip)
+      normParts[g] = std::isinf(groups[g].clip->normType) ? maxed[nextMax++] : summed[nextSum++];
+  }
+}
+
+void Session::optimizerStep(const std::string &phase, backend::PhaseReducer &reducer) {
   const ir::Phase *compiled = plan->findPhase(phase);
   const std::string name = phase.substr(0, phase.find('@'));
   LossScaler *scaler =
       compiled->lossScaler.empty() ? nullptr : &lossScalers.at(compiled->lossScaler);
   const bool skip = scaler || options.nonFinite == "skip";
-  std::vector<at::Tensor> foundInf;
-  for (const StepGroup &group : stepGroups(phase, reducer)) {
-    // GradScaler's order: unscale_(optimizer), clip, step(optimizer) (skipped on inf/NaN),
-    // and update() once the phase's optimizers have stepped. Without a scaler, `skip` flags
-    // the all-reduced gradients the same way (scale 1), so every rank skips the same steps.
-    at::Tensor found;
+  const bool sharded = reducer.zeroStage() > 0;
+  const std::vector<StepGroup> &groups = stepGroups(phase, reducer);
+  // GradScaler's order: unscale_(optimizer), clip, step(optimizer) (skipped on inf/NaN), and
+  // update() once the phase's optimizers have stepped. Without a scaler, `skip` flags the
+  // all-reduced gradients the same way (scale 1), so every rank skips the same steps.
+  std::vector<std::vector<at::Tensor>> grads;
+  std::vector<at::Tensor> found(groups.size()), normParts(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    grads.push_back(gradients(groups[g], reducer));
     if (scaler)
-      found = scaler->unscale(group.parameters);
+      found[g] = scaler->unscale(grads[g]);
     else if (skip)
-      found = nonFiniteFlag(group.parameters, device);
-    if (found.defined())
-      foundInf.push_back(found);
-    if (group.clip)
-      clipGradNorm(group.parameters, group.clip->maxNorm, group.clip->normType);
-    group.optimizer->step(group.names, group.parameters, found);
+      found[g] = nonFiniteFlag(grads[g], device);
+    if (sharded && groups[g].clip)
+      normParts[g] = localNormPart(grads[g], groups[g].clip->normType);
   }
+  if (sharded)
+    combineAcrossRanks(found, normParts, groups);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const StepGroup &group = groups[g];
+    if (group.clip && sharded)
+      scaleByNorm(grads[g], normParts[g], group.clip->maxNorm, group.clip->normType);
+    else if (group.clip)
+      clipGradNorm(grads[g], group.clip->maxNorm, group.clip->normType);
+    group.optimizer->step(group.names, group.parameters, grads[g], found[g]);
+  }
+  std::vector<at::Tensor> flags;
+  for (const at::Tensor &f : found)
+    if (f.defined())
+      flags.push_back(f);
   if (scaler)
-    scaler->update(foundInf);
-  if (!foundInf.empty()) {
+    scaler->update(flags);
+  if (!flags.empty()) {
     torch::NoGradGuard noGrad;
-    skippedSteps.at(name).add_((torch::stack(foundInf).sum() > 0).to(torch::kLong));
+    skippedSteps.at(name).add_((torch::stack(flags).sum() > 0).to(torch::kLong));
   }
+  if (sharded)
+    reducer.gatherParameters();
+}
+
+int64_t Session::optimizerStateBytes() const {
+  int64_t bytes = 0;
+  for (const auto &[name, optimizer] : optimizers)
+    bytes += optimizer.stateBytes();
+  return bytes;
 }
 
 Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
@@ -200,6 +298,7 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
                          s->archive->identity + "); run ganc compile " + options.model + " again");
   s->inputType = frontend::inputScalarType(s->spec());
   GANC_TRY(setUpDevice(*s));
+  GANC_TRY(planShards(*s));
   for (const ir::LossScaler &l : s->plan->lossScalers)
     s->lossScalers.emplace(l.name, LossScaler(l, s->device));
   GANC_TRY(createExecutor(*s));

@@ -44,27 +44,42 @@ struct Session {
   const frontend::Spec &spec() const { return archive->spec; }
   torch::jit::Module &module() { return archive->module; }
   bool isRankZero() const { return rank.rank == 0; }
+  /// Optimizer state is sharded across the ranks (a zero stage, more than one rank).
+  bool sharded() const { return plan->shardRanks > 1; }
   /// Whether a phase's non-finite values are handled by skipping its step (a loss scaler,
   /// or `non_finite: skip`) rather than by stopping the run.
   bool skipsNonFinite(const std::string &phaseName) const;
   /// Clips (as the plan says) and steps the optimizers over the used parameters of phase
   /// `phase` (its key), whose reducer is `reducer`; a step whose gradients are not finite is
-  /// skipped where skipsNonFinite says so.
-  void optimizerStep(const std::string &phase, const backend::PhaseReducer &reducer);
+  /// skipped where skipsNonFinite says so. Sharded, each rank steps its pieces and the
+  /// reducer then all-gathers them.
+  void optimizerStep(const std::string &phase, backend::PhaseReducer &reducer);
+  /// Bytes of optimizer state this rank holds, over every optimizer.
+  int64_t optimizerStateBytes() const;
 
 private:
-  /// One optimizer's share of a phase's step: its used parameters in model order, and the
-  /// clipping the plan asks for.
+  /// One optimizer's share of a phase's step: its used parameters in model order (sharded:
+  /// this rank's pieces of them), and the clipping the plan asks for.
   struct StepGroup {
     Optimizer *optimizer = nullptr;
     std::vector<std::string> names;
     std::vector<at::Tensor> parameters;
+    /// Each one's index in the reducer's used parameters.
+    std::vector<size_t> used;
     const ir::ClipGradNorm *clip = nullptr;
   };
   /// The phase's step groups, worked out on its first step and kept (a phase's used
   /// parameters never change).
   const std::vector<StepGroup> &stepGroups(const std::string &phase,
                                            const backend::PhaseReducer &reducer);
+  /// The last run's all-reduced gradients of `group` (sharded: of its pieces); undefined
+  /// where a conditional parameter got none.
+  static std::vector<at::Tensor> gradients(const StepGroup &group,
+                                           const backend::PhaseReducer &reducer);
+  /// Sharded: every group's found-inf flag and clipping norm part, combined across ranks in
+  /// one all-reduce (a second one, with max, for infinity norms).
+  void combineAcrossRanks(std::vector<at::Tensor> &found, std::vector<at::Tensor> &normParts,
+                          const std::vector<StepGroup> &groups);
   std::map<std::string, std::vector<StepGroup>> stepGroups_;
 };
 

@@ -79,7 +79,7 @@ private:
               dumped = dumpInputs(s_, step, phase, micro, inputs);
             return inputs;
           },
-          [&](const std::string &key, const backend::PhaseReducer &reducer) {
+          [&](const std::string &key, backend::PhaseReducer &reducer) {
             auto start = std::chrono::steady_clock::now();
             s_.optimizerStep(key, reducer);
             progress.addOptimizerSeconds(
@@ -92,7 +92,7 @@ private:
     }
     progress.endPhase(step, s_.executor->lastRun(), s_.executor->lastWorkSeconds());
     GANC_TRY(dumped);
-    if (dumping)
+    if (dumping || (!s_.options.dumpDir.empty() && s_.sharded()))
       GANC_TRY(dumpGradients(s_, step, key, phase.name));
     progress.addLoss(step, phase.name, loss);
     progress.addStats(phase.name, s_.executor->lastStats());
@@ -107,6 +107,8 @@ private:
     std::ostringstream line;
     line << "training " << s_.spec().name << ": " << s_.rank.worldSize << " rank"
          << (s_.rank.worldSize == 1 ? "" : "s") << " (" << (cuda ? "cuda, NCCL" : "cpu, Gloo")
+         << (s_.sharded() ? ", optimizer state sharded: zero " + std::to_string(s_.plan->zeroStage)
+                          : std::string())
          << "), steps " << firstStep_ << ".." << o.steps << ", batch " << s_.spec().batchSize
          << " per rank";
     if (const ShardedBatches *batches = inputs_.batches())

@@ -60,6 +60,8 @@ struct TrainOptions {
   /// A non-finite loss or gradient in a phase without a loss scaler: "stop" training, or
   /// "skip" the optimizer step and count it; "" takes the spec's `non_finite`.
   std::string nonFinite;
+  /// Sharded optimizer state stage instead of the plan's: 0, 1 or 2 (-1: the plan's).
+  int zero = -1;
   int threads = 0; // 0: cores / local ranks
 };
 

@@ -38,6 +38,32 @@ int64_t bucketBytes(const ir::Phase &phase) {
   return total;
 }
 
+/// Sharded: the bytes of one phase's buckets in their rank-major layout (what is
+/// reduce-scattered or all-reduced, and all-gathered, per run).
+int64_t shardedBytes(const ir::Module &plan, const ir::Phase &phase) {
+  int64_t total = 0;
+  for (const ir::Bucket &b : phase.buckets)
+    total += b.shardBytes * plan.shardRanks;
+  return total;
+}
+
+/// Bytes of one moment buffer (Adam keeps two, SGD with momentum one) over every trained
+/// parameter: per rank under the plan's sharding (rank 0's pieces, the largest), and whole.
+std::pair<int64_t, int64_t> momentBytes(const ir::Module &plan) {
+  int64_t perRank = 0;
+  int64_t whole = 0;
+  for (const ir::Tensor &p : plan.parameters) {
+    if (p.group.empty())
+      continue;
+    const int64_t element = ir::Type::elementSize(p.type.dtype);
+    whole += p.bytes();
+    perRank += plan.shardRanks > 1
+                   ? ir::pieceOf(p.bytes() / element, plan.shardRanks, 0).length * element
+                   : p.bytes();
+  }
+  return {perRank, whole};
+}
+
 double bytesPerStep(const ir::Module &plan, const std::string &stage) {
   double perStep = 0;
   for (const auto &phase : plan.phases)
@@ -170,6 +196,18 @@ std::string explain(const ir::Module &plan) {
         << ir::formatDouble(l.growthFactor) << " after " << l.growthInterval
         << " steps without inf/NaN, x" << ir::formatDouble(l.backoffFactor)
         << " and the step skipped on one\n";
+  if (plan.zeroStage && plan.shardRanks > 1) {
+    auto [perRank, whole] = momentBytes(plan);
+    out << "sharded optimizer state (zero " << plan.zeroStage << ") over " << plan.shardRanks
+        << " ranks: each rank keeps and steps its piece of every parameter; optimizer state per "
+           "rank "
+        << humanBytes(perRank) << " per moment buffer (Adam keeps two), unsharded "
+        << humanBytes(whole) << "\n";
+  } else if (plan.zeroStage) {
+    out << "sharded optimizer state (zero " << plan.zeroStage
+        << "): the shards are laid out when the run starts, for its number of ranks "
+           "(ganc compile --ranks N shows them here)\n";
+  }
   std::set<std::string> owners;
   for (const ir::Tensor &p : plan.parameters)
     owners.insert(p.owner);
@@ -227,6 +265,13 @@ std::string explain(const ir::Module &plan) {
     int64_t bytes = bucketBytes(*phase);
     out << "  all-reduced per run: " << humanBytes(bytes) << " in " << phase->buckets.size()
         << " bucket" << (phase->buckets.size() == 1 ? "" : "s") << "\n";
+    if (plan.shardRanks > 1) {
+      const int64_t sharded = shardedBytes(plan, *phase);
+      out << "  sharded (zero " << plan.zeroStage << ", " << plan.shardRanks
+          << " ranks): " << (plan.zeroStage == 2 ? "reduce-scattered " : "all-reduced ")
+          << humanBytes(sharded) << " per run instead (one shard per rank), then "
+          << humanBytes(sharded) << " of updated parameters all-gathered\n";
+    }
   }
   if (stage.empty())
     out << "\nall-reduced per training step (amortised over intervals): "
@@ -241,6 +286,12 @@ std::string planJson(const ir::Module &plan) {
   j["identity"] = plan.identity;
   j["bucket_cap_bytes"] = plan.bucketCapBytes;
   j["first_bucket_cap_bytes"] = plan.firstBucketCapBytes;
+  j["zero"] = plan.zeroStage;
+  j["shard_ranks"] = plan.shardRanks;
+  {
+    auto [perRank, whole] = momentBytes(plan);
+    j["moment_bytes"] = {{"per_rank", perRank}, {"unsharded", whole}};
+  }
   j["parameters"] = json::array();
   for (const ir::Tensor &p : plan.parameters)
     j["parameters"].push_back({{"name", p.name},
@@ -273,8 +324,14 @@ std::string planJson(const ir::Module &plan) {
     for (const ir::Bucket &b : phase->buckets) {
       json slots = json::array();
       for (const ir::Bucket::Slot &s : b.slots)
-        slots.push_back({{"parameter", s.parameter}, {"offset", s.offset}, {"bytes", s.bytes}});
-      ph["buckets"].push_back({{"dtype", b.dtype}, {"bytes", b.bytes}, {"slots", slots}});
+        slots.push_back({{"parameter", s.parameter},
+                         {"offset", s.offset},
+                         {"bytes", s.bytes},
+                         {"shard_offset", s.shardOffset}});
+      ph["buckets"].push_back({{"dtype", b.dtype},
+                               {"bytes", b.bytes},
+                               {"shard_bytes", b.shardBytes},
+                               {"slots", slots}});
     }
     ph["schedule"] = json::array();
     for (const ir::ScheduledAllReduce &s : phase->schedule)

@@ -63,6 +63,8 @@ const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
   --non-finite stop|skip  a non-finite loss or gradient (phases without a loss scaler): stop
                           with exit 1, or skip the optimizer step and count it (default: the
                           spec's non_finite, else stop)
+  --zero 0|1|2            sharded optimizer state instead of the plan's (spec's) stage:
+                          1 shards optimizer state, 2 gradients as well, 0 off
   --threads N             intra-op threads per rank (default: cores / local ranks)
   --dump-grads DIR        rank 0 writes every all-reduced gradient (parity tests)
 ranks come from RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun's contract).
@@ -179,6 +181,10 @@ const std::map<std::string, OptionHandler> &trainOptions() {
          o.timeoutSeconds = static_cast<int>(std::max<int64_t>(1, r.number(f, 1000000000)));
        }},
       {"--threads", [](R &r, S &f, O &o) { o.threads = static_cast<int>(r.number(f, 4096)); }},
+      {"--zero",
+       [](R &r, S &f, O &o) {
+         o.zero = std::stoi(r.choice(f, {"0", "1", "2"}));
+       }},
       {"--non-finite",
        [](R &r, S &f, O &o) {
          o.nonFinite = r.choice(f, {"stop", "skip"});

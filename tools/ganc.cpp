@@ -25,10 +25,12 @@ namespace {
 const char *kUsage = R"(usage: ganc <command> [options]
 
 commands:
-  compile MODEL.pt -o PLAN [--bucket-cap-mb N] [--first-bucket-mb N] [--emit ir|json|report]
-                            [--print-ir-after PASS]
+  compile MODEL.pt -o PLAN [--bucket-cap-mb N] [--first-bucket-mb N] [--zero 0|1|2]
+                            [--ranks N] [--emit ir|json|report] [--print-ir-after PASS]
       lower every phase of a TorchScript GAN archive (with its ganc.json spec) to the ganc IR,
       find the parameters each phase trains, bucket their all-reduces, and write the plan.
+      --zero shards optimizer state (stage 1) and gradients (2), the spec's `zero` otherwise;
+      --ranks N lays the shards out for N ranks (a run on another world size re-plans them).
   explain PLAN [--json]
       per phase: used and unused parameters, buckets, all-reduce order and bytes per step.
   train PLAN --model MODEL.pt [options]     one rank; reads RANK, WORLD_SIZE, LOCAL_RANK,
@@ -70,6 +72,13 @@ Status parseCompileArgs(const std::vector<std::string> &args, CompileArgs &c) {
                                  " takes a number of MiB in (0, 1048576), not '" + text + "'");
       return static_cast<int64_t>(*mib * 1048576);
     };
+    auto integer = [&](const char *flag, int64_t low, int64_t high, const char *meaning) {
+      const std::string text = value(flag);
+      const std::optional<int64_t> n = ir::parseInt64(text);
+      if (!n || *n < low || *n > high)
+        throw std::runtime_error(std::string(flag) + " takes " + meaning + ", not '" + text + "'");
+      return *n;
+    };
     try {
       if (a == "-o" || a == "--output")
         c.output = value("-o");
@@ -77,6 +86,11 @@ Status parseCompileArgs(const std::vector<std::string> &args, CompileArgs &c) {
         c.options.pass.bucketCapBytes = megabytes("--bucket-cap-mb");
       else if (a == "--first-bucket-mb")
         c.options.pass.firstBucketCapBytes = megabytes("--first-bucket-mb");
+      else if (a == "--zero")
+        c.options.pass.zeroStage = static_cast<int>(
+            integer("--zero", 0, 2, "0 (off), 1 (shard optimizer state) or 2 (and gradients)"));
+      else if (a == "--ranks")
+        c.options.pass.ranks = integer("--ranks", 1, 1 << 20, "the world size to plan shards for");
       else if (a == "--emit")
         c.emit = value("--emit");
       else if (a == "--print-ir-after")

@@ -39,6 +39,10 @@ EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
   if (plan.parameters.size() != e->parameters_.size())
     return Status::error("the model has " + std::to_string(e->parameters_.size()) +
                          " parameters, the plan " + std::to_string(plan.parameters.size()));
+  if (plan.shardRanks > 1 && plan.shardRanks != group->getSize())
+    return Status::error("the plan's shards are laid out for " + std::to_string(plan.shardRanks) +
+                         " ranks, this run has " + std::to_string(group->getSize()));
+  const int zeroStage = plan.shardRanks > 1 ? plan.zeroStage : 0;
   for (const auto &phase : plan.phases) {
     if (!phase->hasUsedFacts || phase->schedule.size() != phase->buckets.size())
       return Status::error("phase '" + phase->key() + "' has not been compiled (no buckets)");
@@ -50,7 +54,7 @@ EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
           std::make_unique<torch::jit::GraphFunction>(phase->key(), graph->second, nullptr);
     else if (!phase->stage.empty())
       return Status::error("phase '" + phase->key() + "' has no stage-specialised graph");
-    auto reducer = PhaseReducer::create(*phase, e->parameters_, group, options.device);
+    auto reducer = PhaseReducer::create(*phase, e->parameters_, group, options.device, zeroStage);
     if (!reducer)
       return reducer.status();
     state.reducer = reducer.take();

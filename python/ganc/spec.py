@@ -13,7 +13,7 @@ import math
 SPEC_VERSION = 2  # written by ganc.export; versions 1 and 2 are read
 READ_VERSIONS = (1, 2)
 # Fields version 2 added; a version 1 spec using one is refused (an older ganc would ignore it).
-V2_SPEC_FIELDS = ("precision", "loss_scalers", "sync_batch_norm", "non_finite")
+V2_SPEC_FIELDS = ("precision", "loss_scalers", "sync_batch_norm", "non_finite", "zero")
 V2_PHASE_FIELDS = ("accumulate", "precision", "loss_scaler")
 V2_OPTIMIZER_FIELDS = ("clip_grad_norm", "params", "lr_schedule")
 PRECISIONS = ("float32", "bfloat16", "float16")
@@ -26,7 +26,7 @@ DTYPES = ("float32", "float64", "bfloat16", "float16")
 # Every key each object may hold; anything else is a misspelling, refused with a suggestion.
 KEYS = {
     "spec": ("ganc_spec", "name", "batch_size", "data", "dtype", "precision", "loss_scalers",
-             "sync_batch_norm", "non_finite", "phases", "optimizers", "buffers", "sample", "ema",
+             "sync_batch_norm", "non_finite", "zero", "phases", "optimizers", "buffers", "sample", "ema",
              "stages"),
     "data": ("shape", "classes", "xflip"),
     "phase": ("name", "method", "updates", "interval", "inputs", "accumulate", "precision",
@@ -223,6 +223,9 @@ def validate(spec: dict, module=None) -> dict:
         spec.setdefault("precision", "float32")
     _require(spec.get("precision", "float32") in PRECISIONS,
              f"spec: 'precision' must be one of {', '.join(PRECISIONS)}, got {spec.get('precision')!r}")
+    _require(spec.get("zero", 0) in (0, 1, 2) and not isinstance(spec.get("zero", 0), bool),
+             f"spec: 'zero' must be 0 (off), 1 (shard optimizer state) or 2 (and gradients), "
+             f"got {spec.get('zero')!r}")
     _require(spec.get("non_finite", "stop") in ("stop", "skip"),
              f"spec: 'non_finite' must be stop or skip, got {spec.get('non_finite')!r}")
     _require(isinstance(spec.get("name"), str) and spec["name"], "spec: 'name' must be a string")
