@@ -15,6 +15,7 @@ Prints steps/s, the ratio of ganc to each baseline, and ganc's host overhead per
 part of a step spent outside forward, backward, all-reduce waits and the optimizer).
 
     python3 bench/bench_cpu.py [--steps-mlp 300] [--steps-dcgan 40] [--nproc 2]
+    python3 bench/bench_cpu.py --zero [--repeats 3]   # sharded optimizer state (ZeRO)
 """
 import argparse
 import json
@@ -44,7 +45,13 @@ import baselines  # noqa: E402
 GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
 
 
-def _baseline_worker(rank, world, port, model, data_path, steps, warmup, style, result_path):
+def _state_bytes(optimizer):
+    """Bytes of optimizer state this rank holds (a ZeroRedundancyOptimizer: its shard's)."""
+    inner = getattr(optimizer, "optim", optimizer)
+    return sum(t.nbytes for state in inner.state.values() for t in state.values() if torch.is_tensor(t))
+
+
+def _baseline_worker(rank, world, port, model, data_path, steps, warmup, style, result_path, zero=False):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
@@ -56,7 +63,8 @@ def _baseline_worker(rank, world, port, model, data_path, steps, warmup, style, 
     data = (data["images"] if isinstance(data, dict) else data).float()
     inputs = Inputs(spec, data, rank, world, seed=0)
     subs = sorted({u for p in spec["phases"] for u in p["updates"]})
-    optimizers = {s: _optimizer(list(getattr(gan, s).parameters()), spec["optimizers"][s]) for s in subs}
+    optimizers = {s: _optimizer(list(getattr(gan, s).parameters()), spec["optimizers"][s], zero=zero)
+                  for s in subs}
     if style == "ddp":
         wrapped = {s: DDP(getattr(gan, s), find_unused_parameters=True, broadcast_buffers=False) for s in subs}
         for s, w in wrapped.items():
@@ -69,31 +77,62 @@ def _baseline_worker(rank, world, port, model, data_path, steps, warmup, style, 
         times.append(time.perf_counter() - t0)
     if rank == 0:
         with open(result_path, "w") as f:
-            json.dump(times[warmup:], f)
+            json.dump({"times": times[warmup:],
+                       "state_bytes": sum(_state_bytes(o) for o in optimizers.values())}, f)
     dist.destroy_process_group()
 
 
-def baseline(model, data, steps, warmup, style, world, tmp):
+def baseline(model, data, steps, warmup, style, world, tmp, zero=False, state=False):
     result = os.path.join(tmp, f"{model}_{style}.json")
-    mp.spawn(_baseline_worker, args=(world, free_port(), model, data, steps, warmup, style, result),
+    mp.spawn(_baseline_worker, args=(world, free_port(), model, data, steps, warmup, style, result, zero),
              nprocs=world, join=True)
-    return statistics.median(json.load(open(result)))
+    measured = json.load(open(result))
+    step = statistics.median(measured["times"])
+    return (step, measured["state_bytes"]) if state else step
 
 
-def run_ganc(model, data, steps, warmup, world, tmp):
+def run_ganc(model, data, steps, warmup, world, tmp, zero=0, state=False):
     gan, spec = zoo.build(model)
     archive = os.path.join(tmp, model + ".pt")
     plan = os.path.join(tmp, model + ".plan")
-    ganc.export(gan, archive, spec)
-    subprocess.run([GANC, "compile", archive, "-o", plan], check=True)
+    if not os.path.exists(plan):
+        ganc.export(gan, archive, spec)
+        subprocess.run([GANC, "compile", archive, "-o", plan], check=True, stderr=subprocess.DEVNULL)
     out = os.path.join(tmp, model + "_ganc")
     subprocess.run([GANC, "run", "--nproc", str(world), plan, "--model", archive, "--data", data,
                     "--steps", str(steps), "--seed", "0", "--out", out, "--sample-every", "0",
-                    "--checkpoint-every", "0", "--log-every", str(steps), "--force", "--tensorboard", "off"],
+                    "--checkpoint-every", "0", "--log-every", str(steps), "--force", "--tensorboard", "off",
+                    "--zero", str(zero)],
                    check=True, stdout=subprocess.DEVNULL)
     timing = json.load(open(os.path.join(out, "timing.json")))
-    return (statistics.median(timing["step_seconds"][warmup:]),
-            statistics.median(timing["overhead_seconds"][warmup:]))
+    step = statistics.median(timing["step_seconds"][warmup:])
+    if state:
+        return step, json.load(open(os.path.join(out, "summary.json")))["optimizer_state_bytes"]
+    return (step, statistics.median(timing["overhead_seconds"][warmup:]))
+
+
+def sharding(args, tmp):
+    """Sharded optimizer state: ganc unsharded, zero 1 and zero 2 (interleaved, best of
+    --repeats medians, as this machine's timings wander) against eager DDP with
+    ZeroRedundancyOptimizer; optimizer-state bytes per rank (rank 0's)."""
+    rows = []
+    for model, data, steps in (("mlp", "ring", args.steps_mlp), ("dcgan32", "digits", args.steps_dcgan)):
+        data = os.path.join(tmp, data + ".pt")
+        warmup = max(2, steps // 10)
+        best, state = {}, {}
+        for _ in range(args.repeats):
+            for zero in (0, 1, 2):
+                step, state[zero] = run_ganc(model, data, steps, warmup, args.nproc, tmp, zero, state=True)
+                best[zero] = min(best.get(zero, step), step)
+        eager, eager_state = baseline(model, data, steps, warmup, "ddp", args.nproc, tmp, zero=True, state=True)
+        rows.append((model, best, state, eager, eager_state))
+    print(f"\nsharded optimizer state, {args.nproc} Gloo ranks: steps/s, and optimizer state per rank")
+    print(f"{'model':10} {'ganc':>8} {'zero 1':>8} {'zero 2':>8} {'DDP+ZeRO':>9} {'z2/ganc':>8} {'z2/eager':>9}"
+          f" {'state: ganc':>12} {'zero 2':>10} {'DDP+ZeRO':>10}")
+    for model, best, state, eager, eager_state in rows:
+        print(f"{model:10} {1 / best[0]:8.1f} {1 / best[1]:8.1f} {1 / best[2]:8.1f} {1 / eager:9.1f}"
+              f" {best[0] / best[2]:7.2f}x {eager / best[2]:8.2f}x"
+              f" {state[0] / 1024:9.0f} KiB {state[2] / 1024:6.0f} KiB {eager_state / 1024:6.0f} KiB")
 
 
 def main():
@@ -101,12 +140,18 @@ def main():
     parser.add_argument("--steps-mlp", type=int, default=300)
     parser.add_argument("--steps-dcgan", type=int, default=40)
     parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--zero", action="store_true",
+                        help="only the sharded optimizer state comparison")
+    parser.add_argument("--repeats", type=int, default=3, help="ganc runs per stage (--zero)")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, steps in (("ring", 0), ("digits", 0)):
             subprocess.run([sys.executable, os.path.join(ROOT, "models", "make_data.py"), name, "-o",
                             os.path.join(tmp, name + ".pt")], check=True, stdout=subprocess.DEVNULL)
+        if args.zero:
+            sharding(args, tmp)
+            return
         for model, data, steps in (("mlp", "ring", args.steps_mlp), ("dcgan32", "digits", args.steps_dcgan),
                                    ("dcgan32_amp", "digits", args.steps_dcgan)):
             data = os.path.join(tmp, data + ".pt")

@@ -261,7 +261,12 @@ std::vector<at::Tensor> definedOnly(const std::vector<at::Tensor> &tensors) {
 
 at::Tensor localNormPart(const std::vector<at::Tensor> &gradients, double normType) {
   torch::NoGradGuard noGrad;
-  std::vector<at::Tensor> grads = definedOnly(gradients);
+  // A rank's piece of a parameter smaller than the world is empty: it adds nothing (and an
+  // infinity norm of nothing is undefined).
+  std::vector<at::Tensor> grads;
+  for (const at::Tensor &g : definedOnly(gradients))
+    if (g.numel() > 0)
+      grads.push_back(g);
   if (grads.empty())
     return at::Tensor();
   at::Tensor norms = at::stack(at::_foreach_norm(grads, normType)).to(at::kDouble);

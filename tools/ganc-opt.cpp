@@ -21,6 +21,8 @@ void usage(std::ostream &out) {
          "  --split-input-file    treat '// -----' lines as separators of independent inputs\n"
          "  --bucket-cap-mb=N     bucket cap in MiB (default 25)\n"
          "  --first-bucket-mb=N   first bucket cap in MiB (default 1)\n"
+         "  --zero=N              sharded optimizer state stage (0, 1, 2; default: the IR's)\n"
+         "  --ranks=N             the world size the sharding pass lays shards out for\n"
          "  --no-verify           do not run the verifier after each pass\n"
          "  -o FILE               write the verified result as a plan, with its checksum line\n"
          "                        (what `ganc train` reads after a plan was edited by hand)\n"
@@ -112,6 +114,16 @@ Status parseArgs(int argc, char **argv, Options &o, bool &help) {
       GANC_TRY(parseMiB("--bucket-cap-mb", value, o.pipelineOptions.pass.bucketCapBytes));
     } else if (flagValue(arg, "--first-bucket-mb", value)) {
       GANC_TRY(parseMiB("--first-bucket-mb", value, o.pipelineOptions.pass.firstBucketCapBytes));
+    } else if (flagValue(arg, "--zero", value)) {
+      std::optional<int64_t> stage = ir::parseInt64(value);
+      if (!stage || *stage < 0 || *stage > 2)
+        return Status::error("--zero must be 0, 1 or 2, got '" + value + "'");
+      o.pipelineOptions.pass.zeroStage = static_cast<int>(*stage);
+    } else if (flagValue(arg, "--ranks", value)) {
+      std::optional<int64_t> ranks = ir::parseInt64(value);
+      if (!ranks || *ranks < 1)
+        return Status::error("--ranks must be a positive integer, got '" + value + "'");
+      o.pipelineOptions.pass.ranks = *ranks;
     } else if (arg == "--no-verify") {
       o.pipelineOptions.verifyEach = false;
     } else if (arg == "-o" && i + 1 < argc) {

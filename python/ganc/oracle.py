@@ -48,17 +48,25 @@ class PhaseRunner(torch.nn.Module):
         return out[0] if isinstance(out, tuple) else out  # (loss, {logged values}): the loss
 
 
-def _optimizer(params, spec, cuda=False):
-    """torch.optim as ganc runs it: single-tensor on CPU, the fused kernels on CUDA."""
+def _optimizer(params, spec, cuda=False, zero=False):
+    """torch.optim as ganc runs it: single-tensor on CPU, the fused kernels on CUDA.
+    `zero`: wrapped in torch.distributed.optim.ZeroRedundancyOptimizer (each rank keeps the
+    state of, and steps, its share of the parameters, then broadcasts them)."""
     kind = spec["type"]
     impl = {"fused": True} if cuda else {"foreach": False}
     if kind == "sgd":
-        return torch.optim.SGD(params, lr=spec["lr"], momentum=spec.get("momentum", 0.0),
-                               weight_decay=spec.get("weight_decay", 0.0), **impl)
-    cls = torch.optim.Adam if kind == "adam" else torch.optim.AdamW
-    return cls(params, lr=spec["lr"], betas=tuple(spec.get("betas", (0.9, 0.999))),
-               eps=spec.get("eps", 1e-8),
-               weight_decay=spec.get("weight_decay", 0.0 if kind == "adam" else 1e-2), **impl)
+        cls = torch.optim.SGD
+        settings = dict(lr=spec["lr"], momentum=spec.get("momentum", 0.0),
+                        weight_decay=spec.get("weight_decay", 0.0), **impl)
+    else:
+        cls = torch.optim.Adam if kind == "adam" else torch.optim.AdamW
+        settings = dict(lr=spec["lr"], betas=tuple(spec.get("betas", (0.9, 0.999))),
+                        eps=spec.get("eps", 1e-8),
+                        weight_decay=spec.get("weight_decay", 0.0 if kind == "adam" else 1e-2), **impl)
+    if zero:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        return ZeroRedundancyOptimizer(params, optimizer_class=cls, **settings)
+    return cls(params, **settings)
 
 
 class Inputs:
@@ -184,7 +192,7 @@ def to_channels_last(module) -> bool:
 
 
 def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device, reducer,
-            deterministic=False, benchmark=True, channels_last=False, global_batch_of=0):
+            deterministic=False, benchmark=True, channels_last=False, global_batch_of=0, zero=False):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
@@ -230,7 +238,8 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
     # be: Adam's and SGD's state and update are per parameter).
     groups = optimizer_groups(spec, list(params))
     settings = {g: optimizer_settings(spec, g) for g in groups}
-    optimizers = {g: _optimizer([params[n] for n in names], settings[g], cuda) for g, names in groups.items()}
+    optimizers = {g: _optimizer([params[n] for n in names], settings[g], cuda, zero)
+                  for g, names in groups.items()}
 
     # Learning-rate schedules: torch's schedulers, stepped once per training step.
     schedulers = [lr_scheduler(optimizers[g], settings[g]["lr_schedule"]) for g in groups
@@ -368,7 +377,7 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
 
 
 def run(archive, data_path, world, steps, seed, out_dir, device="cpu", reducer="ddp",
-        deterministic=False, benchmark=True, channels_last=False, global_batch=False):
+        deterministic=False, benchmark=True, channels_last=False, global_batch=False, zero=False):
     """Trains `steps` steps on `world` ranks (Gloo on CPU, NCCL with one GPU per rank on
     CUDA); rank 0 writes the all-reduced gradients of every step and phase, and the final
     parameters and buffers, to `out_dir`.
@@ -383,9 +392,10 @@ def run(archive, data_path, world, steps, seed, out_dir, device="cpu", reducer="
     `global_batch`: one process trains on the `world` ranks' data and noise concatenated,
     the reference for synchronised batch norm (which is defined to equal it; eager
     SyncBatchNorm refuses CPU tensors). The model must draw no randomness inside its phases.
+    `zero`: every optimizer is a ZeroRedundancyOptimizer (the reference for ganc's `zero`).
     """
     os.makedirs(out_dir, exist_ok=True)
     procs = 1 if global_batch else world
     mp.spawn(_worker, args=(procs, free_port(), archive, data_path, steps, seed, out_dir, device, reducer,
-                            deterministic, benchmark, channels_last, world if global_batch else 0),
+                            deterministic, benchmark, channels_last, world if global_batch else 0, zero),
              nprocs=procs, join=True)

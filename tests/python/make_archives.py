@@ -64,6 +64,11 @@ def main(out):
     spec = one(precision="float32", accumulate_d=1, clip_g=0.05)
     spec["optimizers"]["discriminator"]["clip_grad_norm"] = {"max_norm": 0.01, "norm_type": "inf"}
     ganc.export(gan, os.path.join(out, "dcgan32_clip.pt"), spec)
+    # Sharded, a 2-norm is summed from each rank's pieces, in another order than over whole
+    # gradients: a last-bit difference that clipping this far below the gradients' norm turns
+    # into Adam's epsilon regime, so the sharded comparison of clipping runs in float64.
+    ganc.export(zoo.build("dcgan32")[0].double(), os.path.join(out, "dcgan32_clip_f64.pt"),
+                dict(spec, dtype="float64"))
     ganc.export(gan, os.path.join(out, "dcgan32_bf16.pt"),
                 one(precision="bfloat16", accumulate_d=1, clip_g=None))
     # float16 autocast with dynamic loss scaling, one scaler shared by both phases, starting so
