@@ -29,6 +29,9 @@ struct ExecutorOptions {
   /// device tensor the runtime's loss scaler updates in place; the loss is multiplied by it
   /// before backward.
   std::map<std::string, at::Tensor> lossScales;
+  /// Sharded: keep each phase's averaged gradient shards after its step (--dump-grads reads
+  /// them); otherwise the all-gather reuses their memory.
+  bool keepGradients = false;
   /// CUDA: capture each phase and replay it (false: run every phase eagerly on the GPU).
   bool useGraphs = true;
   /// CUDA: eager iterations of each phase before it is captured (allocator, cuDNN and NCCL
@@ -71,6 +74,9 @@ public:
   virtual void broadcastState() = 0;
   /// Every parameter of the model by qualified name (the tensors the phases train).
   virtual const std::map<std::string, at::Tensor> &parameters() const = 0;
+  /// Bytes of gradient buffers this rank holds for the reducers: every phase's buckets, or,
+  /// sharded, the one scratch the phases share.
+  virtual int64_t gradientBufferBytes() const = 0;
   /// Host seconds the last run spent in the model's forward and backward and in all-reduce
   /// waits (on CPU that is the work; on CUDA the work is timed on the device instead).
   double lastWorkSeconds() const { return lastWorkSeconds_; }

@@ -11,12 +11,14 @@ namespace ganc::backend {
 
 Expected<std::unique_ptr<PhaseReducer>>
 PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Tensor> &parameters,
-                     c10::intrusive_ptr<c10d::Backend> group, c10::Device device, int zeroStage) {
+                     c10::intrusive_ptr<c10d::Backend> group, c10::Device device, int zeroStage,
+                     const std::map<c10::ScalarType, at::Tensor> *scratch, bool keepGradients) {
   auto r = std::unique_ptr<PhaseReducer>(new PhaseReducer());
   r->group_ = group;
   r->rank_ = group->getRank();
   r->world_ = group->getSize();
   r->scale_ = 1.0 / static_cast<double>(group->getSize());
+  r->keepGradients_ = keepGradients;
   if (zeroStage > 0 && r->world_ > 1) {
     r->zero_ = zeroStage;
     for (const ir::Bucket &bucket : phase.buckets)
@@ -26,7 +28,17 @@ PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Ten
                              "for " +
                              std::to_string(r->world_) + " ranks");
     r->bucketShards_.resize(phase.buckets.size());
+    if (!scratch)
+      return Status::error("phase '" + phase.name + "': a sharded reducer needs scratch buffers");
   }
+  // Sharded: buffers are carved from the scratch, every bucket's first, then the shards.
+  std::map<c10::ScalarType, int64_t> carved;
+  auto carve = [&](c10::ScalarType dtype, int64_t elements) {
+    int64_t &offset = carved[dtype];
+    at::Tensor view = scratch->at(dtype).narrow(0, offset, elements);
+    offset += elements;
+    return view;
+  };
   for (size_t b = 0; b < phase.buckets.size(); ++b) {
     const ir::Bucket &bucket = phase.buckets[b];
     auto bucketType = frontend::scalarTypeOf(bucket.dtype);
@@ -35,9 +47,9 @@ PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Ten
                                              std::to_string(b));
     const c10::ScalarType dtype = *bucketType;
     int64_t elementSize = static_cast<int64_t>(c10::elementSize(dtype));
-    const int64_t bufferBytes = r->zero_ ? bucket.shardBytes * r->world_ : bucket.bytes;
-    at::Tensor flat =
-        torch::zeros({bufferBytes / elementSize}, at::TensorOptions(dtype).device(device));
+    at::Tensor flat = r->zero_ ? carve(dtype, bucket.shardBytes * r->world_ / elementSize)
+                               : torch::zeros({bucket.bytes / elementSize},
+                                              at::TensorOptions(dtype).device(device));
     for (const ir::Bucket::Slot &slot : bucket.slots) {
       auto it = parameters.find(slot.parameter);
       if (it == parameters.end())
@@ -63,9 +75,18 @@ PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Ten
     }
     r->buffers_.push_back(flat);
     r->slotsPerBucket_.push_back(static_cast<int>(bucket.slots.size()));
-    if (r->zero_)
-      GANC_TRY(r->createShards(phase, parameters, dtype, b));
   }
+  if (r->zero_)
+    for (size_t b = 0; b < phase.buckets.size(); ++b) {
+      const c10::ScalarType dtype = r->buffers_[b].scalar_type();
+      const int64_t shard =
+          phase.buckets[b].shardBytes / static_cast<int64_t>(c10::elementSize(dtype));
+      // This rank's shard of the bucket: the reduce-scatter's output (in place) and the
+      // all-gather's input. Kept apart only when the gradients must outlive the gather.
+      at::Tensor own = r->buffers_[b].narrow(0, r->rank_ * shard, shard);
+      r->gradShards_.push_back(keepGradients ? carve(dtype, shard) : own);
+      GANC_TRY(r->createShards(phase, parameters, dtype, b));
+    }
   for (const ir::ScheduledAllReduce &s : phase.schedule)
     r->scheduleOrder_.push_back(s.bucket);
   for (const std::string &name : phase.used) {
@@ -178,7 +199,7 @@ void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
   for (auto &work : works_)
     work->wait();
   works_.clear();
-  if (zero_ == 1) // every rank has the whole averaged bucket; this rank keeps its shard
+  if (zero_ == 1 && keepGradients_) // every rank has the whole averaged bucket
     for (size_t b = 0; b < buffers_.size(); ++b)
       gradShards_[b].copy_(buffers_[b].narrow(0, rank_ * shardElements_[b], shardElements_[b]));
   // No rank reached it: grad None and no step, as DDP(find_unused_parameters=True) leaves it.
@@ -195,6 +216,20 @@ void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
   }
 }
 
+Expected<std::map<c10::ScalarType, int64_t>>
+PhaseReducer::scratchElements(const ir::Phase &phase, int64_t ranks, bool keepGradients) {
+  std::map<c10::ScalarType, int64_t> elements;
+  for (size_t b = 0; b < phase.buckets.size(); ++b) {
+    const ir::Bucket &bucket = phase.buckets[b];
+    auto dtype = frontend::scalarTypeOf(bucket.dtype);
+    if (!dtype)
+      return dtype.status().withContext("phase '" + phase.name + "', bucket " + std::to_string(b));
+    elements[*dtype] += bucket.shardBytes * (ranks + (keepGradients ? 1 : 0)) /
+                        static_cast<int64_t>(c10::elementSize(*dtype));
+  }
+  return elements;
+}
+
 at::Tensor flatView(const at::Tensor &t) {
   return t.as_strided({t.numel()}, {1}, t.storage_offset());
 }
@@ -205,9 +240,6 @@ Status PhaseReducer::createShards(const ir::Phase &phase,
   const ir::Bucket &bucket = phase.buckets[b];
   const int64_t elementSize = static_cast<int64_t>(c10::elementSize(dtype));
   const int64_t shardElements = bucket.shardBytes / elementSize;
-  const auto options = buffers_[b].options();
-  gradShards_.push_back(torch::zeros({shardElements}, options));
-  paramShards_.push_back(torch::zeros({shardElements}, options));
   shardElements_.push_back(shardElements);
   for (const ir::Bucket::Slot &slot : bucket.slots) {
     // Detached: the optimizer and the all-gather write the parameter through these views.
@@ -231,7 +263,6 @@ Status PhaseReducer::createShards(const ir::Phase &phase,
     const int64_t mine = shard.pieces[rank_].length;
     shard.param = shard.paramPieces[rank_];
     shard.grad = gradShards_[b].narrow(0, shard.offset, mine);
-    shard.staged = paramShards_[b].narrow(0, shard.offset, mine);
     shards_[slot.parameter] = std::move(shard);
   }
   for (const ir::Bucket::Slot &slot : bucket.slots)
@@ -262,9 +293,12 @@ void PhaseReducer::zeroGradient(const std::string &parameter) {
 void PhaseReducer::gatherParameters() {
   torch::NoGradGuard noGrad;
   for (int b : scheduleOrder_) {
+    // The updated pieces go into this rank's shard of the bucket (its gradient is spent),
+    // which the all-gather reads in place.
     for (Shard *shard : bucketShards_[b])
-      shard->staged.copy_(shard->param);
-    works_.push_back(group_->_allgather_base(buffers_[b], paramShards_[b]));
+      shard->bucketPieces[rank_].copy_(shard->param);
+    at::Tensor own = buffers_[b].narrow(0, rank_ * shardElements_[b], shardElements_[b]);
+    works_.push_back(group_->_allgather_base(buffers_[b], own));
   }
   for (size_t i = 0; i < works_.size(); ++i) {
     works_[i]->wait();

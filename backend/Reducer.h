@@ -26,9 +26,20 @@ public:
   /// `parameters` maps every module parameter name to its tensor; `device` is where the
   /// buffers live.
   /// `zeroStage` (1 or 2) shards as the plan's buckets lay out when the plan is sharded.
+  /// Sharded, every buffer the reducer uses is scratch within one run of its phase (a
+  /// bucket holds the gradients, this rank's averaged shard of them after the collective,
+  /// then the gathered parameters), so it is carved from `scratch` (per dtype, at least
+  /// scratchElements(phase) long), which the phases of a plan share: they run one after
+  /// another. `keepGradients` keeps the averaged gradient shards apart, so they outlive the
+  /// all-gather (for gatherGradients).
   static Expected<std::unique_ptr<PhaseReducer>>
   create(const ir::Phase &phase, const std::map<std::string, at::Tensor> &parameters,
-         c10::intrusive_ptr<c10d::Backend> group, c10::Device device, int zeroStage = 0);
+         c10::intrusive_ptr<c10d::Backend> group, c10::Device device, int zeroStage = 0,
+         const std::map<c10::ScalarType, at::Tensor> *scratch = nullptr,
+         bool keepGradients = false);
+  /// Sharded: the scratch elements one run of `phase` needs, per dtype.
+  static Expected<std::map<c10::ScalarType, int64_t>>
+  scratchElements(const ir::Phase &phase, int64_t ranks, bool keepGradients);
 
   /// Before backward: clear every parameter's .grad (unused parameters keep grad None, like
   /// DDP; used ones get their slot view when their gradient arrives).
@@ -71,7 +82,8 @@ public:
   /// parameters. Every rank calls it.
   void gatherParameters();
   /// Every used parameter's averaged gradient, whole (an all-gather of the gradient pieces
-  /// into fresh tensors; for dumps). Every rank calls it; index as usedNames().
+  /// into fresh tensors; for dumps; the reducer must keep its gradients). Every rank calls
+  /// it; index as usedNames().
   std::vector<at::Tensor> gatherGradients() const;
 
 private:
@@ -88,7 +100,7 @@ private:
     at::Tensor parameter;
     std::vector<ir::Piece> pieces;
     std::vector<at::Tensor> paramPieces, bucketPieces;
-    at::Tensor param, grad, staged;
+    at::Tensor param, grad;
   };
   Status createShards(const ir::Phase &phase, const std::map<std::string, at::Tensor> &parameters,
                       c10::ScalarType dtype, size_t b);
@@ -114,9 +126,10 @@ private:
   int rank_ = 0;
   int world_ = 1;
   std::map<std::string, Shard> shards_;
-  /// Sharded, per bucket: this rank's averaged gradient shard, and its updated parameter
-  /// shard (the all-gather's input; the bucket buffer is its output).
-  std::vector<at::Tensor> gradShards_, paramShards_;
+  /// Sharded, per bucket: this rank's averaged gradient shard (its shard of the bucket,
+  /// unless the gradients are kept).
+  std::vector<at::Tensor> gradShards_;
+  bool keepGradients_ = false;
   std::vector<int64_t> shardElements_;
   std::vector<std::vector<Shard *>> bucketShards_;
 };

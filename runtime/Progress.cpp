@@ -283,6 +283,7 @@ Status Progress::writeSummary(double wall) const {
       {"zero", session_.sharded() ? session_.plan->zeroStage : 0},
       // Rank 0's (sharded, rank 0 holds the largest pieces).
       {"optimizer_state_bytes", session_.optimizerStateBytes()},
+      {"gradient_buffer_bytes", session_.executor->gradientBufferBytes()},
       {"wall_seconds", wall},
       {"images", imagesTotal_},
       {"images_per_second", wall > 0 ? static_cast<double>(imagesTotal_) / wall : 0.0},

@@ -103,6 +103,7 @@ Status createExecutor(Session &s) {
   options.device = s.device;
   options.broadcastBuffers = spec.buffers == "broadcast";
   options.useGraphs = s.options.cudaGraphs;
+  options.keepGradients = !s.options.dumpDir.empty();
   options.warmupIterations = s.options.warmup;
   for (const auto &phase : s.plan->phases)
     if (!phase->lossScaler.empty())

@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/utils/tensor_flatten.h>
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 #include <stdexcept>
@@ -43,6 +44,21 @@ EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
     return Status::error("the plan's shards are laid out for " + std::to_string(plan.shardRanks) +
                          " ranks, this run has " + std::to_string(group->getSize()));
   const int zeroStage = plan.shardRanks > 1 ? plan.zeroStage : 0;
+  if (zeroStage) {
+    // One scratch per dtype for every phase's sharded buffers, as large as the largest
+    // phase needs: phases run one after another, and nothing of a run outlives its phase.
+    std::map<c10::ScalarType, int64_t> largest;
+    for (const auto &phase : plan.phases) {
+      auto needed = PhaseReducer::scratchElements(*phase, plan.shardRanks, options.keepGradients);
+      if (!needed)
+        return needed.status();
+      for (const auto &[dtype, elements] : *needed)
+        largest[dtype] = std::max(largest[dtype], elements);
+    }
+    for (const auto &[dtype, elements] : largest)
+      e->scratch_[dtype] =
+          torch::zeros({elements}, at::TensorOptions(dtype).device(options.device));
+  }
   for (const auto &phase : plan.phases) {
     if (!phase->hasUsedFacts || phase->schedule.size() != phase->buckets.size())
       return Status::error("phase '" + phase->key() + "' has not been compiled (no buckets)");
@@ -54,7 +70,8 @@ EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
           std::make_unique<torch::jit::GraphFunction>(phase->key(), graph->second, nullptr);
     else if (!phase->stage.empty())
       return Status::error("phase '" + phase->key() + "' has no stage-specialised graph");
-    auto reducer = PhaseReducer::create(*phase, e->parameters_, group, options.device, zeroStage);
+    auto reducer = PhaseReducer::create(*phase, e->parameters_, group, options.device, zeroStage,
+                                        &e->scratch_, options.keepGradients);
     if (!reducer)
       return reducer.status();
     state.reducer = reducer.take();
@@ -70,6 +87,18 @@ EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
 }
 
 EagerExecutor::~EagerExecutor() = default;
+
+int64_t EagerExecutor::gradientBufferBytes() const {
+  int64_t bytes = 0;
+  for (const auto &[dtype, scratch] : scratch_)
+    bytes += static_cast<int64_t>(scratch.nbytes());
+  if (!scratch_.empty())
+    return bytes;
+  for (const auto &[key, state] : phases_)
+    for (const at::Tensor &buffer : state.reducer->buffers())
+      bytes += static_cast<int64_t>(buffer.nbytes());
+  return bytes;
+}
 
 const PhaseReducer &EagerExecutor::reducer(const std::string &phase) const {
   return *phases_.at(phase).reducer;

@@ -29,6 +29,7 @@ public:
   void broadcastBuffers();
   void broadcastState() override;
   const std::map<std::string, at::Tensor> &parameters() const override { return parameters_; }
+  int64_t gradientBufferBytes() const override;
   torch::jit::Module &module() { return module_; }
 
 private:
@@ -51,6 +52,8 @@ private:
   std::map<std::string, at::Tensor> parameters_;
   std::vector<at::Tensor> buffers_;
   std::map<std::string, PhaseState> phases_;
+  /// Sharded plans: the reducers' buffers, shared by the phases (see PhaseReducer::create).
+  std::map<c10::ScalarType, at::Tensor> scratch_;
   std::unique_ptr<GradReadyHooks> hooks_;
 };
 

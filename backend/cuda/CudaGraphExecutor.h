@@ -28,6 +28,7 @@ public:
   std::string mode(const std::string &phase) const override;
   const PhaseReducer &reducer(const std::string &phase) const override;
   void broadcastState() override { eager_->broadcastState(); }
+  int64_t gradientBufferBytes() const override { return eager_->gradientBufferBytes(); }
   const std::map<std::string, at::Tensor> &parameters() const override {
     return eager_->parameters();
   }

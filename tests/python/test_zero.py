@@ -15,7 +15,7 @@ import torch
 
 import ganc
 from ganc import oracle
-from conftest import archive, gradient_dumps
+from conftest import archive, compile_plan, gradient_dumps
 from test_parity import relative_error
 
 STEPS = 10
@@ -126,6 +126,14 @@ def test_checkpoints_are_whole_and_resume_on_any_world_size(ganc_bin, datasets, 
     sharded = run(2, "sharded", 6)
     assert "optimizer state sharded: zero 2" in sharded.stdout
     run(2, "unsharded", 6, "--zero", "0")
+    # Without --dump-grads the all-gather reuses the gradient shards' memory: the weights
+    # are still the unsharded run's.
+    for step in ("0000003", "0000006"):
+        want = torch.load(tmp_path / "unsharded" / f"checkpoint-{step}.pt", weights_only=False)
+        got = torch.load(tmp_path / "sharded" / f"checkpoint-{step}.pt", weights_only=False)
+        for sub in ("generator", "discriminator"):
+            for name, value in want[sub].items():
+                assert relative_error(got[sub][name].double(), value.double()) <= 1e-6, (step, name)
     whole = optimizer_state(tmp_path / "unsharded" / "checkpoint-0000003.pt")
     gathered = optimizer_state(tmp_path / "sharded" / "checkpoint-0000003.pt")
     assert set(whole) == set(gathered)
@@ -177,15 +185,28 @@ def test_explain_shows_the_shards(ganc_bin, tmp_path):
 
 
 def test_sharded_state_is_a_world_size_fraction(ganc_bin, datasets, tmp_path):
-    """Optimizer-state bytes per rank (summary.json): half at 2 ranks, plus at most a
-    parameter's rounding."""
+    """summary.json: optimizer-state bytes per rank are half at 2 ranks (plus at most a
+    parameter's rounding); the gradient buffers, shared by the phases when sharded, are the
+    largest phase's (G's) instead of every phase's."""
+    import json
     sizes = {}
-    for zero in (0, 1):
-        train(ganc_bin, "dcgan32", datasets["digits"], 2, str(tmp_path), zero, 2)
-        import json
-        with open(tmp_path / f"run-zero{zero}" / "summary.json") as f:
-            sizes[zero] = json.load(f)["optimizer_state_bytes"]
-    assert sizes[0] / 2 <= sizes[1] <= sizes[0] / 2 + 64 * 8
+    for zero in (0, 1, 2):
+        out = tmp_path / f"zero{zero}"
+        subprocess.run([ganc_bin, "run", "--nproc", "2", compile_plan(ganc_bin, "dcgan32", str(tmp_path)),
+                        "--model", archive("dcgan32"), "--data", datasets["digits"], "--steps", "2",
+                        "--out", str(out), "--checkpoint-every", "0", "--sample-every", "0",
+                        "--tensorboard", "off", "--zero", str(zero)], check=True, capture_output=True)
+        with open(out / "summary.json") as f:
+            sizes[zero] = json.load(f)
+    facts = json.loads(subprocess.run([ganc_bin, "explain", str(tmp_path / "dcgan32.plan"), "--json"],
+                                      capture_output=True, text=True, check=True).stdout)
+    phase_bytes = {p["name"]: sum(b["bytes"] for b in p["buckets"]) for p in facts["phases"]}
+    whole = sizes[0]["optimizer_state_bytes"]
+    assert sizes[0]["gradient_buffer_bytes"] == sum(phase_bytes.values())
+    for zero in (1, 2):
+        assert whole / 2 <= sizes[zero]["optimizer_state_bytes"] <= whole / 2 + 64 * 8
+        assert max(phase_bytes.values()) <= sizes[zero]["gradient_buffer_bytes"] \
+            <= max(phase_bytes.values()) + 2 * 64 * 16
 
 
 @pytest.mark.parametrize("args,mentions", [
