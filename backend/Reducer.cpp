@@ -290,24 +290,29 @@ void PhaseReducer::zeroGradient(const std::string &parameter) {
     piece.zero_();
 }
 
-void PhaseReducer::gatherParameters() {
+void PhaseReducer::gatherBucket(int bucket) {
   torch::NoGradGuard noGrad;
-  for (int b : scheduleOrder_) {
-    // The updated pieces go into this rank's shard of the bucket (its gradient is spent),
-    // which the all-gather reads in place.
-    for (Shard *shard : bucketShards_[b])
-      shard->bucketPieces[rank_].copy_(shard->param);
-    at::Tensor own = buffers_[b].narrow(0, rank_ * shardElements_[b], shardElements_[b]);
-    works_.push_back(group_->_allgather_base(buffers_[b], own));
-  }
+  // The updated pieces go into this rank's shard of the bucket (its gradient is spent),
+  // which the all-gather reads in place.
+  for (Shard *shard : bucketShards_[bucket])
+    shard->bucketPieces[rank_].copy_(shard->param);
+  at::Tensor own =
+      buffers_[bucket].narrow(0, rank_ * shardElements_[bucket], shardElements_[bucket]);
+  works_.push_back(group_->_allgather_base(buffers_[bucket], own));
+  gathering_.push_back(bucket);
+}
+
+void PhaseReducer::finishGather() {
+  torch::NoGradGuard noGrad;
   for (size_t i = 0; i < works_.size(); ++i) {
     works_[i]->wait();
-    for (Shard *shard : bucketShards_[scheduleOrder_[i]])
+    for (Shard *shard : bucketShards_[gathering_[i]])
       for (int q = 0; q < world_; ++q)
         if (q != rank_)
           shard->paramPieces[q].copy_(shard->bucketPieces[q]);
   }
   works_.clear();
+  gathering_.clear();
 }
 
 std::vector<at::Tensor> PhaseReducer::gatherGradients() const {

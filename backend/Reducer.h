@@ -68,7 +68,7 @@ public:
   // Sharded optimizer state (ZeRO). Each bucket is laid out by rank (ir::Bucket): backward's
   // gradients are written, scaled by 1/world, into every rank's piece; stage 1 all-reduces
   // the bucket, stage 2 reduce-scatters it; either way this rank is left the averaged
-  // gradient of its own pieces, which the optimizer steps, and gatherParameters() then
+  // gradient of its own pieces, which the optimizer steps, and gatherBucket() then
   // all-gathers every rank's updated pieces back into the parameters.
 
   /// 0 (not sharded), 1 or 2.
@@ -77,10 +77,16 @@ public:
   /// place by the optimizer) and the averaged gradient of that piece. Sharded only.
   const at::Tensor &parameterPiece(size_t i) const { return shards_.at(usedNames_[i]).param; }
   const at::Tensor &gradientPiece(size_t i) const { return shards_.at(usedNames_[i]).grad; }
-  /// After the optimizer stepped this rank's pieces: all-gathers the pieces of every bucket
-  /// (launched in schedule order, waited together) and copies the other ranks' into the
-  /// parameters. Every rank calls it.
-  void gatherParameters();
+  /// The bucket holding usedParameters()[i], and the order buckets are reduced (and are to be
+  /// gathered) in: the same on every rank.
+  int bucketOf(size_t i) const { return slots_.at(usedNames_[i]).bucket; }
+  const std::vector<int> &launchOrder() const { return scheduleOrder_; }
+  /// Once this rank's pieces in `bucket` are stepped: launches the bucket's all-gather
+  /// (the optimizer can step the next bucket meanwhile). Every rank gathers every bucket, in
+  /// launchOrder().
+  void gatherBucket(int bucket);
+  /// Waits for the all-gathers and copies the other ranks' pieces into the parameters.
+  void finishGather();
   /// Every used parameter's averaged gradient, whole (an all-gather of the gradient pieces
   /// into fresh tensors; for dumps; the reducer must keep its gradients). Every rank calls
   /// it; index as usedNames().
@@ -130,6 +136,7 @@ private:
   /// unless the gradients are kept).
   std::vector<at::Tensor> gradShards_;
   bool keepGradients_ = false;
+  std::vector<int> gathering_; // buckets whose all-gather is in flight, in launch order
   std::vector<int64_t> shardElements_;
   std::vector<std::vector<Shard *>> bucketShards_;
 };

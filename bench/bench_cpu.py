@@ -107,15 +107,17 @@ def run_ganc(model, data, steps, warmup, world, tmp, zero=0, state=False):
     timing = json.load(open(os.path.join(out, "timing.json")))
     step = statistics.median(timing["step_seconds"][warmup:])
     if state:
-        return step, json.load(open(os.path.join(out, "summary.json")))["optimizer_state_bytes"]
+        summary = json.load(open(os.path.join(out, "summary.json")))
+        return step, (summary["optimizer_state_bytes"], summary["gradient_buffer_bytes"])
     return (step, statistics.median(timing["overhead_seconds"][warmup:]))
 
 
 def sharding(args, tmp):
     """Sharded optimizer state: ganc unsharded, zero 1 and zero 2 (interleaved, best of
     --repeats medians, as this machine's timings wander) against eager DDP with
-    ZeroRedundancyOptimizer; optimizer-state bytes per rank (rank 0's)."""
-    rows = []
+    ZeroRedundancyOptimizer; then rank 0's optimizer state and gradient buffers, also for
+    StyleGAN2 (four phases: two regularisers beside the main D and G steps)."""
+    rows, memory = [], []
     for model, data, steps in (("mlp", "ring", args.steps_mlp), ("dcgan32", "digits", args.steps_dcgan)):
         data = os.path.join(tmp, data + ".pt")
         warmup = max(2, steps // 10)
@@ -125,14 +127,23 @@ def sharding(args, tmp):
                 step, state[zero] = run_ganc(model, data, steps, warmup, args.nproc, tmp, zero, state=True)
                 best[zero] = min(best.get(zero, step), step)
         eager, eager_state = baseline(model, data, steps, warmup, "ddp", args.nproc, tmp, zero=True, state=True)
-        rows.append((model, best, state, eager, eager_state))
-    print(f"\nsharded optimizer state, {args.nproc} Gloo ranks: steps/s, and optimizer state per rank")
-    print(f"{'model':10} {'ganc':>8} {'zero 1':>8} {'zero 2':>8} {'DDP+ZeRO':>9} {'z2/ganc':>8} {'z2/eager':>9}"
-          f" {'state: ganc':>12} {'zero 2':>10} {'DDP+ZeRO':>10}")
-    for model, best, state, eager, eager_state in rows:
+        rows.append((model, best, eager))
+        memory.append((model, state, eager_state))
+    state = {zero: run_ganc("stylegan2", os.path.join(tmp, "digits.pt"), 4, 1, args.nproc, tmp, zero,
+                            state=True)[1] for zero in (0, 2)}
+    memory.append(("stylegan2", state, None))
+    print(f"\nsharded optimizer state, {args.nproc} Gloo ranks: steps/s (best of {args.repeats} medians)")
+    print(f"{'model':10} {'ganc':>8} {'zero 1':>8} {'zero 2':>8} {'DDP+ZeRO':>9} {'z1/ganc':>8} {'z2/ganc':>8}"
+          f" {'z2/DDP+ZeRO':>12}")
+    for model, best, eager in rows:
         print(f"{model:10} {1 / best[0]:8.1f} {1 / best[1]:8.1f} {1 / best[2]:8.1f} {1 / eager:9.1f}"
-              f" {best[0] / best[2]:7.2f}x {eager / best[2]:8.2f}x"
-              f" {state[0] / 1024:9.0f} KiB {state[2] / 1024:6.0f} KiB {eager_state / 1024:6.0f} KiB")
+              f" {best[0] / best[1]:7.2f}x {best[0] / best[2]:7.2f}x {eager / best[2]:11.2f}x")
+    print(f"\nper rank (rank 0), KiB: {'optimizer state':>30} {'gradient buffers':>24}")
+    print(f"{'model':10} {'ganc':>10} {'zero 2':>10} {'DDP+ZeRO':>10} {'ganc':>12} {'zero 2':>10}")
+    for model, state, eager_state in memory:
+        eager = f"{eager_state / 1024:10.0f}" if eager_state is not None else f"{'-':>10}"
+        print(f"{model:10} {state[0][0] / 1024:10.0f} {state[2][0] / 1024:10.0f} {eager}"
+              f" {state[0][1] / 1024:12.0f} {state[2][1] / 1024:10.0f}")
 
 
 def main():

@@ -163,6 +163,13 @@ const std::vector<Session::StepGroup> &Session::stepGroups(const std::string &ph
     for (const ir::ClipGradNorm &clip : compiled->clips)
       if (clip.group == name)
         group.clip = &clip;
+    if (reducer.zeroStage())
+      for (size_t k = 0; k < group.used.size(); ++k) {
+        StepGroup::Part &part = group.byBucket[reducer.bucketOf(group.used[k])];
+        part.names.push_back(group.names[k]);
+        part.parameters.push_back(group.parameters[k]);
+        part.positions.push_back(k);
+      }
     groups.push_back(std::move(group));
   }
   return stepGroups_.emplace(phase, std::move(groups)).first->second;
@@ -244,15 +251,32 @@ void Session::optimizerStep(const std::string &phase, backend::PhaseReducer &red
     if (sharded && groups[g].clip)
       normParts[g] = localNormPart(grads[g], groups[g].clip->normType);
   }
-  if (sharded)
+  if (sharded) {
     combineAcrossRanks(found, normParts, groups);
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const StepGroup &group = groups[g];
-    if (group.clip && sharded)
-      scaleByNorm(grads[g], normParts[g], group.clip->maxNorm, group.clip->normType);
-    else if (group.clip)
-      clipGradNorm(grads[g], group.clip->maxNorm, group.clip->normType);
-    group.optimizer->step(group.names, group.parameters, grads[g], found[g]);
+    for (size_t g = 0; g < groups.size(); ++g)
+      if (groups[g].clip)
+        scaleByNorm(grads[g], normParts[g], groups[g].clip->maxNorm, groups[g].clip->normType);
+    // Bucket by bucket, in the order they were reduced: each bucket's all-gather is on its
+    // way while the optimizers step the next one's pieces.
+    for (int bucket : reducer.launchOrder()) {
+      for (size_t g = 0; g < groups.size(); ++g) {
+        auto part = groups[g].byBucket.find(bucket);
+        if (part == groups[g].byBucket.end())
+          continue;
+        std::vector<at::Tensor> partGrads;
+        for (size_t k : part->second.positions)
+          partGrads.push_back(grads[g][k]);
+        groups[g].optimizer->step(part->second.names, part->second.parameters, partGrads, found[g]);
+      }
+      reducer.gatherBucket(bucket);
+    }
+  } else {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const StepGroup &group = groups[g];
+      if (group.clip)
+        clipGradNorm(grads[g], group.clip->maxNorm, group.clip->normType);
+      group.optimizer->step(group.names, group.parameters, grads[g], found[g]);
+    }
   }
   std::vector<at::Tensor> flags;
   for (const at::Tensor &f : found)
@@ -265,7 +289,7 @@ void Session::optimizerStep(const std::string &phase, backend::PhaseReducer &red
     skippedSteps.at(name).add_((torch::stack(flags).sum() > 0).to(torch::kLong));
   }
   if (sharded)
-    reducer.gatherParameters();
+    reducer.finishGather();
 }
 
 int64_t Session::optimizerStateBytes() const {

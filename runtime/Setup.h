@@ -67,6 +67,14 @@ private:
     /// Each one's index in the reducer's used parameters.
     std::vector<size_t> used;
     const ir::ClipGradNorm *clip = nullptr;
+    /// Sharded: the group's pieces in each bucket (positions in the vectors above), stepped
+    /// bucket by bucket so each bucket's all-gather overlaps the next one's step.
+    struct Part {
+      std::vector<std::string> names;
+      std::vector<at::Tensor> parameters;
+      std::vector<size_t> positions;
+    };
+    std::map<int, Part> byBucket;
   };
   /// The phase's step groups, worked out on its first step and kept (a phase's used
   /// parameters never change).

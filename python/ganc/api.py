@@ -125,14 +125,21 @@ def _key(phase: dict) -> str:
 
 
 def compile(archive: str, output: str | None = None, *, bucket_cap_mb: float | None = None,
-            first_bucket_mb: float | None = None) -> Plan:
-    """`ganc compile ARCHIVE -o OUTPUT` (default: the archive's name with .plan)."""
+            first_bucket_mb: float | None = None, zero: int | None = None,
+            ranks: int | None = None) -> Plan:
+    """`ganc compile ARCHIVE -o OUTPUT` (default: the archive's name with .plan). `zero` (0,
+    1, 2) shards optimizer state instead of the spec's stage; `ranks` lays the shards out
+    for that many ranks."""
     output = output or os.path.splitext(archive)[0] + ".plan"
     args = ["compile", archive, "-o", output, "--emit", "json"]
     if bucket_cap_mb is not None:
         args += ["--bucket-cap-mb", str(bucket_cap_mb)]
     if first_bucket_mb is not None:
         args += ["--first-bucket-mb", str(first_bucket_mb)]
+    if zero is not None:
+        args += ["--zero", str(zero)]
+    if ranks is not None:
+        args += ["--ranks", str(ranks)]
     return Plan(output, archive, json.loads(_run(args, echo=False)))
 
 
@@ -163,7 +170,7 @@ def train(plan: Plan | str, model: str | None = None, data=None, *, nproc: int =
 
     `data` is a path (tensor file, image folder, zip) or a tensor [N, *shape] in [-1, 1].
     Every other keyword is a `ganc train` option: steps=2000, seed=1, log_every=100,
-    resume="auto", force=True, lr=2e-4, betas=(0.0, 0.99), device="cuda",
+    resume="auto", force=True, lr=2e-4, betas=(0.0, 0.99), zero=2, device="cuda",
     cuda_graphs=False, ... `quiet` stops the progress lines being echoed.
     """
     if isinstance(plan, str):

@@ -224,3 +224,11 @@ def test_bad_zero_options_are_one_line(ganc_bin, tmp_path, args, mentions):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and mentions in lines[0], result.stderr
+
+
+def test_python_api_takes_the_stage(ganc_bin, datasets, tmp_path):
+    plan = ganc.compile(archive("mlp"), str(tmp_path / "mlp.plan"), zero=2, ranks=2)
+    assert "zero 2 ranks 2" in open(plan.path).read()
+    summary = ganc.train(plan, data=datasets["ring"], nproc=2, out=str(tmp_path / "run"), steps=2,
+                         zero=1, tensorboard="off", quiet=True)
+    assert summary["zero"] == 1 and summary["world_size"] == 2
