@@ -49,6 +49,10 @@ def main(out):
     # than DDP's buckets and Adam amplifies the last-bit differences.
     gan, spec = zoo.build("dcgan32")
     ganc.export(gan.double(), os.path.join(out, "dcgan32_f64.pt"), dict(spec, dtype="float64"))
+    # StyleGAN2 at 3 ranks, sharded against unsharded and eager ZeroRedundancyOptimizer: the
+    # sharded buckets put three float32 addends in another order (as above).
+    gan, spec = zoo.build("stylegan2")
+    ganc.export(gan.double(), os.path.join(out, "stylegan2_f64.pt"), dict(spec, dtype="float64"))
     # Synchronised batch norm against one process on the concatenated batch: the statistics
     # are summed in another order, a last-bit difference Adam's first steps amplify in float32.
     gan, spec = zoo.build("dcgan32_syncbn")

@@ -5,7 +5,7 @@ pieces) and every parameter after STEPS steps must equal the unsharded ganc run 
 relative, and eager DDP with ZeroRedundancyOptimizer (run in the same test) as closely as the
 unsharded parity suite asks of eager DDP. Three float32 addends sum in an order set by
 where a value sits in the buffer (Gloo's ring), and the sharded layout puts them elsewhere;
-as in the parity suite, the 3-rank DCGAN comparison runs in float64.
+as in the parity suite, the 3-rank DCGAN and StyleGAN2 comparisons run in float64.
 """
 import os
 import subprocess
@@ -27,6 +27,7 @@ CORE = [
     ("dcgan32", "digits", 2, "ddp"),
     ("dcgan32_f64", "digits", 3, "ddp"),
     ("stylegan2", "digits", 2, {"Greg": "manual", "Dreg": "manual"}),
+    ("stylegan2_f64", "digits", 3, {"Greg": "manual", "Dreg": "manual"}),
 ]
 # Training-step features whose arithmetic sharding changes, at 2 ranks with zero 2: norms
 # and found-inf flags combined across ranks, unreached branches, frozen and separately
