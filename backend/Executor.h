@@ -55,6 +55,13 @@ struct RunStats {
   /// Host seconds inside the replay call itself (PyTorch's CUDAGraph::replay: the RNG
   /// offsets, then cudaGraphLaunch); the rest of a replayed run is ganc's own.
   double launchSeconds = 0;
+  /// An eager run on the CPU, timed from its start (ganc train --profile; on a GPU the host
+  /// clock does not see the kernels): when the last backward returned, when each bucket's
+  /// last gradient was ready (by bucket index), and the optimizer step's seconds.
+  bool profiled = false;
+  double backwardSeconds = 0;
+  std::vector<double> bucketReadySeconds;
+  double stepSeconds = 0;
 };
 
 /// One rank's executor of every phase in a plan.

@@ -95,6 +95,7 @@ PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Ten
   }
   r->conditional_ = phase.conditional;
   r->pending_.assign(r->buffers_.size(), 0);
+  r->readyTimes_.resize(r->buffers_.size());
   return r;
 }
 
@@ -133,8 +134,10 @@ bool PhaseReducer::markReady(const std::string &parameter, const at::Tensor &ten
     p.mutable_grad() = slot->second.view;
   }
   ready = true;
-  if (--pending_[slot->second.bucket] == 0)
+  if (--pending_[slot->second.bucket] == 0) {
+    readyTimes_[slot->second.bucket] = std::chrono::steady_clock::now();
     launchReady();
+  }
   return true;
 }
 
@@ -182,8 +185,11 @@ void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
       p.mutable_grad() = slot.view;
     }
   }
-  for (int &p : pending_)
-    p = 0;
+  for (size_t b = 0; b < pending_.size(); ++b)
+    if (pending_[b] != 0) {
+      readyTimes_[b] = std::chrono::steady_clock::now();
+      pending_[b] = 0;
+    }
   launchReady();
   // Which conditional parameters some rank reached: one small all-reduce, issued after every
   // bucket, so every rank issues its collectives in the same order.

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -62,6 +63,56 @@ void Progress::endPhase(int64_t step, const backend::RunStats &run, double hostW
     replayHostSeconds_.push_back(host);
     replayLaunchSeconds_.push_back(run.launchSeconds);
   }
+}
+
+void Progress::addProfile(const std::string &key, const backend::RunStats &run) {
+  if (!run.profiled)
+    return;
+  PhaseProfile &p = profile_[key];
+  p.backward.push_back(run.backwardSeconds);
+  p.step.push_back(run.stepSeconds);
+  p.ready.resize(run.bucketReadySeconds.size());
+  for (size_t b = 0; b < run.bucketReadySeconds.size(); ++b)
+    p.ready[b].push_back(run.bucketReadySeconds[b]);
+}
+
+namespace {
+
+/// The median of `values` after the first runs (warm-up: allocator, first optimizer state).
+double steadyMedian(std::vector<double> values) {
+  const size_t skip = values.size() > 4 ? values.size() / 5 : 0;
+  values.erase(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(skip));
+  std::sort(values.begin(), values.end());
+  return values.empty() ? 0.0 : values[values.size() / 2];
+}
+
+} // namespace
+
+/// The --profile file: what `ganc simulate` predicts other world sizes from.
+Status Progress::writeProfile() const {
+  const TrainOptions &o = session_.options;
+  nlohmann::json phases = nlohmann::json::array();
+  for (const auto &[key, p] : profile_) {
+    const ir::Phase *planned = session_.plan->findPhase(key);
+    nlohmann::json buckets = nlohmann::json::array();
+    for (size_t b = 0; b < p.ready.size(); ++b)
+      buckets.push_back(
+          {{"bytes", planned->buckets[b].bytes}, {"ready_seconds", steadyMedian(p.ready[b])}});
+    phases.push_back({{"key", key},
+                      {"runs", p.backward.size()},
+                      {"forward_backward_seconds", steadyMedian(p.backward)},
+                      {"optimizer_seconds", steadyMedian(p.step)},
+                      {"buckets", buckets}});
+  }
+  nlohmann::json profile = {{"format", "ganc-profile"},
+                            {"version", 1},
+                            {"identity", session_.plan->identity},
+                            {"world_size", session_.rank.worldSize},
+                            {"threads", torch::get_num_threads()},
+                            {"device", session_.device.is_cuda() ? "cuda" : "cpu"},
+                            {"steps", o.steps - firstStep_},
+                            {"phases", phases}};
+  return writeFileAtomically(o.profile, profile.dump(2) + "\n");
 }
 
 void Progress::addLoss(int64_t step, const std::string &phase, const at::Tensor &loss) {
@@ -257,6 +308,8 @@ Status Progress::finish() {
   if (!out)
     return Status::failure("cannot write " + path);
   GANC_TRY(writeSummary(wall));
+  if (!session_.options.profile.empty())
+    GANC_TRY(writeProfile());
   if (events_)
     events_->finish(); // the event files are complete when training returns
   return Status::ok();

@@ -25,6 +25,9 @@ public:
   /// Around one phase run: its host time, and its device time on CUDA.
   void beginPhase();
   void endPhase(int64_t step, const backend::RunStats &run, double hostWorkSeconds);
+  /// With --profile: keeps a profiled run of phase `key` (its compute, bucket ready times
+  /// and optimizer seconds).
+  void addProfile(const std::string &key, const backend::RunStats &run);
   /// Host seconds the optimizers took (part of the work on CPU).
   void addOptimizerSeconds(double seconds) { stepWork_ += seconds; }
   /// A phase's loss, still on the device: it is read only when a progress line needs it,
@@ -47,6 +50,12 @@ public:
 private:
   using Clock = std::chrono::steady_clock;
   Status writeSummary(double wallSeconds) const;
+  Status writeProfile() const;
+  struct PhaseProfile {
+    std::vector<double> backward, step;
+    std::vector<std::vector<double>> ready; // per bucket
+  };
+  std::map<std::string, PhaseProfile> profile_;
   Session &session_;
   int64_t firstStep_;
   std::ofstream history_;

@@ -91,6 +91,8 @@ private:
           .withContext("rank " + std::to_string(s_.rank.rank) + ", step " + std::to_string(step));
     }
     progress.endPhase(step, s_.executor->lastRun(), s_.executor->lastWorkSeconds());
+    if (!s_.options.profile.empty())
+      progress.addProfile(key, s_.executor->lastRun());
     GANC_TRY(dumped);
     if (dumping || (!s_.options.dumpDir.empty() && s_.sharded()))
       GANC_TRY(dumpGradients(s_, step, key, phase.name));

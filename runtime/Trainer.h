@@ -35,6 +35,9 @@ struct TrainOptions {
   int64_t batchSize = 0;
   /// Rank 0 writes every all-reduced gradient and the final parameters here (parity tests).
   std::string dumpDir;
+  /// Rank 0 writes the phases' timing here for `ganc simulate` (CPU ranks): per phase, the
+  /// forward and backward seconds, when each bucket was ready, the optimizer's seconds.
+  std::string profile;
   std::string device = "cpu";
   /// On CUDA: capture each phase once and replay it (false: run every phase eagerly).
   bool cudaGraphs = true;

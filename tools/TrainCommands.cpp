@@ -67,6 +67,8 @@ const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
                           1 shards optimizer state, 2 gradients as well, 0 off
   --threads N             intra-op threads per rank (default: cores / local ranks)
   --dump-grads DIR        rank 0 writes every all-reduced gradient (parity tests)
+  --profile FILE          rank 0 writes each phase's timing (compute, when each bucket was
+                          ready, the optimizer) for `ganc simulate` (CPU ranks)
 ranks come from RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun's contract).
 )";
 
@@ -190,6 +192,7 @@ const std::map<std::string, OptionHandler> &trainOptions() {
          o.nonFinite = r.choice(f, {"stop", "skip"});
        }},
       {"--dump-grads", [](R &r, S &f, O &o) { o.dumpDir = r.value(f); }},
+      {"--profile", [](R &r, S &f, O &o) { o.profile = r.value(f); }},
       {"--force", [](R &, S &, O &o) { o.force = true; }},
       {"--batch-size",
        [](R &r, S &f, O &o) {

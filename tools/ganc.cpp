@@ -4,6 +4,7 @@
 #include "ir/TextFormat.h"
 #include "passes/Pass.h"
 #include "tools/Report.h"
+#include "tools/Simulate.h"
 #include "tools/TrainCommands.h"
 
 #include <torch/version.h>
@@ -38,6 +39,9 @@ commands:
   run --nproc N PLAN --model MODEL.pt [options]
                                             start N local ranks of `ganc train`
   plot OUT [-o PNG]                         a run's loss curves as a PNG (Python, matplotlib)
+  simulate PLAN --profile TIMING.json --gpus 1,8,64 [--link ib|...]
+      predicted step time, exposed communication and scaling efficiency per world size, from
+      a `ganc train --profile` run and an alpha-beta model of ring all-reduce.
   (ganc COMMAND --help lists each command's options; ganc --version says which ganc)
 
 exit codes: 0 success, 2 bad input (one line on stderr says which file/phase/parameter),
@@ -224,6 +228,8 @@ int main(int argc, char **argv) {
     return explainCommand(args);
   if (command == "plot")
     return plotCommand(args);
+  if (command == "simulate")
+    return tools::simulateCommand(args);
   if (command == "train")
     return tools::trainCommand(args);
   if (command == "run")

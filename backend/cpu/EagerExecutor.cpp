@@ -245,6 +245,7 @@ at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
     hooks_->setActive(nullptr);
     throw;
   }
+  backwardEnd_ = std::chrono::steady_clock::now();
   hooks_->setActive(nullptr);
   if (last)
     state.reducer->finish(parameters_);
@@ -263,13 +264,27 @@ at::Tensor EagerExecutor::run(const std::string &phase, const InputFn &inputs, c
     throw std::runtime_error("no phase '" + phase + "' in the plan");
   lastWorkSeconds_ = 0;
   lastStats_.clear();
+  lastRun_ = RunStats();
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration<double>(to - from).count();
+  };
+  const Clock::time_point start = Clock::now();
   at::Tensor loss;
   for (int64_t micro = 0; micro < it->second.plan->accumulate; ++micro) {
     at::Tensor part = forwardBackward(phase, inputs(micro), micro);
     loss = micro == 0 ? part : loss + part;
   }
+  const Clock::time_point stepStart = Clock::now();
   if (step)
     step(phase, *it->second.reducer);
+  if (!options_.device.is_cuda()) {
+    lastRun_.profiled = true;
+    lastRun_.backwardSeconds = seconds(start, backwardEnd_);
+    for (const Clock::time_point &ready : it->second.reducer->readyTimes())
+      lastRun_.bucketReadySeconds.push_back(seconds(start, ready));
+    lastRun_.stepSeconds = seconds(stepStart, Clock::now());
+  }
   return loss;
 }
 

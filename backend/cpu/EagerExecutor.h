@@ -3,6 +3,8 @@
 
 #include "backend/Executor.h"
 
+#include <chrono>
+
 namespace ganc::backend {
 
 /// Runs each phase eagerly with autograd; bucket all-reduces overlap backward through the
@@ -55,6 +57,7 @@ private:
   /// Sharded plans: the reducers' buffers, shared by the phases (see PhaseReducer::create).
   std::map<c10::ScalarType, at::Tensor> scratch_;
   std::unique_ptr<GradReadyHooks> hooks_;
+  std::chrono::steady_clock::time_point backwardEnd_;
 };
 
 } // namespace ganc::backend

@@ -1,0 +1,121 @@
+"""Checks `ganc simulate` against measurements on this machine.
+
+1. Measures Gloo's all-reduce on 2 local ranks at sizes from 4 KiB to 8 MiB and fits the
+   alpha-beta model (2 ranks: t = 2 alpha + B / beta).
+2. Profiles each model on 1 rank (`ganc train --profile`, one thread).
+3. Predicts 2, 3 and 4 ranks with `ganc simulate` (those alpha and beta, every rank on this
+   host, sharing its cores), then trains at 2, 3 and 4 ranks (one thread each) and prints
+   predicted against measured step time (median after warm-up).
+
+    python3 bench/scaling.py [--steps 40] [--worlds 2,3,4] [--models dcgan32,mlp]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "models"))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+import ganc  # noqa: E402
+from ganc.oracle import free_port  # noqa: E402
+import zoo  # noqa: E402
+
+GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
+SIZES = [4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 8 << 20]
+DATA = {"mlp": "ring", "dcgan32": "digits"}
+
+
+def _link_worker(rank, world, port, result):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    times = {}
+    for size in SIZES:
+        t = torch.zeros(size // 4)
+        for _ in range(3):
+            dist.all_reduce(t)
+        samples = []
+        for _ in range(15):
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(t)
+            samples.append(time.perf_counter() - start)
+        times[size] = statistics.median(samples)
+    if rank == 0:
+        with open(result, "w") as f:
+            json.dump(times, f)
+    dist.destroy_process_group()
+
+
+def measure_link(tmp):
+    """(alpha seconds, beta bytes/s) of Gloo's all-reduce on 2 local ranks, least squares."""
+    result = os.path.join(tmp, "link.json")
+    mp.spawn(_link_worker, args=(2, free_port(), result), nprocs=2, join=True)
+    times = {int(k): v for k, v in json.load(open(result)).items()}
+    n = len(times)
+    mean_b = sum(times) / n
+    mean_t = sum(times.values()) / n
+    slope = (sum((b - mean_b) * (t - mean_t) for b, t in times.items())
+             / sum((b - mean_b) ** 2 for b in times))
+    intercept = mean_t - slope * mean_b
+    return max(intercept, 1e-6) / 2, 1 / slope
+
+
+def train(plan, archive, data, world, steps, out, *extra):
+    subprocess.run([GANC, "run", "--nproc", str(world), plan, "--model", archive, "--data", data,
+                    "--steps", str(steps), "--seed", "0", "--out", out, "--force", "--threads", "1",
+                    "--sample-every", "0", "--checkpoint-every", "0", "--log-every", str(steps),
+                    "--tensorboard", "off", *extra], check=True, stdout=subprocess.DEVNULL)
+    timing = json.load(open(os.path.join(out, "timing.json")))
+    return statistics.median(timing["step_seconds"][max(2, steps // 5):])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--worlds", default="2,3,4")
+    parser.add_argument("--models", default="dcgan32,mlp")
+    args = parser.parse_args()
+    worlds = [int(w) for w in args.worlds.split(",")]
+    cores = os.cpu_count() or 1
+    with tempfile.TemporaryDirectory() as tmp:
+        alpha, beta = measure_link(tmp)
+        print(f"Gloo all-reduce, 2 local ranks: alpha {alpha * 1e6:.1f} us, beta {beta / 1e9:.2f} GB/s")
+        rows = []
+        for model in args.models.split(","):
+            data = os.path.join(tmp, DATA[model] + ".pt")
+            subprocess.run([sys.executable, os.path.join(ROOT, "models", "make_data.py"), DATA[model],
+                            "-o", data], check=True, stdout=subprocess.DEVNULL)
+            gan, spec = zoo.build(model)
+            archive, plan = os.path.join(tmp, model + ".pt"), os.path.join(tmp, model + ".plan")
+            ganc.export(gan, archive, spec)
+            subprocess.run([GANC, "compile", archive, "-o", plan], check=True, stderr=subprocess.DEVNULL)
+            profile = os.path.join(tmp, model + ".profile.json")
+            one = train(plan, archive, data, 1, args.steps, os.path.join(tmp, "run1"), "--profile", profile)
+            predicted = json.loads(subprocess.run(
+                [GANC, "simulate", plan, "--profile", profile, "--gpus", ",".join(map(str, worlds)),
+                 "--ranks-per-host", str(max(worlds)), "--cores-per-host", str(cores),
+                 "--alpha-us", str(alpha * 1e6), "--bandwidth-gbps", str(beta / 1e9), "--json"],
+                check=True, capture_output=True, text=True).stdout)
+            for p in predicted:
+                measured = train(plan, archive, data, p["ranks"], args.steps, os.path.join(tmp, "run"))
+                rows.append((model, p["ranks"], one, p["step_seconds"], measured))
+    print(f"\npredicted against measured step time, {cores} cores, one thread per rank")
+    print(f"{'model':10} {'ranks':>5} {'1 rank ms':>10} {'predicted ms':>13} {'measured ms':>12} {'error':>8}")
+    for model, ranks, one, predicted, measured in rows:
+        print(f"{model:10} {ranks:5d} {one * 1e3:10.2f} {predicted * 1e3:13.2f} {measured * 1e3:12.2f}"
+              f" {100 * (predicted - measured) / measured:7.1f}%")
+
+
+if __name__ == "__main__":
+    main()

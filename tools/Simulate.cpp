@@ -1,0 +1,361 @@
+// ganc simulate: per world size, each phase's forward and backward as profiled, its buckets
+// all-reduced one after another on one channel, each starting once it is ready (its last
+// gradient, as profiled) and the bucket before it is done — the plan's schedule — and the
+// optimizer; against StyleGAN3's schedule (one flat all-reduce after backward). An
+// all-reduce of B bytes over N ranks takes the faster of a ring, 2(N-1) alpha + 2(N-1)/N B /
+// beta, and a double binary tree, 2 ceil(log2 N) alpha + 2 B / beta (NCCL picks between
+// them the same way; beta is the bus bandwidth in NCCL's sense); collectives within a host
+// use the intra-host link, larger ones are bound by the link between hosts. The batch per rank
+// stays fixed (weak scaling), so the efficiency at N ranks is step(1) / step(N).
+#include "tools/Simulate.h"
+
+#include "ir/Files.h"
+#include "ir/TextFormat.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+namespace ganc::tools {
+
+namespace {
+
+struct Link {
+  double alpha;     // seconds per ring step
+  double bandwidth; // bytes per second (bus bandwidth)
+};
+
+/// Documented defaults: NVLink 4 (8 x H100, NCCL bus bandwidth), InfiniBand NDR 400 Gb/s per
+/// GPU, 100 Gb/s Ethernet (RoCE), and one host's loopback under Gloo.
+const std::map<std::string, Link> &links() {
+  static const std::map<std::string, Link> known = {{"nvlink", {5e-6, 300e9}},
+                                                    {"ib", {10e-6, 40e9}},
+                                                    {"ethernet", {30e-6, 10e9}},
+                                                    {"loopback", {50e-6, 2e9}}};
+  return known;
+}
+
+const char *kUsage =
+    R"(usage: ganc simulate PLAN --profile TIMING.json --gpus 1,8,64,512,1024 [options]
+
+Predicts the step time, the communication left exposed after backward and the scaling
+efficiency (batch per rank fixed) at each world size, from a `ganc train --profile` run of the
+plan (per phase: forward and backward, when each bucket was ready, the optimizer) and an
+alpha-beta model of all-reduce (the faster of a ring, 2(N-1) alpha + 2(N-1)/N B/beta, and a
+double binary tree, 2 ceil(log2 N) alpha + 2 B/beta); beside it, StyleGAN3's schedule (one
+flat all-reduce after backward) on the same links.
+
+  --link nvlink|ib|ethernet|loopback   the link between hosts (default ib)
+  --intra-link NAME       the link within a host (default nvlink)
+  --ranks-per-host N      ranks sharing a host (default 8): larger rings cross hosts
+  --alpha-us A            latency per ring step instead of the links' (both)
+  --bandwidth-gbps B      bus bandwidth in GB/s instead of the links' (both)
+  --cores-per-host C      CPU ranks sharing C cores: compute slows by ranks x threads / C
+                          when that exceeds 1 (default: each rank has its own device)
+  --json                  the predictions as JSON
+link defaults: nvlink 5 us, 300 GB/s; ib 10 us, 40 GB/s; ethernet 30 us, 10 GB/s;
+loopback 50 us, 2 GB/s.
+)";
+
+struct Options {
+  std::string plan, profile;
+  std::vector<int64_t> gpus;
+  std::string link = "ib", intraLink = "nvlink";
+  int64_t ranksPerHost = 8;
+  int64_t coresPerHost = 0;
+  std::optional<double> alphaUs, bandwidthGBps;
+  bool json = false;
+  bool help = false;
+};
+
+struct Bucket {
+  int64_t bytes = 0;
+  double ready = 0;
+};
+
+struct Phase {
+  std::string key;
+  double weight = 0; // runs per training step
+  double compute = 0;
+  double optimizer = 0;
+  std::vector<Bucket> buckets; // in the plan's all-reduce order
+};
+
+struct Profile {
+  int64_t threads = 1;
+  int64_t worldSize = 1;
+  std::string device;
+  std::vector<Phase> phases;
+};
+
+struct Prediction {
+  int64_t ranks = 1;
+  double step = 0, exposed = 0, flatStep = 0, flatExposed = 0;
+};
+
+Status parseArgs(const std::vector<std::string> &args, Options &o) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string &a = args[i];
+    auto value = [&]() -> Expected<std::string> {
+      if (i + 1 >= args.size())
+        return Status::error(a + " needs a value");
+      return args[++i];
+    };
+    auto positive = [&](double &out) -> Status {
+      auto v = value();
+      if (!v)
+        return v.status();
+      std::optional<double> x = ir::parseDouble(*v);
+      if (!x || !(*x > 0))
+        return Status::error(a + " takes a positive number, not '" + *v + "'");
+      out = *x;
+      return Status::ok();
+    };
+    auto count = [&](int64_t &out) -> Status {
+      auto v = value();
+      if (!v)
+        return v.status();
+      std::optional<int64_t> x = ir::parseInt64(*v);
+      if (!x || *x < 1)
+        return Status::error(a + " takes a positive integer, not '" + *v + "'");
+      out = *x;
+      return Status::ok();
+    };
+    auto linkName = [&](std::string &out) -> Status {
+      auto v = value();
+      if (!v)
+        return v.status();
+      if (!links().count(*v))
+        return Status::error(a + " takes nvlink, ib, ethernet or loopback, not '" + *v + "'");
+      out = *v;
+      return Status::ok();
+    };
+    if (a == "-h" || a == "--help") {
+      o.help = true;
+    } else if (a == "--profile") {
+      auto v = value();
+      if (!v)
+        return v.status();
+      o.profile = *v;
+    } else if (a == "--gpus") {
+      auto v = value();
+      if (!v)
+        return v.status();
+      std::stringstream list(*v);
+      std::string item;
+      while (std::getline(list, item, ',')) {
+        std::optional<int64_t> n = ir::parseInt64(item);
+        if (!n || *n < 1)
+          return Status::error("--gpus takes world sizes like 1,8,64, not '" + *v + "'");
+        o.gpus.push_back(*n);
+      }
+      if (o.gpus.empty())
+        return Status::error("--gpus is empty: give the world sizes to predict, like 1,8,64");
+    } else if (a == "--link") {
+      GANC_TRY(linkName(o.link));
+    } else if (a == "--intra-link") {
+      GANC_TRY(linkName(o.intraLink));
+    } else if (a == "--ranks-per-host") {
+      GANC_TRY(count(o.ranksPerHost));
+    } else if (a == "--cores-per-host") {
+      GANC_TRY(count(o.coresPerHost));
+    } else if (a == "--alpha-us") {
+      double x = 0;
+      GANC_TRY(positive(x));
+      o.alphaUs = x;
+    } else if (a == "--bandwidth-gbps") {
+      double x = 0;
+      GANC_TRY(positive(x));
+      o.bandwidthGBps = x;
+    } else if (a == "--json") {
+      o.json = true;
+    } else if (!a.empty() && a[0] == '-') {
+      return Status::error("unknown option '" + a + "'");
+    } else if (o.plan.empty()) {
+      o.plan = a;
+    } else {
+      return Status::error("more than one plan given ('" + o.plan + "', '" + a + "')");
+    }
+  }
+  if (o.help)
+    return Status::ok();
+  if (o.plan.empty())
+    return Status::error("no PLAN given");
+  if (o.profile.empty())
+    return Status::error("--profile TIMING.json is needed (write one with ganc train --profile)");
+  if (o.gpus.empty())
+    return Status::error("--gpus is empty: give the world sizes to predict, like 1,8,64");
+  return Status::ok();
+}
+
+/// The profile, checked against the plan it must have been measured on.
+Expected<Profile> readProfile(const std::string &path, const ir::Module &plan) {
+  auto text = readFile(path);
+  if (!text)
+    return text.status().withContext("--profile");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(*text);
+  } catch (const std::exception &e) {
+    return Status::error(path + " is not JSON (" + std::string(e.what()) + ")");
+  }
+  try {
+    if (!j.is_object() || j.value("format", "") != "ganc-profile")
+      return Status::error(path + " is not a ganc profile (write one with ganc train --profile)");
+    if (j.at("identity").get<std::string>() != plan.identity)
+      return Status::error(path + " is a profile of another plan (model " +
+                           j.at("identity").get<std::string>() + ", the plan's is " +
+                           plan.identity + ")");
+    Profile profile;
+    profile.threads = j.at("threads").get<int64_t>();
+    profile.worldSize = j.at("world_size").get<int64_t>();
+    profile.device = j.at("device").get<std::string>();
+    const double steps = static_cast<double>(std::max<int64_t>(1, j.at("steps").get<int64_t>()));
+    for (const nlohmann::json &p : j.at("phases")) {
+      Phase phase;
+      phase.key = p.at("key").get<std::string>();
+      const ir::Phase *planned = plan.findPhase(phase.key);
+      const nlohmann::json &buckets = p.at("buckets");
+      if (!planned || planned->buckets.size() != buckets.size())
+        return Status::error(path + " is a profile of another plan (phase '" + phase.key +
+                             "' and its buckets are not this plan's)");
+      phase.weight = static_cast<double>(p.at("runs").get<int64_t>()) / steps;
+      phase.compute = p.at("forward_backward_seconds").get<double>();
+      phase.optimizer = p.at("optimizer_seconds").get<double>();
+      for (const ir::ScheduledAllReduce &s : planned->schedule) {
+        const nlohmann::json &b = buckets.at(static_cast<size_t>(s.bucket));
+        if (b.at("bytes").get<int64_t>() != planned->buckets[s.bucket].bytes)
+          return Status::error(path + " is a profile of another plan (phase '" + phase.key +
+                               "', bucket " + std::to_string(s.bucket) + " has other bytes)");
+        phase.buckets.push_back(
+            {b.at("bytes").get<int64_t>(), b.at("ready_seconds").get<double>()});
+      }
+      profile.phases.push_back(std::move(phase));
+    }
+    if (profile.phases.empty())
+      return Status::error(path + " holds no profiled phase (was it written by a CPU run?)");
+    return profile;
+  } catch (const nlohmann::json::exception &e) {
+    return Status::error(path + " is not a complete ganc profile (" + std::string(e.what()) + ")");
+  }
+}
+
+Link linkFor(const Options &o, int64_t ranks) {
+  Link link = links().at(ranks <= o.ranksPerHost ? o.intraLink : o.link);
+  if (o.alphaUs)
+    link.alpha = *o.alphaUs * 1e-6;
+  if (o.bandwidthGBps)
+    link.bandwidth = *o.bandwidthGBps * 1e9;
+  return link;
+}
+
+double allReduceSeconds(int64_t bytes, int64_t ranks, const Link &link) {
+  if (ranks <= 1)
+    return 0;
+  const double n = static_cast<double>(ranks);
+  const double b = static_cast<double>(bytes) / link.bandwidth;
+  const double ring = 2 * (n - 1) * link.alpha + 2 * (n - 1) / n * b;
+  const double tree = 2 * std::ceil(std::log2(n)) * link.alpha + 2 * b;
+  return std::min(ring, tree);
+}
+
+Prediction predict(const Profile &profile, const Options &o, int64_t ranks) {
+  const Link link = linkFor(o, ranks);
+  // CPU ranks sharing cores: their compute stretches once the threads outnumber the cores.
+  double slowdown = 1;
+  if (o.coresPerHost > 0)
+    slowdown =
+        std::max(1.0, static_cast<double>(std::min(ranks, o.ranksPerHost) * profile.threads) /
+                          static_cast<double>(o.coresPerHost));
+  Prediction p;
+  p.ranks = ranks;
+  for (const Phase &phase : profile.phases) {
+    const double compute = phase.compute * slowdown;
+    const double optimizer = phase.optimizer * slowdown;
+    double end = 0;
+    int64_t total = 0;
+    for (const Bucket &b : phase.buckets) {
+      end = std::max(b.ready * slowdown, end) + allReduceSeconds(b.bytes, ranks, link);
+      total += b.bytes;
+    }
+    const double exposed = std::max(0.0, end - compute);
+    const double flat = allReduceSeconds(total, ranks, link);
+    p.step += phase.weight * (compute + exposed + optimizer);
+    p.exposed += phase.weight * exposed;
+    p.flatStep += phase.weight * (compute + flat + optimizer);
+    p.flatExposed += phase.weight * flat;
+  }
+  return p;
+}
+
+std::string format(double value, int decimals) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.*f", decimals, value);
+  return text;
+}
+
+} // namespace
+
+int simulateCommand(const std::vector<std::string> &args) {
+  auto fail = [](const std::string &message) {
+    std::cerr << "ganc: error: simulate: " << message << "\n";
+    return 2;
+  };
+  Options o;
+  if (Status s = parseArgs(args, o); !s)
+    return fail(s.message());
+  if (o.help) {
+    std::cout << kUsage;
+    return 0;
+  }
+  auto plan = ir::readPlan(o.plan);
+  if (!plan)
+    return fail(plan.status().message());
+  auto profile = readProfile(o.profile, **plan);
+  if (!profile)
+    return fail(profile.status().message());
+  const Prediction one = predict(*profile, o, 1);
+  std::vector<Prediction> predictions;
+  for (int64_t n : o.gpus)
+    predictions.push_back(predict(*profile, o, n));
+  if (o.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const Prediction &p : predictions)
+      out.push_back({{"ranks", p.ranks},
+                     {"step_seconds", p.step},
+                     {"exposed_seconds", p.exposed},
+                     {"efficiency", one.step / p.step},
+                     {"flat_step_seconds", p.flatStep},
+                     {"flat_exposed_seconds", p.flatExposed},
+                     {"flat_efficiency", one.flatStep / p.flatStep}});
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  const Link intra = linkFor(o, 1), inter = linkFor(o, o.ranksPerHost + 1);
+  std::cout << "simulated " << (*plan)->name << " from " << o.profile << " (" << profile->device
+            << ", " << profile->worldSize << " rank" << (profile->worldSize == 1 ? "" : "s") << ", "
+            << profile->threads << " thread" << (profile->threads == 1 ? "" : "s")
+            << "); within a host (" << o.ranksPerHost << " ranks) " << o.intraLink << " "
+            << format(intra.alpha * 1e6, 1) << " us, " << format(intra.bandwidth / 1e9, 1)
+            << " GB/s; across hosts " << o.link << " " << format(inter.alpha * 1e6, 1) << " us, "
+            << format(inter.bandwidth / 1e9, 1) << " GB/s\n";
+  std::cout << "   ranks    step ms  exposed ms  efficiency  | flat all-reduce: step ms  exposed ms"
+               "  efficiency\n";
+  for (const Prediction &p : predictions) {
+    char line[200];
+    std::snprintf(line, sizeof(line), "%8lld %10.3f %11.3f %10.1f%%  | %25.3f %11.3f %10.1f%%\n",
+                  static_cast<long long>(p.ranks), p.step * 1e3, p.exposed * 1e3,
+                  100 * one.step / p.step, p.flatStep * 1e3, p.flatExposed * 1e3,
+                  100 * one.flatStep / p.flatStep);
+    std::cout << line;
+  }
+  return 0;
+}
+
+} // namespace ganc::tools
