@@ -61,6 +61,8 @@ struct RunStats {
   bool profiled = false;
   double backwardSeconds = 0;
   std::vector<double> bucketReadySeconds;
+  /// When each used parameter's gradient was ready (as the reducer's usedNames()).
+  std::vector<double> parameterReadySeconds;
   double stepSeconds = 0;
 };
 

@@ -90,12 +90,14 @@ PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Ten
   for (const ir::ScheduledAllReduce &s : phase.schedule)
     r->scheduleOrder_.push_back(s.bucket);
   for (const std::string &name : phase.used) {
+    r->usedIndex_[name] = r->usedNames_.size();
     r->usedNames_.push_back(name);
     r->usedParameters_.push_back(parameters.at(name));
   }
   r->conditional_ = phase.conditional;
   r->pending_.assign(r->buffers_.size(), 0);
   r->readyTimes_.resize(r->buffers_.size());
+  r->parameterReady_.resize(r->usedNames_.size());
   return r;
 }
 
@@ -134,8 +136,9 @@ bool PhaseReducer::markReady(const std::string &parameter, const at::Tensor &ten
     p.mutable_grad() = slot->second.view;
   }
   ready = true;
+  parameterReady_[usedIndex_.at(parameter)] = std::chrono::steady_clock::now();
   if (--pending_[slot->second.bucket] == 0) {
-    readyTimes_[slot->second.bucket] = std::chrono::steady_clock::now();
+    readyTimes_[slot->second.bucket] = parameterReady_[usedIndex_.at(parameter)];
     launchReady();
   }
   return true;
@@ -161,6 +164,7 @@ void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
   // micro-batches (their hooks were off) goes into its slot now; one this rank never computed
   // (a branch not taken) counts as zeros, since the slot still holds an earlier run's values.
   std::set<std::string> reachedHere;
+  const auto finishing = std::chrono::steady_clock::now();
   for (auto &[name, ready] : ready_) {
     Slot &slot = slots_.at(name);
     at::Tensor p = parameters.at(name);
@@ -168,6 +172,7 @@ void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
       reachedHere.insert(name);
       continue;
     }
+    parameterReady_[usedIndex_.at(name)] = finishing;
     const at::Tensor grad = p.grad();
     if (grad.defined())
       reachedHere.insert(name);

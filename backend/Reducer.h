@@ -69,6 +69,10 @@ public:
   const std::vector<std::chrono::steady_clock::time_point> &readyTimes() const {
     return readyTimes_;
   }
+  /// When each used parameter's gradient of the last run was written, as usedNames().
+  const std::vector<std::chrono::steady_clock::time_point> &parameterReadyTimes() const {
+    return parameterReady_;
+  }
 
   // Sharded optimizer state (ZeRO). Each bucket is laid out by rank (ir::Bucket): backward's
   // gradients are written, scaled by 1/world, into every rank's piece; stage 1 all-reduces
@@ -132,7 +136,8 @@ private:
   std::set<std::string> unreached_;
   std::vector<at::Tensor> usedParameters_;
   size_t nextLaunch_ = 0;
-  std::vector<std::chrono::steady_clock::time_point> readyTimes_;
+  std::vector<std::chrono::steady_clock::time_point> readyTimes_, parameterReady_;
+  std::map<std::string, size_t> usedIndex_;
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
   int zero_ = 0;
   int rank_ = 0;

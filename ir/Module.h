@@ -194,6 +194,14 @@ struct Phase {
   std::vector<ClipGradNorm> clips;
   /// The loss scaler of the phase ("" for none).
   std::string lossScaler;
+  /// This phase's bucket caps (0: the module's); `ganc compile --bucket-cap-mb auto` sets them.
+  int64_t bucketCapBytes = 0;
+  int64_t firstBucketCapBytes = 0;
+  /// Autotuned caps: the world size they were chosen for, and the communication left exposed
+  /// after backward that the simulator predicts there with them and with DDP's 25 MiB / 1 MiB.
+  int64_t tunedRanks = 0;
+  double tunedExposedSeconds = 0;
+  double defaultExposedSeconds = 0;
   std::vector<PhaseInput> inputs;
   Block body;
   Value *loss = nullptr;

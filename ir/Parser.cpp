@@ -319,6 +319,17 @@ private:
         GANC_TRY(string(p.lossScaler));
       } else if (word == "accumulate") {
         GANC_TRY(integer(p.accumulate));
+      } else if (word == "bucket_cap") {
+        GANC_TRY(integer(p.bucketCapBytes));
+        GANC_TRY(expectWord("first"));
+        GANC_TRY(integer(p.firstBucketCapBytes));
+      } else if (word == "tuned") {
+        GANC_TRY(expectWord("ranks"));
+        GANC_TRY(integer(p.tunedRanks));
+        GANC_TRY(expectWord("exposed"));
+        GANC_TRY(number(p.tunedExposedSeconds));
+        GANC_TRY(expectWord("default"));
+        GANC_TRY(number(p.defaultExposedSeconds));
       } else if (word == "autocast") {
         p.autocast = identifier();
       } else if (word == "clip_grad_norm") {

@@ -124,6 +124,13 @@ private:
       line(2, "autocast " + p.autocast);
     if (!p.lossScaler.empty())
       line(2, "loss_scaler " + quote(p.lossScaler));
+    if (p.bucketCapBytes)
+      line(2, "bucket_cap " + std::to_string(p.bucketCapBytes) + " first " +
+                  std::to_string(p.firstBucketCapBytes));
+    if (p.tunedRanks)
+      line(2, "tuned ranks " + std::to_string(p.tunedRanks) + " exposed " +
+                  formatDouble(p.tunedExposedSeconds) + " default " +
+                  formatDouble(p.defaultExposedSeconds));
     for (const ClipGradNorm &clip : p.clips)
       line(2, "clip_grad_norm " + clip.group + " max_norm " + formatDouble(clip.maxNorm) +
                   " norm_type " + formatDouble(clip.normType));

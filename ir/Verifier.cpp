@@ -231,7 +231,9 @@ private:
       if (end > b.bytes)
         return Status::error(where + " is smaller than its slots");
       GANC_TRY(verifyShards(b).withContext(where));
-      int64_t cap = i == 0 ? m_.firstBucketCapBytes : m_.bucketCapBytes;
+      const int64_t first = p.firstBucketCapBytes ? p.firstBucketCapBytes : m_.firstBucketCapBytes;
+      const int64_t rest = p.bucketCapBytes ? p.bucketCapBytes : m_.bucketCapBytes;
+      int64_t cap = i == 0 ? first : rest;
       if (cap > 0 && b.slots.size() > 1 && end > cap)
         return Status::error(where + " holds " + std::to_string(end) + " bytes, over its cap of " +
                              std::to_string(cap));

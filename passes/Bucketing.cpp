@@ -5,8 +5,9 @@
 // see ready-order). Each compatibility key (dtype, device) has one open bucket; a group that
 // would push its bucket past the cap closes the bucket first. The first bucket closed uses the
 // small first-bucket cap so that communication starts early in backward; the rest use the
-// main cap. A group larger than the cap on its own is split by parameter; a single parameter
-// larger than the cap gets a bucket of its own. Slots start at ir::kBucketAlignment-byte offsets.
+// main cap (a phase with caps of its own, autotuned, uses those). A group larger than the cap
+// on its own is split by parameter; a single parameter larger than the cap gets a bucket of
+// its own. Slots start at ir::kBucketAlignment-byte offsets.
 //
 // Invariant left: every used parameter is in exactly one bucket, slots are aligned and do
 // not overlap, and no bucket of more than one parameter exceeds its cap.
@@ -82,7 +83,12 @@ Expected<bool> runBucketing(ir::Module &module, const PassOptions &options) {
     if (phase->readyOrder.size() != phase->used.size())
       return Status::error("phase @" + phase->name + ": bucketing needs ready-order first");
     std::map<std::string, FirstUse> first = firstUses(*phase);
-    BucketBuilder builder(options);
+    PassOptions caps = options; // a phase's own caps (autotuned) over the module's
+    if (phase->bucketCapBytes)
+      caps.bucketCapBytes = phase->bucketCapBytes;
+    if (phase->firstBucketCapBytes)
+      caps.firstBucketCapBytes = phase->firstBucketCapBytes;
+    BucketBuilder builder(caps);
     std::vector<const ir::Tensor *> group;
     int64_t groupOp = -1;
     for (const std::string &name : phase->readyOrder) {

@@ -74,6 +74,9 @@ void Progress::addProfile(const std::string &key, const backend::RunStats &run) 
   p.ready.resize(run.bucketReadySeconds.size());
   for (size_t b = 0; b < run.bucketReadySeconds.size(); ++b)
     p.ready[b].push_back(run.bucketReadySeconds[b]);
+  p.parameterReady.resize(run.parameterReadySeconds.size());
+  for (size_t i = 0; i < run.parameterReadySeconds.size(); ++i)
+    p.parameterReady[i].push_back(run.parameterReadySeconds[i]);
 }
 
 namespace {
@@ -98,8 +101,14 @@ Status Progress::writeProfile() const {
     for (size_t b = 0; b < p.ready.size(); ++b)
       buckets.push_back(
           {{"bytes", planned->buckets[b].bytes}, {"ready_seconds", steadyMedian(p.ready[b])}});
+    // Each used parameter's gradient: what `ganc compile --bucket-cap-mb auto` re-buckets.
+    nlohmann::json parameters = nlohmann::json::array();
+    for (size_t i = 0; i < p.parameterReady.size(); ++i)
+      parameters.push_back(
+          {{"name", planned->used[i]}, {"ready_seconds", steadyMedian(p.parameterReady[i])}});
     phases.push_back({{"key", key},
                       {"runs", p.backward.size()},
+                      {"parameters", parameters},
                       {"forward_backward_seconds", steadyMedian(p.backward)},
                       {"optimizer_seconds", steadyMedian(p.step)},
                       {"buckets", buckets}});

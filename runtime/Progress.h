@@ -53,7 +53,8 @@ private:
   Status writeProfile() const;
   struct PhaseProfile {
     std::vector<double> backward, step;
-    std::vector<std::vector<double>> ready; // per bucket
+    std::vector<std::vector<double>> ready;          // per bucket
+    std::vector<std::vector<double>> parameterReady; // per used parameter
   };
   std::map<std::string, PhaseProfile> profile_;
   Session &session_;

@@ -31,6 +31,12 @@ std::string pad(const std::string &s, size_t width) {
   return s.size() >= width ? s + " " : s + std::string(width - s.size(), ' ');
 }
 
+std::string microseconds(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f us", seconds * 1e6);
+  return text;
+}
+
 int64_t bucketBytes(const ir::Phase &phase) {
   int64_t total = 0;
   for (const ir::Bucket &b : phase.buckets)
@@ -265,6 +271,16 @@ std::string explain(const ir::Module &plan) {
     int64_t bytes = bucketBytes(*phase);
     out << "  all-reduced per run: " << humanBytes(bytes) << " in " << phase->buckets.size()
         << " bucket" << (phase->buckets.size() == 1 ? "" : "s") << "\n";
+    if (phase->tunedRanks) {
+      const bool oneBucket = phase->bucketCapBytes >= (int64_t{1} << 50);
+      out << "  buckets autotuned for " << phase->tunedRanks << " ranks: "
+          << (oneBucket ? std::string("one bucket")
+                        : "cap " + humanBytes(phase->bucketCapBytes) + ", first " +
+                              humanBytes(phase->firstBucketCapBytes))
+          << "; predicted communication exposed after backward "
+          << microseconds(phase->tunedExposedSeconds)
+          << " (DDP's 25 MiB / 1 MiB caps: " << microseconds(phase->defaultExposedSeconds) << ")\n";
+    }
     if (plan.shardRanks > 1) {
       const int64_t sharded = shardedBytes(plan, *phase);
       out << "  sharded (zero " << plan.zeroStage << ", " << plan.shardRanks
@@ -313,7 +329,12 @@ std::string planJson(const ir::Module &plan) {
                {"unused", phase->unused},
                {"conditional", phase->conditional},
                {"ready_order", phase->readyOrder},
-               {"eager_reason", phase->eagerReason}};
+               {"eager_reason", phase->eagerReason},
+               {"bucket_cap_bytes", phase->bucketCapBytes},
+               {"first_bucket_cap_bytes", phase->firstBucketCapBytes},
+               {"tuned_ranks", phase->tunedRanks},
+               {"tuned_exposed_seconds", phase->tunedExposedSeconds},
+               {"default_exposed_seconds", phase->defaultExposedSeconds}};
     ph["clip_grad_norm"] = json::array();
     for (const ir::ClipGradNorm &clip : phase->clips)
       ph["clip_grad_norm"].push_back(

@@ -9,6 +9,8 @@
 // stays fixed (weak scaling), so the efficiency at N ranks is step(1) / step(N).
 #include "tools/Simulate.h"
 
+#include "tools/CommModel.h"
+
 #include "ir/Files.h"
 #include "ir/TextFormat.h"
 
@@ -25,21 +27,6 @@
 namespace ganc::tools {
 
 namespace {
-
-struct Link {
-  double alpha;     // seconds per ring step
-  double bandwidth; // bytes per second (bus bandwidth)
-};
-
-/// Documented defaults: NVLink 4 (8 x H100, NCCL bus bandwidth), InfiniBand NDR 400 Gb/s per
-/// GPU, 100 Gb/s Ethernet (RoCE), and one host's loopback under Gloo.
-const std::map<std::string, Link> &links() {
-  static const std::map<std::string, Link> known = {{"nvlink", {5e-6, 300e9}},
-                                                    {"ib", {10e-6, 40e9}},
-                                                    {"ethernet", {30e-6, 10e9}},
-                                                    {"loopback", {50e-6, 2e9}}};
-  return known;
-}
 
 const char *kUsage =
     R"(usage: ganc simulate PLAN --profile TIMING.json --gpus 1,8,64,512,1024 [options]
@@ -74,17 +61,12 @@ struct Options {
   bool help = false;
 };
 
-struct Bucket {
-  int64_t bytes = 0;
-  double ready = 0;
-};
-
 struct Phase {
   std::string key;
   double weight = 0; // runs per training step
   double compute = 0;
   double optimizer = 0;
-  std::vector<Bucket> buckets; // in the plan's all-reduce order
+  std::vector<ReadyBucket> buckets; // in the plan's all-reduce order
 };
 
 struct Profile {
@@ -255,16 +237,6 @@ Link linkFor(const Options &o, int64_t ranks) {
   return link;
 }
 
-double allReduceSeconds(int64_t bytes, int64_t ranks, const Link &link) {
-  if (ranks <= 1)
-    return 0;
-  const double n = static_cast<double>(ranks);
-  const double b = static_cast<double>(bytes) / link.bandwidth;
-  const double ring = 2 * (n - 1) * link.alpha + 2 * (n - 1) / n * b;
-  const double tree = 2 * std::ceil(std::log2(n)) * link.alpha + 2 * b;
-  return std::min(ring, tree);
-}
-
 Prediction predict(const Profile &profile, const Options &o, int64_t ranks) {
   const Link link = linkFor(o, ranks);
   // CPU ranks sharing cores: their compute stretches once the threads outnumber the cores.
@@ -278,12 +250,10 @@ Prediction predict(const Profile &profile, const Options &o, int64_t ranks) {
   for (const Phase &phase : profile.phases) {
     const double compute = phase.compute * slowdown;
     const double optimizer = phase.optimizer * slowdown;
-    double end = 0;
+    const double end = lastReduceEnd(phase.buckets, ranks, link, slowdown);
     int64_t total = 0;
-    for (const Bucket &b : phase.buckets) {
-      end = std::max(b.ready * slowdown, end) + allReduceSeconds(b.bytes, ranks, link);
+    for (const ReadyBucket &b : phase.buckets)
       total += b.bytes;
-    }
     const double exposed = std::max(0.0, end - compute);
     const double flat = allReduceSeconds(total, ranks, link);
     p.step += phase.weight * (compute + exposed + optimizer);

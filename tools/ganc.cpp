@@ -3,6 +3,8 @@
 #include "ir/Files.h"
 #include "ir/TextFormat.h"
 #include "passes/Pass.h"
+#include "tools/Autotune.h"
+#include "tools/CommModel.h"
 #include "tools/Report.h"
 #include "tools/Simulate.h"
 #include "tools/TrainCommands.h"
@@ -26,12 +28,15 @@ namespace {
 const char *kUsage = R"(usage: ganc <command> [options]
 
 commands:
-  compile MODEL.pt -o PLAN [--bucket-cap-mb N] [--first-bucket-mb N] [--zero 0|1|2]
+  compile MODEL.pt -o PLAN [--bucket-cap-mb N|auto] [--first-bucket-mb N] [--zero 0|1|2]
                             [--ranks N] [--emit ir|json|report] [--print-ir-after PASS]
+                            [--target-gpus N --profile TIMING.json [--link ib|...]]
       lower every phase of a TorchScript GAN archive (with its ganc.json spec) to the ganc IR,
       find the parameters each phase trains, bucket their all-reduces, and write the plan.
       --zero shards optimizer state (stage 1) and gradients (2), the spec's `zero` otherwise;
       --ranks N lays the shards out for N ranks (a run on another world size re-plans them).
+      --bucket-cap-mb auto picks each phase's caps that leave the least communication exposed
+      at --target-gpus ranks, simulated from a `ganc train --profile` run (see ganc simulate).
   explain PLAN [--json]
       per phase: used and unused parameters, buckets, all-reduce order and bytes per step.
   train PLAN --model MODEL.pt [options]     one rank; reads RANK, WORLD_SIZE, LOCAL_RANK,
@@ -55,6 +60,9 @@ int fail(const std::string &message) {
 
 struct CompileArgs {
   std::string model, output, emit, printAfter;
+  /// --bucket-cap-mb auto: tune each phase's caps for --target-gpus from --profile.
+  bool autotune = false;
+  tools::AutotuneOptions tune;
   passes::PipelineOptions options;
   bool help = false;
 };
@@ -86,8 +94,16 @@ Status parseCompileArgs(const std::vector<std::string> &args, CompileArgs &c) {
     try {
       if (a == "-o" || a == "--output")
         c.output = value("-o");
+      else if (a == "--bucket-cap-mb" && i + 1 < args.size() && args[i + 1] == "auto")
+        c.autotune = (++i, true);
       else if (a == "--bucket-cap-mb")
         c.options.pass.bucketCapBytes = megabytes("--bucket-cap-mb");
+      else if (a == "--target-gpus")
+        c.tune.ranks = integer("--target-gpus", 1, 1 << 24, "the world size to tune buckets for");
+      else if (a == "--profile")
+        c.tune.profile = value("--profile");
+      else if (a == "--link")
+        c.tune.link = value("--link");
       else if (a == "--first-bucket-mb")
         c.options.pass.firstBucketCapBytes = megabytes("--first-bucket-mb");
       else if (a == "--zero")
@@ -121,6 +137,14 @@ Status parseCompileArgs(const std::vector<std::string> &args, CompileArgs &c) {
     return Status::error("--emit takes ir, json or report, not '" + c.emit + "'");
   if (c.options.pass.bucketCapBytes <= 0 || c.options.pass.firstBucketCapBytes <= 0)
     return Status::error("bucket caps must be positive");
+  if (c.autotune && (c.tune.ranks == 0 || c.tune.profile.empty()))
+    return Status::error("--bucket-cap-mb auto needs --target-gpus N and --profile TIMING.json "
+                         "(from ganc train --profile)");
+  if (!c.autotune && (c.tune.ranks || !c.tune.profile.empty()))
+    return Status::error("--target-gpus and --profile tune buckets: add --bucket-cap-mb auto");
+  if (c.autotune && !tools::links().count(c.tune.link))
+    return Status::error("--link takes nvlink, ib, ethernet or loopback, not '" + c.tune.link +
+                         "'");
   if (!c.printAfter.empty() && !passes::findPass(c.printAfter))
     return Status::error("--print-ir-after names unknown pass '" + c.printAfter + "'");
   if (!c.output.empty()) {
@@ -157,6 +181,8 @@ int compile(const std::vector<std::string> &args) {
   Status status = ir::verify(**module).withContext("lowered IR is invalid");
   if (status)
     status = passes::runPipeline(**module, passes::defaultPipeline(), c.options);
+  if (status && c.autotune)
+    status = tools::autotuneBuckets(**module, c.tune, c.options);
   if (!status)
     return fail(status.inFile(c.model).message());
   std::string text = ir::print(**module);

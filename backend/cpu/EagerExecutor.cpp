@@ -283,6 +283,8 @@ at::Tensor EagerExecutor::run(const std::string &phase, const InputFn &inputs, c
     lastRun_.backwardSeconds = seconds(start, backwardEnd_);
     for (const Clock::time_point &ready : it->second.reducer->readyTimes())
       lastRun_.bucketReadySeconds.push_back(seconds(start, ready));
+    for (const Clock::time_point &ready : it->second.reducer->parameterReadyTimes())
+      lastRun_.parameterReadySeconds.push_back(seconds(start, ready));
     lastRun_.stepSeconds = seconds(stepStart, Clock::now());
   }
   return loss;

@@ -114,3 +114,59 @@ def test_bad_simulate_input_is_one_line(ganc_bin, profiled, tmp_path, case, ment
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and mentions in lines[0], result.stderr
+
+
+def test_autotune_picks_the_caps_the_model_prefers(ganc_bin, profiled, tmp_path):
+    """A backward of 1 s whose gradients arrive evenly in ready order (the last as it ends),
+    over 100 Gb/s Ethernet at 64 ranks: small buckets overlap it. D (655 KiB, one bucket
+    under DDP's caps) must get smaller ones that leave less exposed; G's last gradient is one
+    800 KiB weight, a bucket of its own under any caps, so it can only tie. The exposed time
+    the plan reports must be the model's for the buckets it holds."""
+    plan, profile = profiled
+    facts = json.loads(subprocess.run([ganc_bin, "explain", plan, "--json"], capture_output=True,
+                                      text=True, check=True).stdout)
+    order = {ph["name"]: ph["ready_order"] for ph in facts["phases"]}
+    p = json.load(open(profile))
+    ready = {}
+    for ph in p["phases"]:
+        ph["forward_backward_seconds"] = 1.0
+        names = order[ph["key"]]
+        ready[ph["key"]] = {name: (k + 1) / len(names) for k, name in enumerate(names)}
+        ph["parameters"] = [{"name": n, "ready_seconds": t} for n, t in ready[ph["key"]].items()]
+    synthetic = str(tmp_path / "profile.json")
+    json.dump(p, open(synthetic, "w"))
+    tuned = str(tmp_path / "tuned.plan")
+    subprocess.run([ganc_bin, "compile", archive("dcgan32"), "-o", tuned, "--bucket-cap-mb", "auto",
+                    "--target-gpus", "64", "--profile", synthetic, "--link", "ethernet"],
+                   check=True, capture_output=True)
+    report = subprocess.run([ganc_bin, "explain", tuned], capture_output=True, text=True, check=True).stdout
+    assert "buckets autotuned for 64 ranks" in report
+    alpha, beta = 30e-6, 10e9  # ethernet's documented defaults
+    for ph in json.loads(subprocess.run([ganc_bin, "explain", tuned, "--json"], capture_output=True,
+                                        text=True, check=True).stdout)["phases"]:
+        assert ph["tuned_ranks"] == 64
+        end = 0.0
+        buckets = sorted(((max(ready[ph["name"]][s["parameter"]] for s in b["slots"]), b["bytes"])
+                          for b in ph["buckets"]))
+        for at, nbytes in buckets:
+            end = max(at, end) + all_reduce(nbytes, 64, alpha, beta)
+        assert ph["tuned_exposed_seconds"] == pytest.approx(max(0.0, end - 1.0), rel=1e-9, abs=1e-12)
+        if ph["name"] == "d":
+            assert ph["tuned_exposed_seconds"] < 0.8 * ph["default_exposed_seconds"]
+            assert ph["bucket_cap_bytes"] < 1 << 20 and len(ph["buckets"]) > 1
+        else:
+            assert ph["tuned_exposed_seconds"] == pytest.approx(ph["default_exposed_seconds"])
+
+
+def test_autotune_needs_its_inputs(ganc_bin, profiled, tmp_path):
+    plan, profile = profiled
+    for args, mentions in ((["--bucket-cap-mb", "auto", "--target-gpus", "8"], "needs --target-gpus N and --profile"),
+                           (["--target-gpus", "8", "--profile", profile], "add --bucket-cap-mb auto")):
+        result = subprocess.run([ganc_bin, "compile", archive("dcgan32"), "-o", str(tmp_path / "p.plan"), *args],
+                                capture_output=True, text=True)
+        assert result.returncode == 2 and mentions in result.stderr
+    result = subprocess.run([ganc_bin, "compile", archive("mlp"), "-o", str(tmp_path / "p.plan"),
+                             "--bucket-cap-mb", "auto", "--target-gpus", "8", "--profile", profile],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "profile of another model" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
