@@ -1,7 +1,10 @@
 """Checks `ganc simulate` against measurements on this machine.
 
-1. Measures Gloo's all-reduce on 2 local ranks at sizes from 4 KiB to 8 MiB and fits the
-   alpha-beta model (2 ranks: t = 2 alpha + B / beta).
+1. Measures Gloo's all-reduce on 2 local ranks at sizes from 4 KiB to 8 MiB for the
+   alpha-beta model (2 ranks: t = 2 alpha + B / beta; alpha from 4 KiB, beta from the slope
+   between 4 and 8 MiB), and the host's compute throughput in
+   cores: one-thread matrix products, alone and one per CPU at once (two hyper-threads of
+   one core give less than two).
 2. Profiles each model on 1 rank (`ganc train --profile`, one thread).
 3. Predicts 2, 3 and 4 ranks with `ganc simulate` (those alpha and beta, every rank on this
    host, sharing its cores), then trains at 2, 3 and 4 ranks (one thread each) and prints
@@ -58,17 +61,43 @@ def _link_worker(rank, world, port, result):
 
 
 def measure_link(tmp):
-    """(alpha seconds, beta bytes/s) of Gloo's all-reduce on 2 local ranks, least squares."""
+    """(alpha seconds, beta bytes/s) of Gloo's all-reduce on 2 local ranks (t = 2 alpha + B /
+    beta): alpha from the smallest message, beta from the slope between the largest two."""
     result = os.path.join(tmp, "link.json")
     mp.spawn(_link_worker, args=(2, free_port(), result), nprocs=2, join=True)
     times = {int(k): v for k, v in json.load(open(result)).items()}
-    n = len(times)
-    mean_b = sum(times) / n
-    mean_t = sum(times.values()) / n
-    slope = (sum((b - mean_b) * (t - mean_t) for b, t in times.items())
-             / sum((b - mean_b) ** 2 for b in times))
-    intercept = mean_t - slope * mean_b
-    return max(intercept, 1e-6) / 2, 1 / slope
+    small, big, bigger = SIZES[0], SIZES[-2], SIZES[-1]
+    beta = (bigger - big) / max(times[bigger] - times[big], 1e-9)
+    alpha = max(times[small] - small / beta, 1e-6) / 2
+    return alpha, beta
+
+
+def _compute_worker(index, seconds):
+    torch.set_num_threads(1)
+    a = torch.randn(192, 192)
+    for _ in range(20):
+        a @ a
+    start = time.perf_counter()
+    for _ in range(400):
+        a @ a
+    seconds[index] = time.perf_counter() - start
+
+
+def measure_cores():
+    """Effective cores: how many one-thread workers' worth of work the host does at once."""
+    cpus = os.cpu_count() or 1
+    alone = mp.get_context("spawn").Array("d", 1)
+    p = mp.get_context("spawn").Process(target=_compute_worker, args=(0, alone))
+    p.start()
+    p.join()
+    together = mp.get_context("spawn").Array("d", cpus)
+    workers = [mp.get_context("spawn").Process(target=_compute_worker, args=(i, together))
+               for i in range(cpus)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return cpus * alone[0] / statistics.mean(together[:])
 
 
 def train(plan, archive, data, world, steps, out, *extra):
@@ -87,10 +116,11 @@ def main():
     parser.add_argument("--models", default="dcgan32,mlp")
     args = parser.parse_args()
     worlds = [int(w) for w in args.worlds.split(",")]
-    cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory() as tmp:
         alpha, beta = measure_link(tmp)
-        print(f"Gloo all-reduce, 2 local ranks: alpha {alpha * 1e6:.1f} us, beta {beta / 1e9:.2f} GB/s")
+        cores = measure_cores()
+        print(f"Gloo all-reduce, 2 local ranks: alpha {alpha * 1e6:.1f} us, beta {beta / 1e9:.2f} GB/s;"
+              f" compute: {cores:.2f} effective cores of {os.cpu_count()}")
         rows = []
         for model in args.models.split(","):
             data = os.path.join(tmp, DATA[model] + ".pt")
@@ -110,7 +140,7 @@ def main():
             for p in predicted:
                 measured = train(plan, archive, data, p["ranks"], args.steps, os.path.join(tmp, "run"))
                 rows.append((model, p["ranks"], one, p["step_seconds"], measured))
-    print(f"\npredicted against measured step time, {cores} cores, one thread per rank")
+    print(f"\npredicted against measured step time, {cores:.2f} effective cores, one thread per rank")
     print(f"{'model':10} {'ranks':>5} {'1 rank ms':>10} {'predicted ms':>13} {'measured ms':>12} {'error':>8}")
     for model, ranks, one, predicted, measured in rows:
         print(f"{model:10} {ranks:5d} {one * 1e3:10.2f} {predicted * 1e3:13.2f} {measured * 1e3:12.2f}"

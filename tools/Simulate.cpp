@@ -43,8 +43,10 @@ flat all-reduce after backward) on the same links.
   --ranks-per-host N      ranks sharing a host (default 8): larger rings cross hosts
   --alpha-us A            latency per ring step instead of the links' (both)
   --bandwidth-gbps B      bus bandwidth in GB/s instead of the links' (both)
-  --cores-per-host C      CPU ranks sharing C cores: compute slows by ranks x threads / C
-                          when that exceeds 1 (default: each rank has its own device)
+  --cores-per-host C      CPU ranks sharing C cores (a real number: measured throughput, as
+                          hyper-threads give less than a core each): compute slows by
+                          ranks x threads / C when that exceeds 1 (default: each rank has
+                          its own device)
   --json                  the predictions as JSON
 link defaults: nvlink 5 us, 300 GB/s; ib 10 us, 40 GB/s; ethernet 30 us, 10 GB/s;
 loopback 50 us, 2 GB/s.
@@ -55,7 +57,7 @@ struct Options {
   std::vector<int64_t> gpus;
   std::string link = "ib", intraLink = "nvlink";
   int64_t ranksPerHost = 8;
-  int64_t coresPerHost = 0;
+  double coresPerHost = 0;
   std::optional<double> alphaUs, bandwidthGBps;
   bool json = false;
   bool help = false;
@@ -146,7 +148,7 @@ Status parseArgs(const std::vector<std::string> &args, Options &o) {
     } else if (a == "--ranks-per-host") {
       GANC_TRY(count(o.ranksPerHost));
     } else if (a == "--cores-per-host") {
-      GANC_TRY(count(o.coresPerHost));
+      GANC_TRY(positive(o.coresPerHost));
     } else if (a == "--alpha-us") {
       double x = 0;
       GANC_TRY(positive(x));
