@@ -46,7 +46,7 @@ commands:
   plot OUT [-o PNG]                         a run's loss curves as a PNG (Python, matplotlib)
   simulate PLAN --profile TIMING.json --gpus 1,8,64 [--link ib|...]
       predicted step time, exposed communication and scaling efficiency per world size, from
-      a `ganc train --profile` run and an alpha-beta model of ring all-reduce.
+      a `ganc train --profile` run and an alpha-beta model of ring and tree all-reduce.
   (ganc COMMAND --help lists each command's options; ganc --version says which ganc)
 
 exit codes: 0 success, 2 bad input (one line on stderr says which file/phase/parameter),
