@@ -301,6 +301,22 @@ private:
 
   // ---- phases and ops ----------------------------------------------------------------------
 
+  /// A phase's own (autotuned) bucket caps: "bucket_cap C first F", and "tuned ranks N
+  /// exposed X default Y".
+  Status parseTunedCaps(Phase &p, const std::string &word) {
+    if (word == "bucket_cap") {
+      GANC_TRY(integer(p.bucketCapBytes));
+      GANC_TRY(expectWord("first"));
+      return integer(p.firstBucketCapBytes);
+    }
+    GANC_TRY(expectWord("ranks"));
+    GANC_TRY(integer(p.tunedRanks));
+    GANC_TRY(expectWord("exposed"));
+    GANC_TRY(number(p.tunedExposedSeconds));
+    GANC_TRY(expectWord("default"));
+    return number(p.defaultExposedSeconds);
+  }
+
   Status parsePhase(Phase &p, const Module &m) {
     scope_.clear();
     GANC_TRY(symbol(p.name));
@@ -319,17 +335,8 @@ private:
         GANC_TRY(string(p.lossScaler));
       } else if (word == "accumulate") {
         GANC_TRY(integer(p.accumulate));
-      } else if (word == "bucket_cap") {
-        GANC_TRY(integer(p.bucketCapBytes));
-        GANC_TRY(expectWord("first"));
-        GANC_TRY(integer(p.firstBucketCapBytes));
-      } else if (word == "tuned") {
-        GANC_TRY(expectWord("ranks"));
-        GANC_TRY(integer(p.tunedRanks));
-        GANC_TRY(expectWord("exposed"));
-        GANC_TRY(number(p.tunedExposedSeconds));
-        GANC_TRY(expectWord("default"));
-        GANC_TRY(number(p.defaultExposedSeconds));
+      } else if (word == "bucket_cap" || word == "tuned") {
+        GANC_TRY(parseTunedCaps(p, word));
       } else if (word == "autocast") {
         p.autocast = identifier();
       } else if (word == "clip_grad_norm") {
