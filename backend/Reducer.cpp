@@ -90,7 +90,7 @@ PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Ten
   for (const ir::ScheduledAllReduce &s : phase.schedule)
     r->scheduleOrder_.push_back(s.bucket);
   for (const std::string &name : phase.used) {
-    r->usedIndex_[name] = r->usedNames_.size();
+    r->slots_.at(name).used = r->usedNames_.size();
     r->usedNames_.push_back(name);
     r->usedParameters_.push_back(parameters.at(name));
   }
@@ -136,9 +136,10 @@ bool PhaseReducer::markReady(const std::string &parameter, const at::Tensor &ten
     p.mutable_grad() = slot->second.view;
   }
   ready = true;
-  parameterReady_[usedIndex_.at(parameter)] = std::chrono::steady_clock::now();
+  const auto now = std::chrono::steady_clock::now();
+  parameterReady_[slot->second.used] = now;
   if (--pending_[slot->second.bucket] == 0) {
-    readyTimes_[slot->second.bucket] = parameterReady_[usedIndex_.at(parameter)];
+    readyTimes_[slot->second.bucket] = now;
     launchReady();
   }
   return true;
@@ -172,7 +173,7 @@ void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
       reachedHere.insert(name);
       continue;
     }
-    parameterReady_[usedIndex_.at(name)] = finishing;
+    parameterReady_[slot.used] = finishing;
     const at::Tensor grad = p.grad();
     if (grad.defined())
       reachedHere.insert(name);

@@ -105,6 +105,7 @@ private:
   struct Slot {
     int bucket = 0;
     at::Tensor view;
+    size_t used = 0; // its index in usedNames()
   };
   /// A used parameter's pieces when sharded: per rank q, its elements of the parameter and
   /// their place in the bucket (shard q); this rank's averaged gradient and its place in the
@@ -137,7 +138,6 @@ private:
   std::vector<at::Tensor> usedParameters_;
   size_t nextLaunch_ = 0;
   std::vector<std::chrono::steady_clock::time_point> readyTimes_, parameterReady_;
-  std::map<std::string, size_t> usedIndex_;
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
   int zero_ = 0;
   int rank_ = 0;
