@@ -37,6 +37,11 @@ struct ExecutorOptions {
   /// CUDA: eager iterations of each phase before it is captured (allocator, cuDNN and NCCL
   /// communicator set-up happen there, outside the graph; at least 1).
   int warmupIterations = 3;
+  /// Time every run (ganc train --profile): lastRun() then says when each bucket and
+  /// parameter was ready. Timelines come from `timelines` (the host clock when unset; CUDA
+  /// events on a GPU, where reading them waits for the device after each phase).
+  bool profile = false;
+  TimelineFactory timelines;
 };
 
 /// Called after a phase's gradients are all-reduced, with that phase's used parameters; the
@@ -55,9 +60,10 @@ struct RunStats {
   /// Host seconds inside the replay call itself (PyTorch's CUDAGraph::replay: the RNG
   /// offsets, then cudaGraphLaunch); the rest of a replayed run is ganc's own.
   double launchSeconds = 0;
-  /// An eager run on the CPU, timed from its start (ganc train --profile; on a GPU the host
-  /// clock does not see the kernels): when the last backward returned, when each bucket's
-  /// last gradient was ready (by bucket index), and the optimizer step's seconds.
+  /// A timed run (ExecutorOptions::profile; on CUDA only replays of a captured phase and runs
+  /// of an eager phase, not warm-ups), in seconds from its start: when the last backward
+  /// ended, when each bucket's last gradient was ready (by bucket index), and the optimizer
+  /// step's seconds.
   bool profiled = false;
   double backwardSeconds = 0;
   std::vector<double> bucketReadySeconds;

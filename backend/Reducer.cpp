@@ -96,8 +96,6 @@ PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Ten
   }
   r->conditional_ = phase.conditional;
   r->pending_.assign(r->buffers_.size(), 0);
-  r->readyTimes_.resize(r->buffers_.size());
-  r->parameterReady_.resize(r->usedNames_.size());
   return r;
 }
 
@@ -136,10 +134,11 @@ bool PhaseReducer::markReady(const std::string &parameter, const at::Tensor &ten
     p.mutable_grad() = slot->second.view;
   }
   ready = true;
-  const auto now = std::chrono::steady_clock::now();
-  parameterReady_[slot->second.used] = now;
+  if (timeline_)
+    timeline_->mark(timeline_->parameter(slot->second.used));
   if (--pending_[slot->second.bucket] == 0) {
-    readyTimes_[slot->second.bucket] = now;
+    if (timeline_)
+      timeline_->mark(timeline_->bucket(slot->second.bucket));
     launchReady();
   }
   return true;
@@ -165,7 +164,6 @@ void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
   // micro-batches (their hooks were off) goes into its slot now; one this rank never computed
   // (a branch not taken) counts as zeros, since the slot still holds an earlier run's values.
   std::set<std::string> reachedHere;
-  const auto finishing = std::chrono::steady_clock::now();
   for (auto &[name, ready] : ready_) {
     Slot &slot = slots_.at(name);
     at::Tensor p = parameters.at(name);
@@ -173,7 +171,6 @@ void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
       reachedHere.insert(name);
       continue;
     }
-    parameterReady_[slot.used] = finishing;
     const at::Tensor grad = p.grad();
     if (grad.defined())
       reachedHere.insert(name);
@@ -190,10 +187,13 @@ void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
         slot.view.zero_();
       p.mutable_grad() = slot.view;
     }
+    if (timeline_)
+      timeline_->mark(timeline_->parameter(slot.used));
   }
   for (size_t b = 0; b < pending_.size(); ++b)
     if (pending_[b] != 0) {
-      readyTimes_[b] = std::chrono::steady_clock::now();
+      if (timeline_)
+        timeline_->mark(timeline_->bucket(b));
       pending_[b] = 0;
     }
   launchReady();

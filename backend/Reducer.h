@@ -1,12 +1,12 @@
 // Bucketed gradient all-reduce for one phase of a plan: flat buffers, .grad views, hooks.
 #pragma once
 
+#include "backend/Timeline.h"
 #include "ir/Module.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/torch.h>
 
-#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -65,14 +65,9 @@ public:
   const at::Tensor &gradient(size_t i) const { return slots_.at(usedNames_[i]).view; }
   /// The flat bucket buffers, in bucket order (read by tests and the CUDA backend).
   const std::vector<at::Tensor> &buffers() const { return buffers_; }
-  /// When each bucket of the last run was complete (all its gradients written), by bucket.
-  const std::vector<std::chrono::steady_clock::time_point> &readyTimes() const {
-    return readyTimes_;
-  }
-  /// When each used parameter's gradient of the last run was written, as usedNames().
-  const std::vector<std::chrono::steady_clock::time_point> &parameterReadyTimes() const {
-    return parameterReady_;
-  }
+  /// Marks on `timeline` (null: none) when each used parameter's gradient is written (as
+  /// usedNames()) and when each bucket is complete (by bucket index).
+  void setTimeline(RunTimeline *timeline) { timeline_ = timeline; }
 
   // Sharded optimizer state (ZeRO). Each bucket is laid out by rank (ir::Bucket): backward's
   // gradients are written, scaled by 1/world, into every rank's piece; stage 1 all-reduces
@@ -137,7 +132,7 @@ private:
   std::set<std::string> unreached_;
   std::vector<at::Tensor> usedParameters_;
   size_t nextLaunch_ = 0;
-  std::vector<std::chrono::steady_clock::time_point> readyTimes_, parameterReady_;
+  RunTimeline *timeline_ = nullptr;
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
   int zero_ = 0;
   int rank_ = 0;

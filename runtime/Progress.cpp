@@ -66,9 +66,10 @@ void Progress::endPhase(int64_t step, const backend::RunStats &run, double hostW
 }
 
 void Progress::addProfile(const std::string &key, const backend::RunStats &run) {
+  PhaseProfile &p = profile_[key];
+  ++p.runs;
   if (!run.profiled)
     return;
-  PhaseProfile &p = profile_[key];
   p.backward.push_back(run.backwardSeconds);
   p.step.push_back(run.stepSeconds);
   p.ready.resize(run.bucketReadySeconds.size());
@@ -96,6 +97,8 @@ Status Progress::writeProfile() const {
   const TrainOptions &o = session_.options;
   nlohmann::json phases = nlohmann::json::array();
   for (const auto &[key, p] : profile_) {
+    if (p.backward.empty())
+      continue; // never timed: no replay yet
     const ir::Phase *planned = session_.plan->findPhase(key);
     nlohmann::json buckets = nlohmann::json::array();
     for (size_t b = 0; b < p.ready.size(); ++b)
@@ -107,7 +110,8 @@ Status Progress::writeProfile() const {
       parameters.push_back(
           {{"name", planned->used[i]}, {"ready_seconds", steadyMedian(p.parameterReady[i])}});
     phases.push_back({{"key", key},
-                      {"runs", p.backward.size()},
+                      {"runs", p.runs},
+                      {"timed_runs", p.backward.size()},
                       {"parameters", parameters},
                       {"forward_backward_seconds", steadyMedian(p.backward)},
                       {"optimizer_seconds", steadyMedian(p.step)},

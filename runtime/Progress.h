@@ -25,8 +25,8 @@ public:
   /// Around one phase run: its host time, and its device time on CUDA.
   void beginPhase();
   void endPhase(int64_t step, const backend::RunStats &run, double hostWorkSeconds);
-  /// With --profile: keeps a profiled run of phase `key` (its compute, bucket ready times
-  /// and optimizer seconds).
+  /// With --profile, after every run of phase `key`: counts it, and keeps its times (compute,
+  /// bucket and parameter ready times, optimizer seconds) when the run was timed.
   void addProfile(const std::string &key, const backend::RunStats &run);
   /// Host seconds the optimizers took (part of the work on CPU).
   void addOptimizerSeconds(double seconds) { stepWork_ += seconds; }
@@ -52,6 +52,7 @@ private:
   Status writeSummary(double wallSeconds) const;
   Status writeProfile() const;
   struct PhaseProfile {
+    int64_t runs = 0; // every run, timed or not (a GPU times replays, not warm-ups)
     std::vector<double> backward, step;
     std::vector<std::vector<double>> ready;          // per bucket
     std::vector<std::vector<double>> parameterReady; // per used parameter

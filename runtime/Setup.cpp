@@ -105,6 +105,7 @@ Status createExecutor(Session &s) {
   options.useGraphs = s.options.cudaGraphs;
   options.keepGradients = !s.options.dumpDir.empty();
   options.warmupIterations = s.options.warmup;
+  options.profile = !s.options.profile.empty();
   for (const auto &phase : s.plan->phases)
     if (!phase->lossScaler.empty())
       options.lossScales[phase->name] = s.lossScalers.at(phase->lossScaler).scale();
@@ -323,9 +324,6 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
                          s->archive->identity + "); run ganc compile " + options.model + " again");
   s->inputType = frontend::inputScalarType(s->spec());
   GANC_TRY(setUpDevice(*s));
-  if (!options.profile.empty() && s->device.is_cuda())
-    return Status::error("--profile times phases with the host clock, which does not see GPU "
-                         "kernels: profile on CPU ranks");
   GANC_TRY(planShards(*s));
   for (const ir::LossScaler &l : s->plan->lossScalers)
     s->lossScalers.emplace(l.name, LossScaler(l, s->device));

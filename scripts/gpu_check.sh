@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command, for a machine that starts bare: unpack the headers ganc
 # builds against (carried as Debian packages in .debs/ where the machine lacks them), build
-# with the CUDA backend, export the zoo, run the GPU tests, run the GPU benchmark, and write
-# a log and a summary into OUT_DIR (default out/gpu/):
+# with the CUDA backend, export the zoo, run the GPU tests, run the GPU benchmark, predict the
+# zoo's scaling from a GPU profile, and write a log and a summary into OUT_DIR (default
+# out/gpu/):
 #
-#   scripts/gpu_check.sh [OUT_DIR] [--skip-tests] [--skip-bench] [--bench-args "..."]
+#   scripts/gpu_check.sh [OUT_DIR] [--skip-tests] [--skip-bench] [--skip-scaling]
+#                        [--bench-args "..."]
 #
 #   OUT_DIR/log.txt         everything printed
 #   OUT_DIR/summary.md      device, versions, test results, measured distances, benchmark table
 #   OUT_DIR/junit.xml       the GPU tests' results
 #   OUT_DIR/distances.json  the distances the GPU tests measured (replay/eager, ganc/DDP)
 #   OUT_DIR/bench.json      every benchmark number (bench.txt: its table)
+#   OUT_DIR/scaling.json    GPU profiles and ganc simulate's predictions (scaling.txt: tables)
 #
 # Without a GPU it gets as far as it can (headers, build, zoo export) and stops with one line
 # saying so (exit 3). The headers: `apt-get download nlohmann-json3-dev libstb-dev libgloo-dev`
@@ -20,13 +23,15 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=""
 RUN_TESTS=1
 RUN_BENCH=1
+RUN_SCALING=1
 BENCH_ARGS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-tests) RUN_TESTS=0; shift ;;
     --skip-bench) RUN_BENCH=0; shift ;;
+    --skip-scaling) RUN_SCALING=0; shift ;;
     --bench-args) BENCH_ARGS=$2; shift 2 ;;
-    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,22p "$0"; exit 0 ;;
     -*) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
     *) OUT=$1; shift ;;
   esac
@@ -122,6 +127,12 @@ if [ $RUN_BENCH = 1 ]; then
   "$PY" "$ROOT/bench/bench_gpu.py" --json "$OUT/bench.json" $BENCH_ARGS | tee "$OUT/bench.txt"
   BENCH_RC=${PIPESTATUS[0]}
 fi
+SCALING_RC=skipped
+if [ $RUN_SCALING = 1 ]; then
+  say "scaling predictions from a GPU profile (bench/gpu_scaling.py)"
+  "$PY" "$ROOT/bench/gpu_scaling.py" --json "$OUT/scaling.json" | tee "$OUT/scaling.txt"
+  SCALING_RC=${PIPESTATUS[0]}
+fi
 
 {
   echo "# ganc GPU check"
@@ -159,8 +170,12 @@ EOF
   echo
   echo "## Benchmark (exit $BENCH_RC)"
   [ -f "$OUT/bench.txt" ] && sed 's/^/    /' "$OUT/bench.txt"
+  echo
+  echo "## Predicted scaling (exit $SCALING_RC)"
+  [ -f "$OUT/scaling.txt" ] && sed 's/^/    /' "$OUT/scaling.txt"
 } >"$OUT/summary.md"
 cat "$OUT/summary.md"
 [ "$TEST_RC" = 0 ] || [ "$TEST_RC" = skipped ] || stop "GPU tests failed (exit $TEST_RC)"
 [ "$BENCH_RC" = 0 ] || [ "$BENCH_RC" = skipped ] || stop "GPU benchmark failed (exit $BENCH_RC)"
+[ "$SCALING_RC" = 0 ] || [ "$SCALING_RC" = skipped ] || stop "scaling predictions failed (exit $SCALING_RC)"
 say "done: $OUT/summary.md"

@@ -223,7 +223,8 @@ Expected<Profile> readProfile(const std::string &path, const ir::Module &plan) {
       profile.phases.push_back(std::move(phase));
     }
     if (profile.phases.empty())
-      return Status::error(path + " holds no profiled phase (was it written by a CPU run?)");
+      return Status::error(path + " holds no profiled phase (did its run take steps after the "
+                                  "warm-up and capture?)");
     return profile;
   } catch (const nlohmann::json::exception &e) {
     return Status::error(path + " is not a complete ganc profile (" + std::string(e.what()) + ")");
@@ -292,6 +293,9 @@ int simulateCommand(const std::vector<std::string> &args) {
   auto profile = readProfile(o.profile, **plan);
   if (!profile)
     return fail(profile.status().message());
+  if (o.coresPerHost > 0 && profile->device != "cpu")
+    return fail("--cores-per-host models CPU ranks sharing cores; " + o.profile +
+                " was measured on " + profile->device);
   const Prediction one = predict(*profile, o, 1);
   std::vector<Prediction> predictions;
   for (int64_t n : o.gpus)
@@ -311,9 +315,10 @@ int simulateCommand(const std::vector<std::string> &args) {
   }
   const Link intra = linkFor(o, 1), inter = linkFor(o, o.ranksPerHost + 1);
   std::cout << "simulated " << (*plan)->name << " from " << o.profile << " (" << profile->device
-            << ", " << profile->worldSize << " rank" << (profile->worldSize == 1 ? "" : "s") << ", "
-            << profile->threads << " thread" << (profile->threads == 1 ? "" : "s")
-            << "); within a host (" << o.ranksPerHost << " ranks) " << o.intraLink << " "
+            << ", " << profile->worldSize << " rank" << (profile->worldSize == 1 ? "" : "s");
+  if (profile->device == "cpu")
+    std::cout << ", " << profile->threads << " thread" << (profile->threads == 1 ? "" : "s");
+  std::cout << "); within a host (" << o.ranksPerHost << " ranks) " << o.intraLink << " "
             << format(intra.alpha * 1e6, 1) << " us, " << format(intra.bandwidth / 1e9, 1)
             << " GB/s; across hosts " << o.link << " " << format(inter.alpha * 1e6, 1) << " us, "
             << format(inter.bandwidth / 1e9, 1) << " GB/s\n";

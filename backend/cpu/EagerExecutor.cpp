@@ -75,6 +75,12 @@ EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
     if (!reducer)
       return reducer.status();
     state.reducer = reducer.take();
+    if (options.profile) {
+      const size_t buckets = phase->buckets.size(), used = state.reducer->usedNames().size();
+      state.timeline = options.timelines ? options.timelines(buckets, used)
+                                         : std::make_unique<HostTimeline>(buckets, used);
+      state.reducer->setTimeline(state.timeline.get());
+    }
     // Only the parameters a phase trains (under its `updates` paths) record gradients; the
     // others act as constants (the gradient still flows *through* them to the inputs). Unused
     // trained parameters keep requires_grad, so a gradient the plan did not predict is caught.
@@ -232,6 +238,7 @@ at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
   hooks_->setActive(last ? state.reducer.get() : nullptr);
   at::Tensor loss;
   auto start = std::chrono::steady_clock::now();
+  RunTimeline *timeline = last ? state.timeline.get() : nullptr;
   try {
     loss = splitOutput(forward(state, inputs), accumulate, lastStats_);
     if (accumulate > 1)
@@ -245,7 +252,8 @@ at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
     hooks_->setActive(nullptr);
     throw;
   }
-  backwardEnd_ = std::chrono::steady_clock::now();
+  if (timeline)
+    timeline->mark(RunTimeline::BackwardEnd);
   hooks_->setActive(nullptr);
   if (last)
     state.reducer->finish(parameters_);
@@ -265,29 +273,38 @@ at::Tensor EagerExecutor::run(const std::string &phase, const InputFn &inputs, c
   lastWorkSeconds_ = 0;
   lastStats_.clear();
   lastRun_ = RunStats();
-  using Clock = std::chrono::steady_clock;
-  auto seconds = [](Clock::time_point from, Clock::time_point to) {
-    return std::chrono::duration<double>(to - from).count();
-  };
-  const Clock::time_point start = Clock::now();
+  RunTimeline *timeline = it->second.timeline.get();
+  if (timeline)
+    timeline->mark(RunTimeline::Start);
   at::Tensor loss;
   for (int64_t micro = 0; micro < it->second.plan->accumulate; ++micro) {
     at::Tensor part = forwardBackward(phase, inputs(micro), micro);
     loss = micro == 0 ? part : loss + part;
   }
-  const Clock::time_point stepStart = Clock::now();
+  if (timeline)
+    timeline->mark(RunTimeline::StepStart);
   if (step)
     step(phase, *it->second.reducer);
-  if (!options_.device.is_cuda()) {
-    lastRun_.profiled = true;
-    lastRun_.backwardSeconds = seconds(start, backwardEnd_);
-    for (const Clock::time_point &ready : it->second.reducer->readyTimes())
-      lastRun_.bucketReadySeconds.push_back(seconds(start, ready));
-    for (const Clock::time_point &ready : it->second.reducer->parameterReadyTimes())
-      lastRun_.parameterReadySeconds.push_back(seconds(start, ready));
-    lastRun_.stepSeconds = seconds(stepStart, Clock::now());
+  if (timeline) {
+    timeline->mark(RunTimeline::StepEnd);
+    if (!options_.device.is_cuda())
+      lastRun_ = timedRun(phase);
   }
   return loss;
+}
+
+RunStats EagerExecutor::timedRun(const std::string &phase) const {
+  RunTimeline &timeline = *phases_.at(phase).timeline;
+  const std::vector<double> seconds = timeline.read();
+  RunStats run;
+  run.profiled = true;
+  run.backwardSeconds = seconds[RunTimeline::BackwardEnd];
+  for (size_t b = 0; b < timeline.buckets(); ++b)
+    run.bucketReadySeconds.push_back(seconds[timeline.bucket(b)]);
+  for (size_t i = 0; i < timeline.parameters(); ++i)
+    run.parameterReadySeconds.push_back(seconds[timeline.parameter(i)]);
+  run.stepSeconds = seconds[RunTimeline::StepEnd] - seconds[RunTimeline::StepStart];
+  return run;
 }
 
 } // namespace ganc::backend

@@ -3,8 +3,6 @@
 
 #include "backend/Executor.h"
 
-#include <chrono>
-
 namespace ganc::backend {
 
 /// Runs each phase eagerly with autograd; bucket all-reduces overlap backward through the
@@ -33,6 +31,10 @@ public:
   const std::map<std::string, at::Tensor> &parameters() const override { return parameters_; }
   int64_t gradientBufferBytes() const override;
   torch::jit::Module &module() { return module_; }
+  /// The timed last run of `phase` (ExecutorOptions::profile): on a GPU this waits for the
+  /// device. The CPU's run() fills lastRun() with it itself; on CUDA the caller reads it
+  /// only where the run executed (not a capture).
+  RunStats timedRun(const std::string &phase) const;
 
 private:
   struct PhaseState {
@@ -41,6 +43,7 @@ private:
     std::unique_ptr<torch::jit::GraphFunction> function;
     std::unique_ptr<PhaseReducer> reducer;
     std::vector<std::pair<at::Tensor, bool>> requiresGrad;
+    std::unique_ptr<RunTimeline> timeline; // when profiling
   };
   EagerExecutor() = default;
   void broadcastCoalesced(std::vector<at::Tensor> tensors);
@@ -57,7 +60,6 @@ private:
   /// Sharded plans: the reducers' buffers, shared by the phases (see PhaseReducer::create).
   std::map<c10::ScalarType, at::Tensor> scratch_;
   std::unique_ptr<GradReadyHooks> hooks_;
-  std::chrono::steady_clock::time_point backwardEnd_;
 };
 
 } // namespace ganc::backend

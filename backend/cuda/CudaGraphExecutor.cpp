@@ -22,6 +22,37 @@
 
 namespace ganc::backend {
 
+namespace {
+
+/// A phase's timeline on the GPU: one timing CUDA event per point, recorded on the stream the
+/// work is issued to. Recorded while a phase is captured, an event becomes an event-record
+/// node of the graph (cudaEventRecordExternal, torch's external events), so every replay
+/// records it again when the device reaches that point: the times are the graph's own, with
+/// no host launches between kernels.
+class EventTimeline : public RunTimeline {
+public:
+  EventTimeline(size_t buckets, size_t parameters) : RunTimeline(buckets, parameters) {
+    events_.reserve(size());
+    for (size_t i = 0; i < size(); ++i)
+      events_.emplace_back(cudaEventDefault | cudaEventExternal);
+  }
+  void mark(size_t point) override { events_[point].record(at::cuda::getCurrentCUDAStream()); }
+  std::vector<double> read() override {
+    std::vector<double> seconds;
+    seconds.reserve(events_.size());
+    for (const at::cuda::CUDAEvent &event : events_) {
+      event.synchronize();
+      seconds.push_back(events_[Start].elapsed_time(event) / 1000.0);
+    }
+    return seconds;
+  }
+
+private:
+  std::vector<at::cuda::CUDAEvent> events_;
+};
+
+} // namespace
+
 struct CudaGraphExecutor::Captured {
   const ir::Phase *plan = nullptr;
   int warmupsLeft = 0;
@@ -35,12 +66,16 @@ CudaGraphExecutor::create(const ir::Module &plan, torch::jit::Module module,
                           c10::intrusive_ptr<c10d::Backend> group, const ExecutorOptions &options) {
   if (!options.device.is_cuda())
     return Status::error("the CUDA executor needs a CUDA device");
-  auto eager = EagerExecutor::create(plan, module, group, options);
+  ExecutorOptions eagerOptions = options;
+  eagerOptions.timelines = [](size_t buckets, size_t parameters) {
+    return std::make_unique<EventTimeline>(buckets, parameters);
+  };
+  auto eager = EagerExecutor::create(plan, module, group, eagerOptions);
   if (!eager)
     return eager.status();
   auto e = std::unique_ptr<CudaGraphExecutor>(new CudaGraphExecutor());
   e->eager_ = eager.take();
-  e->options_ = options;
+  e->options_ = eagerOptions;
   e->side_ = std::make_unique<c10::cuda::CUDAStream>(
       at::cuda::getStreamFromPool(/*isHighPriority=*/false, options.device.index()));
   e->pool_ = at::cuda::graph_pool_handle();
@@ -87,6 +122,8 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
                 << std::endl;
     at::Tensor loss = eager_->run(phase, inputs, step);
     lastStats_ = eager_->lastStats();
+    if (options_.profile)
+      lastRun_ = eager_->timedRun(phase);
     return loss;
   }
   if (!c.graph) {
@@ -126,8 +163,11 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
   }
   auto start = std::chrono::steady_clock::now();
   c.graph->replay();
-  lastRun_.launchSeconds =
+  const double launchSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (options_.profile)
+    lastRun_ = eager_->timedRun(phase); // waits for the replay
+  lastRun_.launchSeconds = launchSeconds;
   lastRun_.replayed = true;
   lastStats_ = c.stats;
   return c.loss;

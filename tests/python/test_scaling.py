@@ -41,11 +41,16 @@ def test_profile_describes_the_plans_phases(ganc_bin, profiled):
     planned = {ph["name"]: ph for ph in facts["phases"]}
     assert {ph["key"] for ph in p["phases"]} == set(planned)
     for ph in p["phases"]:
-        assert ph["runs"] == 6
+        assert ph["runs"] == ph["timed_runs"] == 6
         assert [b["bytes"] for b in ph["buckets"]] == [b["bytes"] for b in planned[ph["key"]]["buckets"]]
-        # A bucket is complete during backward, never after it returns.
+        # A bucket is complete during backward, never after it returns; a gradient is ready no
+        # later than its bucket.
         for b in ph["buckets"]:
             assert 0 < b["ready_seconds"] <= ph["forward_backward_seconds"]
+        bucket_of = {s["parameter"]: i for i, b in enumerate(planned[ph["key"]]["buckets"]) for s in b["slots"]}
+        assert [q["name"] for q in ph["parameters"]] == planned[ph["key"]]["used"]
+        for q in ph["parameters"]:
+            assert 0 < q["ready_seconds"] <= ph["buckets"][bucket_of[q["name"]]]["ready_seconds"]
         assert ph["optimizer_seconds"] > 0
 
 
@@ -96,6 +101,7 @@ def test_simulation_is_the_documented_model(ganc_bin, profiled):
     ("zero-gpus", "--gpus takes world sizes"),
     ("not-a-profile", "not JSON"),
     ("unknown-link", "--link takes nvlink, ib, ethernet or loopback"),
+    ("cores-for-gpu", "--cores-per-host models CPU ranks sharing cores"),
 ])
 def test_bad_simulate_input_is_one_line(ganc_bin, profiled, tmp_path, case, mentions):
     plan, profile = profiled
@@ -108,6 +114,11 @@ def test_bad_simulate_input_is_one_line(ganc_bin, profiled, tmp_path, case, ment
         args[4] = "0,8"
     elif case == "not-a-profile":
         args[2] = plan
+    elif case == "cores-for-gpu":
+        gpu = json.load(open(profile)) | {"device": "cuda"}
+        args[2] = str(tmp_path / "gpu.json")
+        json.dump(gpu, open(args[2], "w"))
+        args += ["--cores-per-host", "2"]
     else:
         args += ["--link", "carrier-pigeon"]
     result = subprocess.run([ganc_bin, "simulate", *args], capture_output=True, text=True)
