@@ -66,6 +66,8 @@ struct RunStats {
   /// step's seconds.
   bool profiled = false;
   double backwardSeconds = 0;
+  /// When the last all-reduce had completed (the optimizer step starts there).
+  double reducedSeconds = 0;
   std::vector<double> bucketReadySeconds;
   /// When each used parameter's gradient was ready (as the reducer's usedNames()).
   std::vector<double> parameterReadySeconds;

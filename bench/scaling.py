@@ -7,8 +7,11 @@
    one core give less than two).
 2. Profiles each model on 1 rank (`ganc train --profile`, one thread).
 3. Predicts 2, 3 and 4 ranks with `ganc simulate` (those alpha and beta, every rank on this
-   host, sharing its cores), then trains at 2, 3 and 4 ranks (one thread each) and prints
-   predicted against measured step time (median after warm-up).
+   host, sharing its cores), then trains at 2, 3 and 4 ranks (one thread each, profiled) and
+   prints predicted against measured step time (median after warm-up), and the communication
+   left exposed after backward per step, predicted against measured (the profile's
+   all_reduced_seconds - forward_backward_seconds, weighted by runs per step), which tells a
+   miss in the communication model from one in compute.
 
     python3 bench/scaling.py [--steps 40] [--worlds 2,3,4] [--models dcgan32,mlp]
 """
@@ -35,6 +38,7 @@ import zoo  # noqa: E402
 
 GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
 SIZES = [4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 8 << 20]
+ROUNDS = 6
 DATA = {"mlp": "ring", "dcgan32": "digits"}
 
 
@@ -42,21 +46,23 @@ def _link_worker(rank, world, port, result):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    times = {}
-    for size in SIZES:
-        t = torch.zeros(size // 4)
+    tensors = {size: torch.zeros(size // 4) for size in SIZES}
+    for t in tensors.values():
         for _ in range(3):
             dist.all_reduce(t)
-        samples = []
-        for _ in range(15):
-            dist.barrier()
-            start = time.perf_counter()
-            dist.all_reduce(t)
-            samples.append(time.perf_counter() - start)
-        times[size] = statistics.median(samples)
+    # Rounds over every size, so that a slow spell of the host lands on all sizes alike; the
+    # median of all of a size's samples.
+    samples = {size: [] for size in SIZES}
+    for _ in range(ROUNDS):
+        for size, t in tensors.items():
+            for _ in range(8):
+                dist.barrier()
+                start = time.perf_counter()
+                dist.all_reduce(t)
+                samples[size].append(time.perf_counter() - start)
     if rank == 0:
         with open(result, "w") as f:
-            json.dump(times, f)
+            json.dump({size: statistics.median(s) for size, s in samples.items()}, f)
     dist.destroy_process_group()
 
 
@@ -100,13 +106,17 @@ def measure_cores():
     return cpus * alone[0] / statistics.mean(together[:])
 
 
-def train(plan, archive, data, world, steps, out, *extra):
+def train(plan, archive, data, world, steps, out, profile):
+    """Median step seconds after warm-up, and the profile's exposed communication per step."""
     subprocess.run([GANC, "run", "--nproc", str(world), plan, "--model", archive, "--data", data,
                     "--steps", str(steps), "--seed", "0", "--out", out, "--force", "--threads", "1",
                     "--sample-every", "0", "--checkpoint-every", "0", "--log-every", str(steps),
-                    "--tensorboard", "off", *extra], check=True, stdout=subprocess.DEVNULL)
+                    "--tensorboard", "off", "--profile", profile], check=True, stdout=subprocess.DEVNULL)
     timing = json.load(open(os.path.join(out, "timing.json")))
-    return statistics.median(timing["step_seconds"][max(2, steps // 5):])
+    p = json.load(open(profile))
+    exposed = sum((ph["all_reduced_seconds"] - ph["forward_backward_seconds"]) * ph["runs"] / p["steps"]
+                  for ph in p["phases"])
+    return statistics.median(timing["step_seconds"][max(2, steps // 5):]), exposed
 
 
 def main():
@@ -131,20 +141,23 @@ def main():
             ganc.export(gan, archive, spec)
             subprocess.run([GANC, "compile", archive, "-o", plan], check=True, stderr=subprocess.DEVNULL)
             profile = os.path.join(tmp, model + ".profile.json")
-            one = train(plan, archive, data, 1, args.steps, os.path.join(tmp, "run1"), "--profile", profile)
+            one, _ = train(plan, archive, data, 1, args.steps, os.path.join(tmp, "run1"), profile)
             predicted = json.loads(subprocess.run(
                 [GANC, "simulate", plan, "--profile", profile, "--gpus", ",".join(map(str, worlds)),
                  "--ranks-per-host", str(max(worlds)), "--cores-per-host", str(cores),
                  "--alpha-us", str(alpha * 1e6), "--bandwidth-gbps", str(beta / 1e9), "--json"],
                 check=True, capture_output=True, text=True).stdout)
             for p in predicted:
-                measured = train(plan, archive, data, p["ranks"], args.steps, os.path.join(tmp, "run"))
-                rows.append((model, p["ranks"], one, p["step_seconds"], measured))
+                measured, exposed = train(plan, archive, data, p["ranks"], args.steps, os.path.join(tmp, "run"),
+                                          os.path.join(tmp, "measured.json"))
+                rows.append((model, p["ranks"], one, p["step_seconds"], measured, p["exposed_seconds"], exposed))
     print(f"\npredicted against measured step time, {cores:.2f} effective cores, one thread per rank")
-    print(f"{'model':10} {'ranks':>5} {'1 rank ms':>10} {'predicted ms':>13} {'measured ms':>12} {'error':>8}")
-    for model, ranks, one, predicted, measured in rows:
+    print(f"{'model':10} {'ranks':>5} {'1 rank ms':>10} {'predicted ms':>13} {'measured ms':>12} {'error':>8}"
+          f"   {'exposed: predicted ms':>21} {'measured ms':>12}")
+    for model, ranks, one, predicted, measured, exposed_predicted, exposed in rows:
         print(f"{model:10} {ranks:5d} {one * 1e3:10.2f} {predicted * 1e3:13.2f} {measured * 1e3:12.2f}"
-              f" {100 * (predicted - measured) / measured:7.1f}%")
+              f" {100 * (predicted - measured) / measured:7.1f}%   {exposed_predicted * 1e3:21.2f}"
+              f" {exposed * 1e3:12.2f}")
 
 
 if __name__ == "__main__":

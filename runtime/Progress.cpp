@@ -71,6 +71,7 @@ void Progress::addProfile(const std::string &key, const backend::RunStats &run) 
   if (!run.profiled)
     return;
   p.backward.push_back(run.backwardSeconds);
+  p.reduced.push_back(run.reducedSeconds);
   p.step.push_back(run.stepSeconds);
   p.ready.resize(run.bucketReadySeconds.size());
   for (size_t b = 0; b < run.bucketReadySeconds.size(); ++b)
@@ -114,6 +115,7 @@ Status Progress::writeProfile() const {
                       {"timed_runs", p.backward.size()},
                       {"parameters", parameters},
                       {"forward_backward_seconds", steadyMedian(p.backward)},
+                      {"all_reduced_seconds", steadyMedian(p.reduced)},
                       {"optimizer_seconds", steadyMedian(p.step)},
                       {"buckets", buckets}});
   }

@@ -53,7 +53,7 @@ private:
   Status writeProfile() const;
   struct PhaseProfile {
     int64_t runs = 0; // every run, timed or not (a GPU times replays, not warm-ups)
-    std::vector<double> backward, step;
+    std::vector<double> backward, reduced, step;
     std::vector<std::vector<double>> ready;          // per bucket
     std::vector<std::vector<double>> parameterReady; // per used parameter
   };

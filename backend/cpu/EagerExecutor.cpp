@@ -299,6 +299,7 @@ RunStats EagerExecutor::timedRun(const std::string &phase) const {
   RunStats run;
   run.profiled = true;
   run.backwardSeconds = seconds[RunTimeline::BackwardEnd];
+  run.reducedSeconds = seconds[RunTimeline::StepStart];
   for (size_t b = 0; b < timeline.buckets(); ++b)
     run.bucketReadySeconds.push_back(seconds[timeline.bucket(b)]);
   for (size_t i = 0; i < timeline.parameters(); ++i)
