@@ -1,10 +1,8 @@
 // Bucket-cap autotuning against the communication model.
 #include "tools/Autotune.h"
 
-#include "ir/Files.h"
 #include "tools/CommModel.h"
-
-#include <nlohmann/json.hpp>
+#include "tools/Profile.h"
 
 #include <algorithm>
 #include <limits>
@@ -14,48 +12,16 @@ namespace ganc::tools {
 
 namespace {
 
-struct PhaseProfile {
-  double compute = 0;
-  std::map<std::string, double> ready; // by parameter
-};
-
-Expected<std::map<std::string, PhaseProfile>> readReadyTimes(const std::string &path,
-                                                             const ir::Module &plan) {
-  auto text = readFile(path);
-  if (!text)
-    return text.status().withContext("--profile");
-  try {
-    const nlohmann::json j = nlohmann::json::parse(*text);
-    if (!j.is_object() || j.value("format", "") != "ganc-profile")
-      return Status::error(path + " is not a ganc profile (write one with ganc train --profile)");
-    if (j.at("identity").get<std::string>() != plan.identity)
-      return Status::error(path + " is a profile of another model (" +
-                           j.at("identity").get<std::string>() + ", this one is " + plan.identity +
-                           ")");
-    std::map<std::string, PhaseProfile> phases;
-    for (const nlohmann::json &p : j.at("phases")) {
-      PhaseProfile phase;
-      phase.compute = p.at("forward_backward_seconds").get<double>();
-      for (const nlohmann::json &parameter : p.at("parameters"))
-        phase.ready[parameter.at("name").get<std::string>()] =
-            parameter.at("ready_seconds").get<double>();
-      phases[p.at("key").get<std::string>()] = std::move(phase);
-    }
-    return phases;
-  } catch (const std::exception &e) {
-    return Status::error(path + " is not a complete ganc profile (" + std::string(e.what()) + ")");
-  }
-}
-
 /// The communication `phase`'s buckets leave exposed after backward, by the model.
-double exposedSeconds(const ir::Phase &phase, const PhaseProfile &profile, int64_t ranks,
+double exposedSeconds(const ir::Phase &phase, const ProfiledPhase &profile, int64_t ranks,
                       const Link &link) {
   std::vector<ReadyBucket> buckets;
   for (const ir::Bucket &bucket : phase.buckets) {
     ReadyBucket b{bucket.bytes, 0};
     for (const ir::Bucket::Slot &slot : bucket.slots) {
-      auto ready = profile.ready.find(slot.parameter);
-      b.ready = std::max(b.ready, ready == profile.ready.end() ? profile.compute : ready->second);
+      auto ready = profile.parameterReady.find(slot.parameter);
+      b.ready = std::max(b.ready,
+                         ready == profile.parameterReady.end() ? profile.compute : ready->second);
     }
     buckets.push_back(b);
   }
@@ -69,9 +35,12 @@ double exposedSeconds(const ir::Phase &phase, const PhaseProfile &profile, int64
 
 Status autotuneBuckets(ir::Module &plan, const AutotuneOptions &options,
                        const passes::PipelineOptions &pipeline) {
-  auto profiles = readReadyTimes(options.profile, plan);
-  if (!profiles)
-    return profiles.status();
+  auto profile = readProfile(options.profile, plan, ProfileOf::Model);
+  if (!profile)
+    return profile.status();
+  std::map<std::string, const ProfiledPhase *> profiles;
+  for (const ProfiledPhase &phase : profile->phases)
+    profiles[phase.key] = &phase;
   const Link link =
       links().at(options.ranks <= options.ranksPerHost ? options.intraLink : options.link);
   constexpr int64_t kMiB = int64_t{1} << 20;
@@ -102,10 +71,10 @@ Status autotuneBuckets(ir::Module &plan, const AutotuneOptions &options,
     if (!bucketed)
       return bucketed.status();
     for (const auto &phase : plan.phases) {
-      auto profile = profiles->find(phase->key());
-      if (profile == profiles->end())
+      auto profiled = profiles.find(phase->key());
+      if (profiled == profiles.end())
         continue;
-      const double exposed = exposedSeconds(*phase, profile->second, options.ranks, link);
+      const double exposed = exposedSeconds(*phase, *profiled->second, options.ranks, link);
       Best &b = best[phase->key()];
       if (caps == ddp)
         b.ddp = exposed;

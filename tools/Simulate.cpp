@@ -10,6 +10,7 @@
 #include "tools/Simulate.h"
 
 #include "tools/CommModel.h"
+#include "tools/Profile.h"
 
 #include "ir/Files.h"
 #include "ir/TextFormat.h"
@@ -71,10 +72,8 @@ struct Phase {
   std::vector<ReadyBucket> buckets; // in the plan's all-reduce order
 };
 
-struct Profile {
-  int64_t threads = 1;
-  int64_t worldSize = 1;
-  std::string device;
+struct Schedule {
+  Profile profile;
   std::vector<Phase> phases;
 };
 
@@ -178,57 +177,25 @@ Status parseArgs(const std::vector<std::string> &args, Options &o) {
   return Status::ok();
 }
 
-/// The profile, checked against the plan it must have been measured on.
-Expected<Profile> readProfile(const std::string &path, const ir::Module &plan) {
-  auto text = readFile(path);
-  if (!text)
-    return text.status().withContext("--profile");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(*text);
-  } catch (const std::exception &e) {
-    return Status::error(path + " is not JSON (" + std::string(e.what()) + ")");
+/// The profile of `plan`, each phase's buckets in the plan's all-reduce order.
+Expected<Schedule> readSchedule(const std::string &path, const ir::Module &plan) {
+  auto profile = readProfile(path, plan, ProfileOf::Plan);
+  if (!profile)
+    return profile.status();
+  Schedule schedule;
+  schedule.profile = profile.take();
+  for (const ProfiledPhase &profiled : schedule.profile.phases) {
+    Phase phase;
+    phase.key = profiled.key;
+    phase.weight = static_cast<double>(profiled.runs) / static_cast<double>(schedule.profile.steps);
+    phase.compute = profiled.compute;
+    phase.optimizer = profiled.optimizer;
+    for (const ir::ScheduledAllReduce &s : plan.findPhase(profiled.key)->schedule)
+      phase.buckets.push_back({profiled.buckets.at(static_cast<size_t>(s.bucket)).bytes,
+                               profiled.buckets.at(static_cast<size_t>(s.bucket)).ready});
+    schedule.phases.push_back(std::move(phase));
   }
-  try {
-    if (!j.is_object() || j.value("format", "") != "ganc-profile")
-      return Status::error(path + " is not a ganc profile (write one with ganc train --profile)");
-    if (j.at("identity").get<std::string>() != plan.identity)
-      return Status::error(path + " is a profile of another plan (model " +
-                           j.at("identity").get<std::string>() + ", the plan's is " +
-                           plan.identity + ")");
-    Profile profile;
-    profile.threads = j.at("threads").get<int64_t>();
-    profile.worldSize = j.at("world_size").get<int64_t>();
-    profile.device = j.at("device").get<std::string>();
-    const double steps = static_cast<double>(std::max<int64_t>(1, j.at("steps").get<int64_t>()));
-    for (const nlohmann::json &p : j.at("phases")) {
-      Phase phase;
-      phase.key = p.at("key").get<std::string>();
-      const ir::Phase *planned = plan.findPhase(phase.key);
-      const nlohmann::json &buckets = p.at("buckets");
-      if (!planned || planned->buckets.size() != buckets.size())
-        return Status::error(path + " is a profile of another plan (phase '" + phase.key +
-                             "' and its buckets are not this plan's)");
-      phase.weight = static_cast<double>(p.at("runs").get<int64_t>()) / steps;
-      phase.compute = p.at("forward_backward_seconds").get<double>();
-      phase.optimizer = p.at("optimizer_seconds").get<double>();
-      for (const ir::ScheduledAllReduce &s : planned->schedule) {
-        const nlohmann::json &b = buckets.at(static_cast<size_t>(s.bucket));
-        if (b.at("bytes").get<int64_t>() != planned->buckets[s.bucket].bytes)
-          return Status::error(path + " is a profile of another plan (phase '" + phase.key +
-                               "', bucket " + std::to_string(s.bucket) + " has other bytes)");
-        phase.buckets.push_back(
-            {b.at("bytes").get<int64_t>(), b.at("ready_seconds").get<double>()});
-      }
-      profile.phases.push_back(std::move(phase));
-    }
-    if (profile.phases.empty())
-      return Status::error(path + " holds no profiled phase (did its run take steps after the "
-                                  "warm-up and capture?)");
-    return profile;
-  } catch (const nlohmann::json::exception &e) {
-    return Status::error(path + " is not a complete ganc profile (" + std::string(e.what()) + ")");
-  }
+  return schedule;
 }
 
 Link linkFor(const Options &o, int64_t ranks) {
@@ -240,17 +207,17 @@ Link linkFor(const Options &o, int64_t ranks) {
   return link;
 }
 
-Prediction predict(const Profile &profile, const Options &o, int64_t ranks) {
+Prediction predict(const Schedule &schedule, const Options &o, int64_t ranks) {
   const Link link = linkFor(o, ranks);
   // CPU ranks sharing cores: their compute stretches once the threads outnumber the cores.
   double slowdown = 1;
   if (o.coresPerHost > 0)
-    slowdown =
-        std::max(1.0, static_cast<double>(std::min(ranks, o.ranksPerHost) * profile.threads) /
-                          static_cast<double>(o.coresPerHost));
+    slowdown = std::max(
+        1.0, static_cast<double>(std::min(ranks, o.ranksPerHost) * schedule.profile.threads) /
+                 static_cast<double>(o.coresPerHost));
   Prediction p;
   p.ranks = ranks;
-  for (const Phase &phase : profile.phases) {
+  for (const Phase &phase : schedule.phases) {
     const double compute = phase.compute * slowdown;
     const double optimizer = phase.optimizer * slowdown;
     const double end = lastReduceEnd(phase.buckets, ranks, link, slowdown);
@@ -290,16 +257,17 @@ int simulateCommand(const std::vector<std::string> &args) {
   auto plan = ir::readPlan(o.plan);
   if (!plan)
     return fail(plan.status().message());
-  auto profile = readProfile(o.profile, **plan);
-  if (!profile)
-    return fail(profile.status().message());
+  auto schedule = readSchedule(o.profile, **plan);
+  if (!schedule)
+    return fail(schedule.status().message());
+  const Profile *profile = &schedule->profile;
   if (o.coresPerHost > 0 && profile->device != "cpu")
     return fail("--cores-per-host models CPU ranks sharing cores; " + o.profile +
                 " was measured on " + profile->device);
-  const Prediction one = predict(*profile, o, 1);
+  const Prediction one = predict(*schedule, o, 1);
   std::vector<Prediction> predictions;
   for (int64_t n : o.gpus)
-    predictions.push_back(predict(*profile, o, n));
+    predictions.push_back(predict(*schedule, o, n));
   if (o.json) {
     nlohmann::json out = nlohmann::json::array();
     for (const Prediction &p : predictions)

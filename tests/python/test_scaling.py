@@ -47,6 +47,7 @@ def test_profile_describes_the_plans_phases(ganc_bin, profiled):
         # later than its bucket.
         for b in ph["buckets"]:
             assert 0 < b["ready_seconds"] <= ph["forward_backward_seconds"]
+        assert ph["forward_backward_seconds"] <= ph["all_reduced_seconds"]
         bucket_of = {s["parameter"]: i for i, b in enumerate(planned[ph["key"]]["buckets"]) for s in b["slots"]}
         assert [q["name"] for q in ph["parameters"]] == planned[ph["key"]]["used"]
         for q in ph["parameters"]:
