@@ -124,23 +124,32 @@ def _key(phase: dict) -> str:
     return phase["name"] + (f"@{phase['stage']}" if phase.get("stage") else "")
 
 
-def compile(archive: str, output: str | None = None, *, bucket_cap_mb: float | None = None,
+def compile(archive: str, output: str | None = None, *, bucket_cap_mb: float | str | None = None,
             first_bucket_mb: float | None = None, zero: int | None = None,
-            ranks: int | None = None) -> Plan:
+            ranks: int | None = None, target_gpus: int | None = None, profile: str | None = None,
+            link: str | None = None) -> Plan:
     """`ganc compile ARCHIVE -o OUTPUT` (default: the archive's name with .plan). `zero` (0,
     1, 2) shards optimizer state instead of the spec's stage; `ranks` lays the shards out
-    for that many ranks."""
+    for that many ranks. `bucket_cap_mb="auto"` picks each phase's caps for `target_gpus`
+    ranks from a `train(..., profile=PATH)` run's `profile` (between hosts on `link`)."""
     output = output or os.path.splitext(archive)[0] + ".plan"
     args = ["compile", archive, "-o", output, "--emit", "json"]
-    if bucket_cap_mb is not None:
-        args += ["--bucket-cap-mb", str(bucket_cap_mb)]
-    if first_bucket_mb is not None:
-        args += ["--first-bucket-mb", str(first_bucket_mb)]
-    if zero is not None:
-        args += ["--zero", str(zero)]
-    if ranks is not None:
-        args += ["--ranks", str(ranks)]
+    flags = {"--bucket-cap-mb": bucket_cap_mb, "--first-bucket-mb": first_bucket_mb, "--zero": zero,
+             "--ranks": ranks, "--target-gpus": target_gpus, "--profile": profile, "--link": link}
+    for flag, value in flags.items():
+        if value is not None:
+            args += [flag, str(value)]
     return Plan(output, archive, json.loads(_run(args, echo=False)))
+
+
+def simulate(plan: Plan | str, profile: str, gpus=(1, 8, 64, 512, 1024), **options) -> list[dict]:
+    """`ganc simulate`: per world size in `gpus`, the predicted step_seconds, exposed_seconds
+    and efficiency, and the same for StyleGAN3's flat all-reduce (flat_step_seconds, ...),
+    from a `train(..., profile=PATH)` run of the plan. Other keywords are `ganc simulate`
+    options: link="ethernet", intra_link="nvlink", ranks_per_host=8, alpha_us=..., ..."""
+    path = plan.path if isinstance(plan, Plan) else plan
+    args = ["simulate", path, "--profile", str(profile), "--gpus", ",".join(str(n) for n in gpus), "--json"]
+    return json.loads(_run(args + _option_args(options), echo=False))
 
 
 # Options given as booleans that the driver spells on/off.

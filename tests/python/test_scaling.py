@@ -182,3 +182,21 @@ def test_autotune_needs_its_inputs(ganc_bin, profiled, tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 2 and "profile of another model" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_python_api_simulates_and_autotunes(ganc_bin, profiled, tmp_path):
+    """ganc.simulate and ganc.compile(bucket_cap_mb="auto") from Python: the command's numbers
+    and plan; bad input raises GancError with the command's line and exit code."""
+    import ganc
+    plan, profile = profiled
+    rows = ganc.simulate(plan, profile, gpus=[1, 8, 64], link="ethernet")
+    cli = json.loads(subprocess.run([ganc_bin, "simulate", plan, "--profile", profile, "--gpus", "1,8,64",
+                                     "--link", "ethernet", "--json"], capture_output=True, text=True,
+                                    check=True).stdout)
+    assert rows == cli
+    tuned = ganc.compile(archive("dcgan32"), str(tmp_path / "tuned.plan"), bucket_cap_mb="auto", target_gpus=64,
+                         profile=profile, link="ethernet")
+    assert all(tuned.phase(name)["tuned_ranks"] == 64 for name in tuned.phases)
+    with pytest.raises(ganc.GancError) as error:
+        ganc.simulate(plan, profile, gpus=[])
+    assert error.value.exit_code == 2 and "--gpus is empty" in str(error.value)
