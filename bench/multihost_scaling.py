@@ -11,6 +11,9 @@ all-reduces, not the host's scheduling, set the step time:
    beta between hosts; each emulated host gets half of this machine's cores), then trains
    both with torchrun in the namespaces, exactly as the README's two-node command, profiled,
    and prints predicted against measured step time and exposed communication.
+4. Autotunes the buckets for each shape (`ganc compile --bucket-cap-mb auto` with the same
+   links) and, where the caps differ from DDP's, trains the tuned plan too: the predicted
+   saving against the measured one.
 
 Needs root (network namespaces, tc) and torchrun.
 
@@ -117,6 +120,7 @@ def step_and_exposed(out, profile, steps):
 
 
 def train_two_hosts(hosts, per_host, plan, archive, data, steps, tmp):
+    """Median step seconds and exposed communication of `plan` on 2 hosts x `per_host`."""
     name = f"{os.path.basename(plan)}-2x{per_host}"
     out, profile = os.path.join(tmp, name), os.path.join(tmp, name + ".profile.json")
     nodes = []
@@ -136,6 +140,26 @@ def train_two_hosts(hosts, per_host, plan, archive, data, steps, tmp):
     return step_and_exposed(out, profile, steps)
 
 
+def autotuned(model, per_host, archive, plan, profile, links, measured_default, hosts, data, steps, tmp):
+    """Compiles `model` with autotuned caps for 2 hosts x `per_host` and, where its buckets
+    differ from `plan`'s, trains it there. Returns the row for the autotune table."""
+    tuned = os.path.join(tmp, f"{model}-tuned-{per_host}.plan")
+    subprocess.run([GANC, "compile", archive, "-o", tuned, "--bucket-cap-mb", "auto", "--target-gpus",
+                    str(2 * per_host), "--profile", profile, *links], check=True, capture_output=True)
+
+    def facts(path):
+        return json.loads(subprocess.run([GANC, "explain", path, "--json"], check=True, capture_output=True,
+                                         text=True).stdout)["phases"]
+
+    phases = facts(tuned)
+    same = [ph["buckets"] for ph in phases] == [ph["buckets"] for ph in facts(plan)]
+    caps = ", ".join(f"{ph['name']} {ph['first_bucket_cap_bytes'] >> 10}/{ph['bucket_cap_bytes'] >> 10} KiB"
+                     if ph["bucket_cap_bytes"] < 1 << 50 else f"{ph['name']} one" for ph in phases)
+    measured = None if same else train_two_hosts(hosts, per_host, tuned, archive, data, steps, tmp)[0]
+    return (model, f"2 x {per_host}", caps, sum(ph["tuned_exposed_seconds"] for ph in phases),
+            sum(ph["default_exposed_seconds"] for ph in phases), measured_default, measured)
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--link-worker":
         link_worker(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5])
@@ -153,7 +177,7 @@ def main():
     import ganc
     import zoo
     cores_per_host = (os.cpu_count() or 1) / 2
-    rows = []
+    rows, tuned = [], []
     with tempfile.TemporaryDirectory() as tmp, shaped_hosts(args.rate_mbit) as hosts:
         alpha, beta = measure_link(hosts, tmp)
         print(f"link between the namespaces shaped to {args.rate_mbit} Mbit/s: Gloo all-reduce alpha "
@@ -175,15 +199,18 @@ def main():
                            check=True, stdout=subprocess.DEVNULL)
             one, _ = step_and_exposed(os.path.join(tmp, "one"), profile, args.steps)
             for per_host in (1, 2):
+                links = ["--ranks-per-host", str(per_host), "--alpha-us", str(alpha * 1e6),
+                         "--bandwidth-gbps", str(beta / 1e9)]
                 predicted = json.loads(subprocess.run(
                     [GANC, "simulate", plan, "--profile", profile, "--gpus", str(2 * per_host),
-                     "--ranks-per-host", str(per_host), "--cores-per-host", str(cores_per_host),
-                     "--alpha-us", str(alpha * 1e6), "--bandwidth-gbps", str(beta / 1e9), "--json"],
+                     "--cores-per-host", str(cores_per_host), *links, "--json"],
                     check=True, capture_output=True, text=True).stdout)[0]
                 measured, exposed = train_two_hosts(hosts, per_host, plan, archive, data, args.steps, tmp)
                 rows.append((model, f"2 x {per_host}", one, predicted, measured, exposed))
                 print(f"[bench] {model} 2 x {per_host}: predicted {predicted['step_seconds'] * 1e3:.1f} ms, "
                       f"measured {measured * 1e3:.1f} ms", flush=True)
+                tuned.append(autotuned(model, per_host, archive, plan, profile, links, measured, hosts, data,
+                                       args.steps, tmp))
     print(f"\npredicted against measured, two hosts joined by {args.rate_mbit} Mbit/s, one thread per rank")
     print(f"{'model':10} {'hosts x ranks':>13} {'1 rank ms':>10} {'predicted ms':>13} {'measured ms':>12} "
           f"{'error':>8}   {'exposed: predicted ms':>21} {'measured ms':>12} {'flat all-reduce ms':>19}")
@@ -191,6 +218,13 @@ def main():
         print(f"{model:10} {shape:>13} {one * 1e3:10.2f} {p['step_seconds'] * 1e3:13.2f} {measured * 1e3:12.2f} "
               f"{100 * (p['step_seconds'] - measured) / measured:7.1f}%   {p['exposed_seconds'] * 1e3:21.2f} "
               f"{exposed * 1e3:12.2f} {p['flat_step_seconds'] * 1e3:19.2f}")
+    print("\nautotuned buckets (ganc compile --bucket-cap-mb auto, the same links) against DDP's caps")
+    print(f"{'model':10} {'hosts x ranks':>13} {'caps (first, rest)':>22} {'exposed: predicted ms':>22} "
+          f"{'DDP caps ms':>12}   {'step: DDP caps ms':>17} {'tuned ms':>9}")
+    for model, shape, caps, predicted, default, measured_default, measured in tuned:
+        step = f"{measured * 1e3:9.2f}" if measured is not None else "   (same)"
+        print(f"{model:10} {shape:>13} {caps:>22} {predicted * 1e3:22.2f} {default * 1e3:12.2f}   "
+              f"{measured_default * 1e3:17.2f} {step}")
 
 
 if __name__ == "__main__":

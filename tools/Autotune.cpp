@@ -41,8 +41,7 @@ Status autotuneBuckets(ir::Module &plan, const AutotuneOptions &options,
   std::map<std::string, const ProfiledPhase *> profiles;
   for (const ProfiledPhase &phase : profile->phases)
     profiles[phase.key] = &phase;
-  const Link link =
-      links().at(options.ranks <= options.ranksPerHost ? options.intraLink : options.link);
+  const Link link = options.topology.linkFor(options.ranks);
   constexpr int64_t kMiB = int64_t{1} << 20;
   std::vector<std::pair<int64_t, int64_t>> candidates; // (first, rest)
   for (int64_t cap : {kMiB / 4, kMiB / 2, kMiB, 2 * kMiB, 4 * kMiB, 8 * kMiB, 16 * kMiB, 25 * kMiB,

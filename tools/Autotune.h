@@ -4,6 +4,7 @@
 
 #include "ir/Module.h"
 #include "passes/Pass.h"
+#include "tools/CommModel.h"
 
 #include <string>
 
@@ -14,9 +15,7 @@ struct AutotuneOptions {
   std::string profile;
   int64_t ranks = 0;
   /// Links as in `ganc simulate` (within a host up to ranksPerHost ranks, across hosts).
-  std::string link = "ib";
-  std::string intraLink = "nvlink";
-  int64_t ranksPerHost = 8;
+  Topology topology;
 };
 
 /// For every phase of the compiled `plan`: buckets its used parameters with each candidate

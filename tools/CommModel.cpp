@@ -1,6 +1,8 @@
 // The alpha-beta communication model.
 #include "tools/CommModel.h"
 
+#include "ir/TextFormat.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -12,6 +14,42 @@ const std::map<std::string, Link> &links() {
                                                     {"ethernet", {30e-6, 10e9}},
                                                     {"loopback", {50e-6, 2e9}}};
   return known;
+}
+
+Link Topology::linkFor(int64_t ranks) const {
+  Link chosen = links().at(ranks <= ranksPerHost ? intraLink : link);
+  if (alphaUs)
+    chosen.alpha = *alphaUs * 1e-6;
+  if (bandwidthGBps)
+    chosen.bandwidth = *bandwidthGBps * 1e9;
+  return chosen;
+}
+
+Expected<bool> parseTopologyOption(const std::vector<std::string> &args, size_t &i, Topology &t) {
+  const std::string &flag = args[i];
+  const bool known = flag == "--link" || flag == "--intra-link" || flag == "--ranks-per-host" ||
+                     flag == "--alpha-us" || flag == "--bandwidth-gbps";
+  if (!known)
+    return false;
+  if (i + 1 >= args.size())
+    return Status::error(flag + " needs a value");
+  const std::string &value = args[++i];
+  if (flag == "--link" || flag == "--intra-link") {
+    if (!links().count(value))
+      return Status::error(flag + " takes nvlink, ib, ethernet or loopback, not '" + value + "'");
+    (flag == "--link" ? t.link : t.intraLink) = value;
+  } else if (flag == "--ranks-per-host") {
+    const std::optional<int64_t> n = ir::parseInt64(value);
+    if (!n || *n < 1)
+      return Status::error(flag + " takes a positive integer, not '" + value + "'");
+    t.ranksPerHost = *n;
+  } else {
+    const std::optional<double> x = ir::parseDouble(value);
+    if (!x || !(*x > 0))
+      return Status::error(flag + " takes a positive number, not '" + value + "'");
+    (flag == "--alpha-us" ? t.alphaUs : t.bandwidthGBps) = *x;
+  }
+  return true;
 }
 
 double allReduceSeconds(int64_t bytes, int64_t ranks, const Link &link) {

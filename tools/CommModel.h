@@ -2,8 +2,11 @@
 // link classes and the alpha-beta time of an all-reduce.
 #pragma once
 
+#include "ir/Status.h"
+
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +20,21 @@ struct Link {
 /// Documented defaults: NVLink 4 (8 x H100, NCCL bus bandwidth), InfiniBand NDR 400 Gb/s per
 /// GPU, 100 Gb/s Ethernet (RoCE), and one host's loopback under Gloo.
 const std::map<std::string, Link> &links();
+
+/// Where a world size's collectives run: within one host up to `ranksPerHost` ranks (the
+/// intra-host link), across hosts beyond; `alphaUs` and `bandwidthGBps` override both links.
+struct Topology {
+  std::string link = "ib", intraLink = "nvlink";
+  int64_t ranksPerHost = 8;
+  std::optional<double> alphaUs, bandwidthGBps;
+  /// The link an all-reduce over `ranks` is bound by.
+  Link linkFor(int64_t ranks) const;
+};
+
+/// If args[i] is one of the topology options (--link, --intra-link, --ranks-per-host,
+/// --alpha-us, --bandwidth-gbps), reads it and its value into `t`, advances `i` past the value
+/// and returns true; false if it is another option. Bad values are one-line errors.
+Expected<bool> parseTopologyOption(const std::vector<std::string> &args, size_t &i, Topology &t);
 
 /// An all-reduce of `bytes` over `ranks`: the faster of a ring, 2(N-1) alpha + 2(N-1)/N B /
 /// beta, and a double binary tree, 2 ceil(log2 N) alpha + 2 B / beta (NCCL chooses the same

@@ -56,10 +56,8 @@ loopback 50 us, 2 GB/s.
 struct Options {
   std::string plan, profile;
   std::vector<int64_t> gpus;
-  std::string link = "ib", intraLink = "nvlink";
-  int64_t ranksPerHost = 8;
+  Topology topology;
   double coresPerHost = 0;
-  std::optional<double> alphaUs, bandwidthGBps;
   bool json = false;
   bool help = false;
 };
@@ -100,25 +98,11 @@ Status parseArgs(const std::vector<std::string> &args, Options &o) {
       out = *x;
       return Status::ok();
     };
-    auto count = [&](int64_t &out) -> Status {
-      auto v = value();
-      if (!v)
-        return v.status();
-      std::optional<int64_t> x = ir::parseInt64(*v);
-      if (!x || *x < 1)
-        return Status::error(a + " takes a positive integer, not '" + *v + "'");
-      out = *x;
-      return Status::ok();
-    };
-    auto linkName = [&](std::string &out) -> Status {
-      auto v = value();
-      if (!v)
-        return v.status();
-      if (!links().count(*v))
-        return Status::error(a + " takes nvlink, ib, ethernet or loopback, not '" + *v + "'");
-      out = *v;
-      return Status::ok();
-    };
+    auto topology = parseTopologyOption(args, i, o.topology);
+    if (!topology)
+      return topology.status();
+    if (*topology)
+      continue;
     if (a == "-h" || a == "--help") {
       o.help = true;
     } else if (a == "--profile") {
@@ -140,22 +124,8 @@ Status parseArgs(const std::vector<std::string> &args, Options &o) {
       }
       if (o.gpus.empty())
         return Status::error("--gpus is empty: give the world sizes to predict, like 1,8,64");
-    } else if (a == "--link") {
-      GANC_TRY(linkName(o.link));
-    } else if (a == "--intra-link") {
-      GANC_TRY(linkName(o.intraLink));
-    } else if (a == "--ranks-per-host") {
-      GANC_TRY(count(o.ranksPerHost));
     } else if (a == "--cores-per-host") {
       GANC_TRY(positive(o.coresPerHost));
-    } else if (a == "--alpha-us") {
-      double x = 0;
-      GANC_TRY(positive(x));
-      o.alphaUs = x;
-    } else if (a == "--bandwidth-gbps") {
-      double x = 0;
-      GANC_TRY(positive(x));
-      o.bandwidthGBps = x;
     } else if (a == "--json") {
       o.json = true;
     } else if (!a.empty() && a[0] == '-') {
@@ -198,23 +168,14 @@ Expected<Schedule> readSchedule(const std::string &path, const ir::Module &plan)
   return schedule;
 }
 
-Link linkFor(const Options &o, int64_t ranks) {
-  Link link = links().at(ranks <= o.ranksPerHost ? o.intraLink : o.link);
-  if (o.alphaUs)
-    link.alpha = *o.alphaUs * 1e-6;
-  if (o.bandwidthGBps)
-    link.bandwidth = *o.bandwidthGBps * 1e9;
-  return link;
-}
-
 Prediction predict(const Schedule &schedule, const Options &o, int64_t ranks) {
-  const Link link = linkFor(o, ranks);
+  const Link link = o.topology.linkFor(ranks);
   // CPU ranks sharing cores: their compute stretches once the threads outnumber the cores.
   double slowdown = 1;
   if (o.coresPerHost > 0)
-    slowdown = std::max(
-        1.0, static_cast<double>(std::min(ranks, o.ranksPerHost) * schedule.profile.threads) /
-                 static_cast<double>(o.coresPerHost));
+    slowdown = std::max(1.0, static_cast<double>(std::min(ranks, o.topology.ranksPerHost) *
+                                                 schedule.profile.threads) /
+                                 static_cast<double>(o.coresPerHost));
   Prediction p;
   p.ranks = ranks;
   for (const Phase &phase : schedule.phases) {
@@ -281,14 +242,15 @@ int simulateCommand(const std::vector<std::string> &args) {
     std::cout << out.dump(2) << "\n";
     return 0;
   }
-  const Link intra = linkFor(o, 1), inter = linkFor(o, o.ranksPerHost + 1);
+  const Topology &t = o.topology;
+  const Link intra = t.linkFor(1), inter = t.linkFor(t.ranksPerHost + 1);
   std::cout << "simulated " << (*plan)->name << " from " << o.profile << " (" << profile->device
             << ", " << profile->worldSize << " rank" << (profile->worldSize == 1 ? "" : "s");
   if (profile->device == "cpu")
     std::cout << ", " << profile->threads << " thread" << (profile->threads == 1 ? "" : "s");
-  std::cout << "); within a host (" << o.ranksPerHost << " ranks) " << o.intraLink << " "
+  std::cout << "); within a host (" << t.ranksPerHost << " ranks) " << t.intraLink << " "
             << format(intra.alpha * 1e6, 1) << " us, " << format(intra.bandwidth / 1e9, 1)
-            << " GB/s; across hosts " << o.link << " " << format(inter.alpha * 1e6, 1) << " us, "
+            << " GB/s; across hosts " << t.link << " " << format(inter.alpha * 1e6, 1) << " us, "
             << format(inter.bandwidth / 1e9, 1) << " GB/s\n";
   std::cout << "   ranks    step ms  exposed ms  efficiency  | flat all-reduce: step ms  exposed ms"
                "  efficiency\n";

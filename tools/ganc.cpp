@@ -30,13 +30,16 @@ const char *kUsage = R"(usage: ganc <command> [options]
 commands:
   compile MODEL.pt -o PLAN [--bucket-cap-mb N|auto] [--first-bucket-mb N] [--zero 0|1|2]
                             [--ranks N] [--emit ir|json|report] [--print-ir-after PASS]
-                            [--target-gpus N --profile TIMING.json [--link ib|...]]
+                            [--target-gpus N --profile TIMING.json [--link ib|...]
+                             [--intra-link L] [--ranks-per-host N] [--alpha-us A]
+                             [--bandwidth-gbps B]]
       lower every phase of a TorchScript GAN archive (with its ganc.json spec) to the ganc IR,
       find the parameters each phase trains, bucket their all-reduces, and write the plan.
       --zero shards optimizer state (stage 1) and gradients (2), the spec's `zero` otherwise;
       --ranks N lays the shards out for N ranks (a run on another world size re-plans them).
       --bucket-cap-mb auto picks each phase's caps that leave the least communication exposed
-      at --target-gpus ranks, simulated from a `ganc train --profile` run (see ganc simulate).
+      at --target-gpus ranks, simulated from a `ganc train --profile` run on the links the
+      link options describe (as ganc simulate's).
   explain PLAN [--json]
       per phase: used and unused parameters, buckets, all-reduce order and bytes per step.
   train PLAN --model MODEL.pt [options]     one rank; reads RANK, WORLD_SIZE, LOCAL_RANK,
@@ -63,6 +66,7 @@ struct CompileArgs {
   /// --bucket-cap-mb auto: tune each phase's caps for --target-gpus from --profile.
   bool autotune = false;
   tools::AutotuneOptions tune;
+  bool tuneLinks = false; // a link option was given
   passes::PipelineOptions options;
   bool help = false;
 };
@@ -102,8 +106,10 @@ Status parseCompileArgs(const std::vector<std::string> &args, CompileArgs &c) {
         c.tune.ranks = integer("--target-gpus", 1, 1 << 24, "the world size to tune buckets for");
       else if (a == "--profile")
         c.tune.profile = value("--profile");
-      else if (a == "--link")
-        c.tune.link = value("--link");
+      else if (auto topology = tools::parseTopologyOption(args, i, c.tune.topology); !topology)
+        return topology.status();
+      else if (*topology)
+        c.tuneLinks = true;
       else if (a == "--first-bucket-mb")
         c.options.pass.firstBucketCapBytes = megabytes("--first-bucket-mb");
       else if (a == "--zero")
@@ -142,9 +148,10 @@ Status parseCompileArgs(const std::vector<std::string> &args, CompileArgs &c) {
                          "(from ganc train --profile)");
   if (!c.autotune && (c.tune.ranks || !c.tune.profile.empty()))
     return Status::error("--target-gpus and --profile tune buckets: add --bucket-cap-mb auto");
-  if (c.autotune && !tools::links().count(c.tune.link))
-    return Status::error("--link takes nvlink, ib, ethernet or loopback, not '" + c.tune.link +
-                         "'");
+  if (!c.autotune && c.tuneLinks)
+    return Status::error("--link, --intra-link, --ranks-per-host, --alpha-us and "
+                         "--bandwidth-gbps describe the links buckets are tuned for: add "
+                         "--bucket-cap-mb auto");
   if (!c.printAfter.empty() && !passes::findPass(c.printAfter))
     return Status::error("--print-ir-after names unknown pass '" + c.printAfter + "'");
   if (!c.output.empty()) {

@@ -168,15 +168,27 @@ def test_autotune_picks_the_caps_the_model_prefers(ganc_bin, profiled, tmp_path)
             assert ph["bucket_cap_bytes"] < 1 << 20 and len(ph["buckets"]) > 1
         else:
             assert ph["tuned_exposed_seconds"] == pytest.approx(ph["default_exposed_seconds"])
+    # The same links given by their numbers (as a measured link is): the same plan.
+    numbers = str(tmp_path / "numbers.plan")
+    subprocess.run([ganc_bin, "compile", archive("dcgan32"), "-o", numbers, "--bucket-cap-mb", "auto",
+                    "--target-gpus", "64", "--profile", synthetic, "--ranks-per-host", "8", "--alpha-us", "30",
+                    "--bandwidth-gbps", "10"], check=True, capture_output=True)
+    assert open(numbers).read() == open(tuned).read()
 
 
 def test_autotune_needs_its_inputs(ganc_bin, profiled, tmp_path):
     plan, profile = profiled
     for args, mentions in ((["--bucket-cap-mb", "auto", "--target-gpus", "8"], "needs --target-gpus N and --profile"),
-                           (["--target-gpus", "8", "--profile", profile], "add --bucket-cap-mb auto")):
+                           (["--target-gpus", "8", "--profile", profile], "add --bucket-cap-mb auto"),
+                           (["--alpha-us", "20"], "add --bucket-cap-mb auto"),
+                           (["--bucket-cap-mb", "auto", "--target-gpus", "8", "--profile", profile,
+                             "--bandwidth-gbps", "0"], "--bandwidth-gbps takes a positive number"),
+                           (["--bucket-cap-mb", "auto", "--target-gpus", "8", "--profile", profile,
+                             "--link", "pigeon"], "--link takes nvlink, ib, ethernet or loopback")):
         result = subprocess.run([ganc_bin, "compile", archive("dcgan32"), "-o", str(tmp_path / "p.plan"), *args],
                                 capture_output=True, text=True)
-        assert result.returncode == 2 and mentions in result.stderr
+        assert result.returncode == 2 and mentions in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
     result = subprocess.run([ganc_bin, "compile", archive("mlp"), "-o", str(tmp_path / "p.plan"),
                              "--bucket-cap-mb", "auto", "--target-gpus", "8", "--profile", profile],
                             capture_output=True, text=True)
