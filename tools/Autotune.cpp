@@ -12,30 +12,19 @@ namespace ganc::tools {
 
 namespace {
 
-/// The communication `phase`'s buckets leave exposed after backward, by the model.
+/// The communication `phase`'s buckets leave exposed, by the model.
 double exposedSeconds(const ir::Phase &phase, const ProfiledPhase &profile, int64_t ranks,
-                      const Link &link) {
-  std::vector<ReadyBucket> buckets;
-  for (const ir::Bucket &bucket : phase.buckets) {
-    ReadyBucket b{bucket.bytes, 0};
-    for (const ir::Bucket::Slot &slot : bucket.slots) {
-      auto ready = profile.parameterReady.find(slot.parameter);
-      b.ready = std::max(b.ready,
-                         ready == profile.parameterReady.end() ? profile.compute : ready->second);
-    }
-    buckets.push_back(b);
-  }
-  // Launched in the order they complete (the comm-schedule pass's order).
-  std::stable_sort(buckets.begin(), buckets.end(),
-                   [](const ReadyBucket &a, const ReadyBucket &b) { return a.ready < b.ready; });
-  return std::max(0.0, lastReduceEnd(buckets, ranks, link) - profile.compute);
+                      const Link &link, int zeroStage) {
+  return simulatePhase(readyBuckets(phase, profile), profile.compute, profile.optimizer, ranks,
+                       link, zeroStage)
+      .exposed;
 }
 
 } // namespace
 
 Status autotuneBuckets(ir::Module &plan, const AutotuneOptions &options,
                        const passes::PipelineOptions &pipeline) {
-  auto profile = readProfile(options.profile, plan, ProfileOf::Model);
+  auto profile = readProfile(options.profile, plan);
   if (!profile)
     return profile.status();
   std::map<std::string, const ProfiledPhase *> profiles;
@@ -73,7 +62,8 @@ Status autotuneBuckets(ir::Module &plan, const AutotuneOptions &options,
       auto profiled = profiles.find(phase->key());
       if (profiled == profiles.end())
         continue;
-      const double exposed = exposedSeconds(*phase, *profiled->second, options.ranks, link);
+      const double exposed =
+          exposedSeconds(*phase, *profiled->second, options.ranks, link, plan.zeroStage);
       Best &b = best[phase->key()];
       if (caps == ddp)
         b.ddp = exposed;

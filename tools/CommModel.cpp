@@ -62,12 +62,42 @@ double allReduceSeconds(int64_t bytes, int64_t ranks, const Link &link) {
   return std::min(ring, tree);
 }
 
-double lastReduceEnd(const std::vector<ReadyBucket> &buckets, int64_t ranks, const Link &link,
-                     double slowdown) {
-  double end = 0;
-  for (const ReadyBucket &b : buckets)
-    end = std::max(b.ready * slowdown, end) + allReduceSeconds(b.bytes, ranks, link);
-  return end;
+double halfRingSeconds(int64_t bytes, int64_t ranks, const Link &link) {
+  if (ranks <= 1)
+    return 0;
+  const double n = static_cast<double>(ranks);
+  return (n - 1) * link.alpha + (n - 1) / n * static_cast<double>(bytes) / link.bandwidth;
+}
+
+PhaseRun simulatePhase(const std::vector<ReadyBucket> &buckets, double compute, double optimizer,
+                       int64_t ranks, const Link &link, int zeroStage, double slowdown) {
+  compute *= slowdown;
+  optimizer *= slowdown;
+  const bool sharded = zeroStage > 0 && ranks > 1;
+  double reduced = 0; // when the last bucket's collective ends
+  int64_t total = 0;
+  for (const ReadyBucket &b : buckets) {
+    const double collective = zeroStage == 2 && sharded ? halfRingSeconds(b.bytes, ranks, link)
+                                                        : allReduceSeconds(b.bytes, ranks, link);
+    reduced = std::max(b.ready * slowdown, reduced) + collective;
+    total += b.bytes;
+  }
+  const double stepStart = std::max(compute, reduced);
+  PhaseRun run;
+  if (!sharded || total == 0) {
+    run.end = stepStart + optimizer;
+    run.exposed = stepStart - compute;
+    return run;
+  }
+  double stepped = stepStart, gathered = 0;
+  for (const ReadyBucket &b : buckets) {
+    stepped += optimizer / static_cast<double>(ranks) * static_cast<double>(b.bytes) /
+               static_cast<double>(total);
+    gathered = std::max(stepped, gathered) + halfRingSeconds(b.bytes, ranks, link);
+  }
+  run.end = std::max(stepped, gathered);
+  run.exposed = run.end - compute - optimizer / static_cast<double>(ranks);
+  return run;
 }
 
 } // namespace ganc::tools

@@ -47,9 +47,25 @@ struct ReadyBucket {
   double ready = 0;
 };
 
-/// When the last of `buckets` (in launch order, one at a time on one channel, each once it is
-/// ready and the one before it is done) finishes, in seconds into the phase.
-double lastReduceEnd(const std::vector<ReadyBucket> &buckets, int64_t ranks, const Link &link,
-                     double slowdown = 1.0);
+/// A ring reduce-scatter or all-gather of a `bytes` buffer over `ranks`, half an
+/// all-reduce's ring: (N-1) alpha + (N-1)/N B / beta; 0 for one rank.
+double halfRingSeconds(int64_t bytes, int64_t ranks, const Link &link);
+
+/// One run of a phase, in seconds from its start.
+struct PhaseRun {
+  double end = 0;     // done: its optimizer step and, sharded, its all-gathers
+  double exposed = 0; // communication hidden behind neither backward nor the optimizer
+};
+
+/// A phase at `ranks` ranks: forward and backward take `compute`, `buckets` (in launch order)
+/// are reduced one at a time on one channel, each once it is ready and the one before it is
+/// done, then the optimizer steps (`optimizer`, measured unsharded). Sharded (`zeroStage` 1
+/// or 2, more than one rank), as the runtime does it: stage 2 reduce-scatters instead of
+/// all-reducing; each rank steps its 1/ranks of every bucket (that share of the optimizer's
+/// time, by bytes), bucket by bucket in launch order, and all-gathers each bucket once it is
+/// stepped, the gathers one at a time. `slowdown` stretches compute and optimizer (CPU ranks
+/// sharing cores).
+PhaseRun simulatePhase(const std::vector<ReadyBucket> &buckets, double compute, double optimizer,
+                       int64_t ranks, const Link &link, int zeroStage = 0, double slowdown = 1.0);
 
 } // namespace ganc::tools

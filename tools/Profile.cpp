@@ -5,38 +5,27 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 namespace ganc::tools {
 
 namespace {
 
-Expected<ProfiledPhase> readPhase(const nlohmann::json &p, const std::string &path,
-                                  const ir::Module &plan, ProfileOf match) {
+ProfiledPhase readPhase(const nlohmann::json &p) {
   ProfiledPhase phase;
   phase.key = p.at("key").get<std::string>();
   phase.runs = p.at("runs").get<int64_t>();
   phase.compute = p.at("forward_backward_seconds").get<double>();
   phase.optimizer = p.at("optimizer_seconds").get<double>();
-  for (const nlohmann::json &b : p.at("buckets"))
-    phase.buckets.push_back({b.at("bytes").get<int64_t>(), b.at("ready_seconds").get<double>()});
   for (const nlohmann::json &parameter : p.at("parameters"))
     phase.parameterReady[parameter.at("name").get<std::string>()] =
         parameter.at("ready_seconds").get<double>();
-  if (match == ProfileOf::Model)
-    return phase;
-  const ir::Phase *planned = plan.findPhase(phase.key);
-  if (!planned || planned->buckets.size() != phase.buckets.size())
-    return Status::error(path + " is a profile of another plan (phase '" + phase.key +
-                         "' and its buckets are not this plan's)");
-  for (size_t b = 0; b < phase.buckets.size(); ++b)
-    if (phase.buckets[b].bytes != planned->buckets[b].bytes)
-      return Status::error(path + " is a profile of another plan (phase '" + phase.key +
-                           "', bucket " + std::to_string(b) + " has other bytes)");
   return phase;
 }
 
 } // namespace
 
-Expected<Profile> readProfile(const std::string &path, const ir::Module &plan, ProfileOf match) {
+Expected<Profile> readProfile(const std::string &path, const ir::Module &plan) {
   auto text = readFile(path);
   if (!text)
     return text.status().withContext("--profile");
@@ -51,20 +40,15 @@ Expected<Profile> readProfile(const std::string &path, const ir::Module &plan, P
       return Status::error(path + " is not a ganc profile (write one with ganc train --profile)");
     const std::string identity = j.at("identity").get<std::string>();
     if (identity != plan.identity)
-      return Status::error(path + " is a profile of another " +
-                           (match == ProfileOf::Plan ? "plan" : "model") + " (model " + identity +
-                           ", this plan's is " + plan.identity + ")");
+      return Status::error(path + " is a profile of another model (" + identity +
+                           "; this plan's is " + plan.identity + ")");
     Profile profile;
     profile.device = j.at("device").get<std::string>();
     profile.worldSize = j.at("world_size").get<int64_t>();
     profile.threads = j.at("threads").get<int64_t>();
     profile.steps = std::max<int64_t>(1, j.at("steps").get<int64_t>());
-    for (const nlohmann::json &p : j.at("phases")) {
-      auto phase = readPhase(p, path, plan, match);
-      if (!phase)
-        return phase.status();
-      profile.phases.push_back(phase.take());
-    }
+    for (const nlohmann::json &p : j.at("phases"))
+      profile.phases.push_back(readPhase(p));
     if (profile.phases.empty())
       return Status::error(path + " holds no profiled phase (did its run take steps after the "
                                   "warm-up and capture?)");
@@ -72,6 +56,28 @@ Expected<Profile> readProfile(const std::string &path, const ir::Module &plan, P
   } catch (const nlohmann::json::exception &e) {
     return Status::error(path + " is not a complete ganc profile (" + std::string(e.what()) + ")");
   }
+}
+
+std::vector<ReadyBucket> readyBuckets(const ir::Phase &phase, const ProfiledPhase &profile) {
+  std::vector<ReadyBucket> buckets;
+  for (const ir::Bucket &bucket : phase.buckets) {
+    ReadyBucket b{bucket.bytes, 0};
+    for (const ir::Bucket::Slot &slot : bucket.slots) {
+      auto ready = profile.parameterReady.find(slot.parameter);
+      b.ready = std::max(b.ready,
+                         ready == profile.parameterReady.end() ? profile.compute : ready->second);
+    }
+    buckets.push_back(b);
+  }
+  if (phase.schedule.size() == phase.buckets.size()) {
+    std::vector<ReadyBucket> scheduled;
+    for (const ir::ScheduledAllReduce &s : phase.schedule)
+      scheduled.push_back(buckets.at(static_cast<size_t>(s.bucket)));
+    return scheduled;
+  }
+  std::stable_sort(buckets.begin(), buckets.end(),
+                   [](const ReadyBucket &a, const ReadyBucket &b) { return a.ready < b.ready; });
+  return buckets;
 }
 
 } // namespace ganc::tools

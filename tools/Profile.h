@@ -4,6 +4,7 @@
 
 #include "ir/Module.h"
 #include "ir/Status.h"
+#include "tools/CommModel.h"
 
 #include <cstdint>
 #include <map>
@@ -12,18 +13,12 @@
 
 namespace ganc::tools {
 
-struct ProfiledBucket {
-  int64_t bytes = 0;
-  double ready = 0; // seconds into the phase
-};
-
 /// One phase's medians: seconds from its start.
 struct ProfiledPhase {
   std::string key;
   int64_t runs = 0;   // in the profiled run's `steps`
   double compute = 0; // forward and backward
   double optimizer = 0;
-  std::vector<ProfiledBucket> buckets;          // by bucket index (the profiled plan's)
   std::map<std::string, double> parameterReady; // each used parameter's gradient
 };
 
@@ -33,13 +28,14 @@ struct Profile {
   std::vector<ProfiledPhase> phases;
 };
 
-/// What a profile must share with the plan it is read for.
-enum class ProfileOf {
-  Model, ///< the plan's model (its phases may be bucketed anew: autotuning)
-  Plan,  ///< the plan itself: every profiled phase is the plan's, with the plan's buckets
-};
+/// Reads the profile at `path`, which must be of `plan`'s model (any bucketing of it: the
+/// gradients' ready times do not depend on the buckets); every error is one line naming
+/// `path`.
+Expected<Profile> readProfile(const std::string &path, const ir::Module &plan);
 
-/// Reads the profile at `path`, checked against `plan`; every error is one line naming `path`.
-Expected<Profile> readProfile(const std::string &path, const ir::Module &plan, ProfileOf match);
+/// `phase`'s buckets as the profiled run would have completed them: each ready when the last
+/// of its gradients was (the phase's end for a parameter the profile lacks), in the phase's
+/// all-reduce schedule, or, before the schedule is planned, in the order they are ready.
+std::vector<ReadyBucket> readyBuckets(const ir::Phase &phase, const ProfiledPhase &profile);
 
 } // namespace ganc::tools

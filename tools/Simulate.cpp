@@ -72,6 +72,7 @@ struct Phase {
 
 struct Schedule {
   Profile profile;
+  int zeroStage = 0; // the plan's
   std::vector<Phase> phases;
 };
 
@@ -147,22 +148,27 @@ Status parseArgs(const std::vector<std::string> &args, Options &o) {
   return Status::ok();
 }
 
-/// The profile of `plan`, each phase's buckets in the plan's all-reduce order.
+/// The profile of `plan`'s model; each of the plan's buckets ready when its last gradient was
+/// profiled, in the plan's all-reduce order (so a profile measured with other bucket caps
+/// predicts this plan's).
 Expected<Schedule> readSchedule(const std::string &path, const ir::Module &plan) {
-  auto profile = readProfile(path, plan, ProfileOf::Plan);
+  auto profile = readProfile(path, plan);
   if (!profile)
     return profile.status();
   Schedule schedule;
   schedule.profile = profile.take();
+  schedule.zeroStage = plan.zeroStage;
   for (const ProfiledPhase &profiled : schedule.profile.phases) {
+    const ir::Phase *planned = plan.findPhase(profiled.key);
+    if (!planned)
+      return Status::error(path + " profiles phase '" + profiled.key +
+                           "', which this plan does not have");
     Phase phase;
     phase.key = profiled.key;
     phase.weight = static_cast<double>(profiled.runs) / static_cast<double>(schedule.profile.steps);
     phase.compute = profiled.compute;
     phase.optimizer = profiled.optimizer;
-    for (const ir::ScheduledAllReduce &s : plan.findPhase(profiled.key)->schedule)
-      phase.buckets.push_back({profiled.buckets.at(static_cast<size_t>(s.bucket)).bytes,
-                               profiled.buckets.at(static_cast<size_t>(s.bucket)).ready});
+    phase.buckets = readyBuckets(*planned, profiled);
     schedule.phases.push_back(std::move(phase));
   }
   return schedule;
@@ -179,17 +185,16 @@ Prediction predict(const Schedule &schedule, const Options &o, int64_t ranks) {
   Prediction p;
   p.ranks = ranks;
   for (const Phase &phase : schedule.phases) {
-    const double compute = phase.compute * slowdown;
-    const double optimizer = phase.optimizer * slowdown;
-    const double end = lastReduceEnd(phase.buckets, ranks, link, slowdown);
+    const PhaseRun run = simulatePhase(phase.buckets, phase.compute, phase.optimizer, ranks, link,
+                                       schedule.zeroStage, slowdown);
     int64_t total = 0;
     for (const ReadyBucket &b : phase.buckets)
       total += b.bytes;
-    const double exposed = std::max(0.0, end - compute);
+    // StyleGAN3's schedule: every gradient in one all-reduce after backward, then the step.
     const double flat = allReduceSeconds(total, ranks, link);
-    p.step += phase.weight * (compute + exposed + optimizer);
-    p.exposed += phase.weight * exposed;
-    p.flatStep += phase.weight * (compute + flat + optimizer);
+    p.step += phase.weight * run.end;
+    p.exposed += phase.weight * run.exposed;
+    p.flatStep += phase.weight * (phase.compute + phase.optimizer) * slowdown + phase.weight * flat;
     p.flatExposed += phase.weight * flat;
   }
   return p;

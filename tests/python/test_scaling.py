@@ -55,6 +55,48 @@ def test_profile_describes_the_plans_phases(ganc_bin, profiled):
         assert ph["optimizer_seconds"] > 0
 
 
+def half_ring(nbytes, ranks, alpha, beta):
+    """A reduce-scatter or all-gather, as documented: (N-1) alpha + (N-1)/N B / beta."""
+    return 0.0 if ranks == 1 else (ranks - 1) * alpha + (ranks - 1) / ranks * nbytes / beta
+
+
+def documented_model(facts, p, ranks, alpha, beta, slow=1.0):
+    """(step, flat step) by the README's model: each of the plan's buckets ready when its last
+    gradient was profiled, reduced in the plan's order one at a time; sharded plans
+    reduce-scatter (stage 2), step 1/ranks of the optimizer bucket by bucket and all-gather
+    each bucket once stepped."""
+    zero = facts["zero"] if ranks > 1 else 0
+    planned = {ph["name"]: ph for ph in facts["phases"]}
+    step = flat = 0.0
+    for ph in p["phases"]:
+        ready = {q["name"]: q["ready_seconds"] for q in ph["parameters"]}
+        plan_phase = planned[ph["key"]]
+        buckets = [plan_phase["buckets"][s["bucket"]] for s in plan_phase["schedule"]]
+        compute, optimizer = ph["forward_backward_seconds"] * slow, ph["optimizer_seconds"] * slow
+        end = 0.0
+        for b in buckets:
+            at = max(ready[s["parameter"]] for s in b["slots"]) * slow
+            collective = half_ring if zero == 2 else all_reduce
+            end = max(at, end) + collective(b["bytes"], ranks, alpha, beta)
+        total = sum(b["bytes"] for b in buckets)
+        done = max(compute, end) + optimizer
+        if zero:
+            stepped, gathered = max(compute, end), 0.0
+            for b in buckets:
+                stepped += optimizer / ranks * b["bytes"] / total
+                gathered = max(stepped, gathered) + half_ring(b["bytes"], ranks, alpha, beta)
+            done = max(stepped, gathered)
+        weight = ph["runs"] / p["steps"]
+        step += weight * done
+        flat += weight * (compute + all_reduce(total, ranks, alpha, beta) + optimizer)
+    return step, flat
+
+
+def explain(ganc_bin, plan):
+    return json.loads(subprocess.run([ganc_bin, "explain", plan, "--json"], capture_output=True, text=True,
+                                     check=True).stdout)
+
+
 def test_simulation_is_the_documented_model(ganc_bin, profiled):
     plan, profile = profiled
     alpha, beta, cores = 40e-6, 3e9, 2
@@ -63,23 +105,10 @@ def test_simulation_is_the_documented_model(ganc_bin, profiled):
          "--cores-per-host", str(cores), "--alpha-us", "40", "--bandwidth-gbps", "3", "--json"],
         capture_output=True, text=True, check=True).stdout)
     p = json.load(open(profile))
-    facts = json.loads(subprocess.run([ganc_bin, "explain", plan, "--json"], capture_output=True,
-                                      text=True, check=True).stdout)
-    order = {ph["name"]: [s["bucket"] for s in ph["schedule"]] for ph in facts["phases"]}
+    facts = explain(ganc_bin, plan)
 
     def expected(ranks):
-        slow = max(1.0, min(ranks, 4) * p["threads"] / cores)
-        step = flat = 0.0
-        for ph in p["phases"]:
-            compute, end = ph["forward_backward_seconds"] * slow, 0.0
-            for b in order[ph["key"]]:
-                bucket = ph["buckets"][b]
-                end = max(bucket["ready_seconds"] * slow, end) + all_reduce(bucket["bytes"], ranks, alpha, beta)
-            total = sum(b["bytes"] for b in ph["buckets"])
-            weight = ph["runs"] / p["steps"]
-            step += weight * (compute + max(0.0, end - compute) + ph["optimizer_seconds"] * slow)
-            flat += weight * (compute + all_reduce(total, ranks, alpha, beta) + ph["optimizer_seconds"] * slow)
-        return step, flat
+        return documented_model(facts, p, ranks, alpha, beta, max(1.0, min(ranks, 4) * p["threads"] / cores))
 
     assert [row["ranks"] for row in out] == [1, 2, 4, 16]
     base = expected(1)
@@ -96,8 +125,30 @@ def test_simulation_is_the_documented_model(ganc_bin, profiled):
     assert "flat all-reduce" in text and len(text.strip().splitlines()) == 5
 
 
+@pytest.mark.parametrize("zero", [1, 2])
+def test_simulation_of_other_caps_and_sharded_plans(ganc_bin, profiled, tmp_path, zero):
+    """One profile predicts any plan of its model: here one with 256 KiB buckets, sharded
+    (ZeRO stage 1 or 2); the numbers are the documented model's for that plan's buckets."""
+    _, profile = profiled
+    plan = str(tmp_path / "sharded.plan")
+    subprocess.run([ganc_bin, "compile", archive("dcgan32"), "-o", plan, "--bucket-cap-mb", "0.25",
+                    "--first-bucket-mb", "0.25", "--zero", str(zero), "--ranks", "8"], check=True, capture_output=True)
+    facts = explain(ganc_bin, plan)
+    assert facts["zero"] == zero and max(len(ph["buckets"]) for ph in facts["phases"]) > 2
+    out = json.loads(subprocess.run(
+        [ganc_bin, "simulate", plan, "--profile", profile, "--gpus", "1,8,64", "--link", "ethernet", "--json"],
+        capture_output=True, text=True, check=True).stdout)
+    p = json.load(open(profile))
+    for row in out:
+        # Within a host (8 ranks) NVLink, beyond it Ethernet; one rank runs unsharded.
+        alpha, beta = (5e-6, 300e9) if row["ranks"] <= 8 else (30e-6, 10e9)
+        step, flat = documented_model(facts, p, row["ranks"], alpha, beta)
+        assert row["step_seconds"] == pytest.approx(step, rel=1e-9)
+        assert row["flat_step_seconds"] == pytest.approx(flat, rel=1e-9)
+
+
 @pytest.mark.parametrize("case,mentions", [
-    ("other-plan", "profile of another plan"),
+    ("other-plan", "profile of another model"),
     ("empty-gpus", "--gpus is empty"),
     ("zero-gpus", "--gpus takes world sizes"),
     ("not-a-profile", "not JSON"),
