@@ -188,13 +188,15 @@ def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):
     report("timing/dcgan32", {k: t[k] for k in ("work_seconds", "step_seconds", "replay_host_seconds")})
 
 
-def test_gpu_profile_times_the_captured_phases(ganc_bin, datasets, tmp_path):
-    """--profile on CUDA: CUDA events recorded inside the captured graphs time every replay;
-    the profile has the CPU's fields, each gradient ready during backward and no later than
-    its bucket, and `ganc simulate` predicts from it."""
+@pytest.mark.parametrize("graphs", ["on", "off"])
+def test_gpu_profile_times_the_phases(ganc_bin, datasets, tmp_path, graphs):
+    """--profile on CUDA: CUDA events recorded inside the captured graphs time every replay
+    (with --cuda-graphs off, every eager run); the profile has the CPU's fields, each gradient
+    ready during backward and no later than its bucket, and `ganc simulate` predicts from it."""
     out = str(tmp_path)
     profile = os.path.join(out, "profile.json")
-    train_cuda(ganc_bin, "dcgan32", datasets["digits"], out, 10, "--warmup", "1", "--profile", profile)
+    train_cuda(ganc_bin, "dcgan32", datasets["digits"], out, 10, "--warmup", "1", "--profile", profile,
+               "--cuda-graphs", graphs)
     p = json.load(open(profile))
     plan = os.path.join(out, "dcgan32.plan")
     facts = json.loads(subprocess.run([ganc_bin, "explain", plan, "--json"], capture_output=True, text=True,
@@ -203,7 +205,7 @@ def test_gpu_profile_times_the_captured_phases(ganc_bin, datasets, tmp_path):
     assert p["device"] == "cuda" and p["steps"] == 10 and {ph["key"] for ph in p["phases"]} == set(planned)
     for ph in p["phases"]:
         # One warm-up run and the capture (whose replay follows it at once) are not timed.
-        assert ph["runs"] == 10 and ph["timed_runs"] == 10 - 2
+        assert ph["runs"] == 10 and ph["timed_runs"] == (10 - 2 if graphs == "on" else 10)
         bucket_of = {s["parameter"]: i for i, b in enumerate(planned[ph["key"]]["buckets"]) for s in b["slots"]}
         for b in ph["buckets"]:
             assert 0 < b["ready_seconds"] <= ph["forward_backward_seconds"] <= ph["all_reduced_seconds"]
@@ -213,5 +215,5 @@ def test_gpu_profile_times_the_captured_phases(ganc_bin, datasets, tmp_path):
     rows = json.loads(subprocess.run([ganc_bin, "simulate", plan, "--profile", profile, "--gpus", "1,8,64",
                                       "--json"], capture_output=True, text=True, check=True).stdout)
     assert rows[0]["efficiency"] == 1.0 and all(0 < r["efficiency"] <= 1.0 for r in rows)
-    report("profile/dcgan32", {ph["key"]: {k: ph[k] for k in ("forward_backward_seconds", "optimizer_seconds")}
+    report(f"profile/dcgan32/graphs-{graphs}", {ph["key"]: {k: ph[k] for k in ("forward_backward_seconds", "optimizer_seconds")}
                                for ph in p["phases"]} | {"simulated": rows})
