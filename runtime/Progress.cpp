@@ -123,6 +123,8 @@ Status Progress::writeProfile() const {
                             {"version", 1},
                             {"identity", session_.plan->identity},
                             {"world_size", session_.rank.worldSize},
+                            // A sharded run's optimizer time is one shard's step and gathers.
+                            {"zero", session_.sharded() ? session_.plan->zeroStage : 0},
                             {"threads", torch::get_num_threads()},
                             {"device", session_.device.is_cuda() ? "cuda" : "cpu"},
                             {"steps", o.steps - firstStep_},

@@ -47,6 +47,12 @@ Expected<Profile> readProfile(const std::string &path, const ir::Module &plan) {
     profile.worldSize = j.at("world_size").get<int64_t>();
     profile.threads = j.at("threads").get<int64_t>();
     profile.steps = std::max<int64_t>(1, j.at("steps").get<int64_t>());
+    profile.zero = j.value("zero", 0);
+    if (profile.zero)
+      return Status::error(path + " was measured sharded (zero " + std::to_string(profile.zero) +
+                           " at " + std::to_string(profile.worldSize) +
+                           " ranks): its optimizer time is one shard's; profile unsharded (one "
+                           "rank runs unsharded)");
     for (const nlohmann::json &p : j.at("phases"))
       profile.phases.push_back(readPhase(p));
     if (profile.phases.empty())

@@ -25,6 +25,7 @@ struct ProfiledPhase {
 struct Profile {
   std::string device; // "cpu" or "cuda"
   int64_t worldSize = 1, threads = 1, steps = 1;
+  int zero = 0; // the ZeRO stage the profiled run used
   std::vector<ProfiledPhase> phases;
 };
 

@@ -188,7 +188,8 @@ def test_explain_shows_the_shards(ganc_bin, tmp_path):
 def test_sharded_state_is_a_world_size_fraction(ganc_bin, datasets, tmp_path):
     """summary.json: optimizer-state bytes per rank are half at 2 ranks (plus at most a
     parameter's rounding); the gradient buffers, shared by the phases when sharded, are the
-    largest phase's (G's) instead of every phase's."""
+    largest phase's (G's) instead of every phase's. A profile of a sharded run says so, and
+    `ganc simulate` refuses it (its optimizer time is one shard's)."""
     import json
     sizes = {}
     for zero in (0, 1, 2):
@@ -196,9 +197,17 @@ def test_sharded_state_is_a_world_size_fraction(ganc_bin, datasets, tmp_path):
         subprocess.run([ganc_bin, "run", "--nproc", "2", compile_plan(ganc_bin, "dcgan32", str(tmp_path)),
                         "--model", archive("dcgan32"), "--data", datasets["digits"], "--steps", "2",
                         "--out", str(out), "--checkpoint-every", "0", "--sample-every", "0",
-                        "--tensorboard", "off", "--zero", str(zero)], check=True, capture_output=True)
+                        "--tensorboard", "off", "--zero", str(zero), "--profile", str(out / "profile.json")],
+                       check=True, capture_output=True)
         with open(out / "summary.json") as f:
             sizes[zero] = json.load(f)
+        assert json.load(open(out / "profile.json"))["zero"] == zero
+        simulated = subprocess.run([ganc_bin, "simulate", str(tmp_path / "dcgan32.plan"), "--profile",
+                                    str(out / "profile.json"), "--gpus", "1,8"], capture_output=True, text=True)
+        if zero:
+            assert simulated.returncode == 2 and "was measured sharded" in simulated.stderr
+        else:
+            assert simulated.returncode == 0, simulated.stderr
     facts = json.loads(subprocess.run([ganc_bin, "explain", str(tmp_path / "dcgan32.plan"), "--json"],
                                       capture_output=True, text=True, check=True).stdout)
     phase_bytes = {p["name"]: sum(b["bytes"] for b in p["buckets"]) for p in facts["phases"]}
