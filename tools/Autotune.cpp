@@ -12,6 +12,9 @@ namespace ganc::tools {
 
 namespace {
 
+/// Other caps than DDP's only for at most this fraction of DDP's exposed communication.
+constexpr double kMinSaving = 0.9;
+
 /// The communication `phase`'s buckets leave exposed, by the model.
 double exposedSeconds(const ir::Phase &phase, const ProfiledPhase &profile, int64_t ranks,
                       const Link &link, int zeroStage) {
@@ -79,6 +82,12 @@ Status autotuneBuckets(ir::Module &plan, const AutotuneOptions &options,
     auto b = best.find(phase->key());
     if (b == best.end())
       continue;
+    // Measured runs put the model's exposed communication within about 10 % (see
+    // bench/multihost_scaling.py): a smaller predicted saving is no reason to leave DDP's caps.
+    if (b->second.exposed > kMinSaving * b->second.ddp) {
+      b->second.caps = ddp;
+      b->second.exposed = b->second.ddp;
+    }
     phase->firstBucketCapBytes = b->second.caps.first;
     phase->bucketCapBytes = b->second.caps.second;
     phase->tunedRanks = options.ranks;
