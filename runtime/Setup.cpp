@@ -300,6 +300,23 @@ int64_t Session::optimizerStateBytes() const {
   return bytes;
 }
 
+namespace {
+
+/// --profile FILE is written when training ends: refuse at start a path that cannot be
+/// written (a directory, a parent that cannot be made) instead of after the run.
+Status checkProfilePath(const std::string &path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    return Status::error("--profile " + path + " is a directory; give a file name");
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty() && !fs::is_directory(parent, ec) && !fs::create_directories(parent, ec))
+    return Status::error("--profile " + path + ": cannot make its directory (" + ec.message() +
+                         ")");
+  return Status::ok();
+}
+
+} // namespace
+
 Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
   auto s = std::make_unique<Session>();
   s->options = options;
@@ -308,6 +325,8 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
     return rank.status();
   s->rank = *rank;
   setThreads(*s);
+  if (s->isRankZero() && !options.profile.empty())
+    GANC_TRY(checkProfilePath(options.profile));
 
   auto plan = ir::readPlan(options.plan);
   if (!plan)

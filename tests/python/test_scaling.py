@@ -266,3 +266,14 @@ def test_python_api_simulates_and_autotunes(ganc_bin, profiled, tmp_path):
     with pytest.raises(ganc.GancError) as error:
         ganc.simulate(plan, profile, gpus=[])
     assert error.value.exit_code == 2 and "--gpus is empty" in str(error.value)
+
+
+def test_unwritable_profile_path_is_refused_at_start(ganc_bin, datasets, tmp_path):
+    """--profile is written when training ends: a path that cannot take it fails at once, one
+    line, exit 2, before any step (nothing trained is lost)."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    result = subprocess.run([ganc_bin, "train", plan, "--model", archive("mlp"), "--data", datasets["ring"],
+                             "--steps", "3", "--out", str(tmp_path / "run"), "--tensorboard", "off",
+                             "--profile", str(tmp_path)], capture_output=True, text=True)
+    assert result.returncode == 2 and "is a directory" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "step" not in result.stdout
