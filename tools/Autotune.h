@@ -21,9 +21,9 @@ struct AutotuneOptions {
 /// For every phase of the compiled `plan`: buckets its used parameters with each candidate
 /// cap (256 KiB to 100 MiB, and one bucket; the first bucket at 1 MiB or at the cap), times
 /// the all-reduces as `ganc simulate` does from the profile's ready times, keeps the caps
-/// with the least exposed communication in the phase if that is at least 10 % below what
-/// DDP's caps leave, else DDP's (bucket_cap, and the prediction beside DDP's defaults as
-/// `tuned`), and re-runs the passes from bucketing on. Errors are bad input.
+/// with the least exposed communication in the phase if that makes the phase at least 2 %
+/// faster than DDP's caps do, else DDP's (bucket_cap, and the prediction beside DDP's
+/// defaults as `tuned`), and re-runs the passes from bucketing on. Errors are bad input.
 Status autotuneBuckets(ir::Module &plan, const AutotuneOptions &options,
                        const passes::PipelineOptions &pipeline);
 

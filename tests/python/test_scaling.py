@@ -181,10 +181,11 @@ def test_bad_simulate_input_is_one_line(ganc_bin, profiled, tmp_path, case, ment
 
 def test_autotune_picks_the_caps_the_model_prefers(ganc_bin, profiled, tmp_path):
     """A backward of 1 s whose gradients arrive evenly in ready order (the last as it ends),
-    over 100 Gb/s Ethernet at 64 ranks: small buckets overlap it. D (655 KiB, one bucket
-    under DDP's caps) must get smaller ones that leave less exposed; G's last gradient is one
-    800 KiB weight, a bucket of its own under any caps, so it can only tie. The exposed time
-    the plan reports must be the model's for the buckets it holds."""
+    over a 10 MB/s link at 64 ranks: small buckets overlap it. D (655 KiB, one bucket under
+    DDP's caps, 134 ms exposed) must get smaller ones that leave less exposed. The exposed
+    time the plan reports must be the model's for the buckets it holds. Over 100 Gb/s
+    Ethernet the same profile leaves DDP's caps well under 2 % of the phase to save: both
+    phases keep them."""
     plan, profile = profiled
     facts = json.loads(subprocess.run([ganc_bin, "explain", plan, "--json"], capture_output=True,
                                       text=True, check=True).stdout)
@@ -200,11 +201,12 @@ def test_autotune_picks_the_caps_the_model_prefers(ganc_bin, profiled, tmp_path)
     json.dump(p, open(synthetic, "w"))
     tuned = str(tmp_path / "tuned.plan")
     subprocess.run([ganc_bin, "compile", archive("dcgan32"), "-o", tuned, "--bucket-cap-mb", "auto",
-                    "--target-gpus", "64", "--profile", synthetic, "--link", "ethernet"],
+                    "--target-gpus", "64", "--profile", synthetic, "--alpha-us", "30", "--bandwidth-gbps", "0.01"],
                    check=True, capture_output=True)
     report = subprocess.run([ganc_bin, "explain", tuned], capture_output=True, text=True, check=True).stdout
     assert "buckets autotuned for 64 ranks" in report
-    alpha, beta = 30e-6, 10e9  # ethernet's documented defaults
+    alpha, beta = 30e-6, 10e6
+    optimizer = {q["key"]: q["optimizer_seconds"] for q in p["phases"]}
     for ph in json.loads(subprocess.run([ganc_bin, "explain", tuned, "--json"], capture_output=True,
                                         text=True, check=True).stdout)["phases"]:
         assert ph["tuned_ranks"] == 64
@@ -214,20 +216,25 @@ def test_autotune_picks_the_caps_the_model_prefers(ganc_bin, profiled, tmp_path)
         for at, nbytes in buckets:
             end = max(at, end) + all_reduce(nbytes, 64, alpha, beta)
         assert ph["tuned_exposed_seconds"] == pytest.approx(max(0.0, end - 1.0), rel=1e-9, abs=1e-12)
-        # Other caps than DDP's only for at least 10 % less exposed communication.
+        # Other caps than DDP's only where the phase is predicted at least 2 % faster.
         assert (ph["first_bucket_cap_bytes"], ph["bucket_cap_bytes"]) == (1 << 20, 25 << 20) \
-            or ph["tuned_exposed_seconds"] <= 0.9 * ph["default_exposed_seconds"]
+            or ph["default_exposed_seconds"] - ph["tuned_exposed_seconds"] \
+            >= 0.02 * (1.0 + ph["default_exposed_seconds"] + optimizer[ph["name"]])
         if ph["name"] == "d":
             assert ph["tuned_exposed_seconds"] < 0.8 * ph["default_exposed_seconds"]
             assert ph["bucket_cap_bytes"] < 1 << 20 and len(ph["buckets"]) > 1
-        else:
-            assert ph["tuned_exposed_seconds"] == pytest.approx(ph["default_exposed_seconds"])
-    # The same links given by their numbers (as a measured link is): the same plan.
-    numbers = str(tmp_path / "numbers.plan")
-    subprocess.run([ganc_bin, "compile", archive("dcgan32"), "-o", numbers, "--bucket-cap-mb", "auto",
-                    "--target-gpus", "64", "--profile", synthetic, "--ranks-per-host", "8", "--alpha-us", "30",
-                    "--bandwidth-gbps", "10"], check=True, capture_output=True)
-    assert open(numbers).read() == open(tuned).read()
+        assert ph["tuned_exposed_seconds"] <= ph["default_exposed_seconds"]
+    # A named link and the same link given by its numbers (as a measured one is): one plan.
+    plans = []
+    for links in (["--link", "ethernet"], ["--ranks-per-host", "8", "--alpha-us", "30", "--bandwidth-gbps", "10"]):
+        plans.append(str(tmp_path / f"links{len(plans)}.plan"))
+        subprocess.run([ganc_bin, "compile", archive("dcgan32"), "-o", plans[-1], "--bucket-cap-mb", "auto",
+                        "--target-gpus", "64", "--profile", synthetic, *links], check=True, capture_output=True)
+    assert open(plans[0]).read() == open(plans[1]).read()
+    for ph in json.loads(subprocess.run([ganc_bin, "explain", plans[0], "--json"], capture_output=True,
+                                        text=True, check=True).stdout)["phases"]:
+        assert (ph["first_bucket_cap_bytes"], ph["bucket_cap_bytes"]) == (1 << 20, 25 << 20)
+        assert ph["tuned_exposed_seconds"] == ph["default_exposed_seconds"] < 0.02
 
 
 def test_autotune_needs_its_inputs(ganc_bin, profiled, tmp_path):
