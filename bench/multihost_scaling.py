@@ -134,7 +134,7 @@ def train_two_hosts(hosts, per_host, plan, archive, data, steps, tmp):
             ["ip", "netns", "exec", ns, TORCHRUN, "--nnodes", "2", "--nproc-per-node", str(per_host),
              "--node-rank", str(node), "--master-addr", hosts[0][2], "--master-port", "29532",
              "--no-python", GANC, "train", plan, "--model", archive, "--data", data, "--steps", str(steps),
-             "--seed", "0", "--out", out, "--threads", "1", "--sample-every", "0", "--checkpoint-every", "0",
+             "--seed", "0", "--out", out, "--force", "--threads", "1", "--sample-every", "0", "--checkpoint-every", "0",
              "--log-every", str(steps), "--tensorboard", "off", "--timeout-s", "120", "--profile", profile],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     for node, n in enumerate(nodes):
@@ -144,9 +144,10 @@ def train_two_hosts(hosts, per_host, plan, archive, data, steps, tmp):
     return step_and_exposed(out, profile, steps)
 
 
-def autotuned(model, per_host, archive, plan, profile, links, measured_default, hosts, data, steps, tmp):
+def autotuned(model, per_host, archive, plan, profile, links, hosts, data, steps, rounds, tmp):
     """Compiles `model` with autotuned caps for 2 hosts x `per_host` and, where its buckets
-    differ from `plan`'s, trains it there. Returns the row for the autotune table."""
+    differ from `plan`'s, trains both plans there in alternation, `rounds` times each (a slow
+    spell of the host then lands on both). Returns the row for the autotune table."""
     tuned = os.path.join(tmp, f"{model}-tuned-{per_host}.plan")
     subprocess.run([GANC, "compile", archive, "-o", tuned, "--bucket-cap-mb", "auto", "--target-gpus",
                     str(2 * per_host), "--profile", profile, *links], check=True, capture_output=True)
@@ -156,12 +157,23 @@ def autotuned(model, per_host, archive, plan, profile, links, measured_default, 
                                          text=True).stdout)["phases"]
 
     phases = facts(tuned)
-    same = [ph["buckets"] for ph in phases] == [ph["buckets"] for ph in facts(plan)]
+    changed = [ph for ph, default in zip(phases, facts(plan)) if ph["buckets"] != default["buckets"]]
     caps = ", ".join(f"{ph['name']} {ph['first_bucket_cap_bytes'] >> 10}/{ph['bucket_cap_bytes'] >> 10} KiB"
-                     if ph["bucket_cap_bytes"] < 1 << 50 else f"{ph['name']} one" for ph in phases)
-    measured = None if same else train_two_hosts(hosts, per_host, tuned, archive, data, steps, tmp)[0]
-    return (model, f"2 x {per_host}", caps, sum(ph["tuned_exposed_seconds"] for ph in phases),
-            sum(ph["default_exposed_seconds"] for ph in phases), measured_default, measured)
+                     if ph["bucket_cap_bytes"] < 1 << 50 else f"{ph['name']} one bucket" for ph in changed)
+    # Per step, as ganc simulate weighs phases: by their runs per step in the profile.
+    p = json.load(open(profile))
+    weight = {ph["key"]: ph["runs"] / p["steps"] for ph in p["phases"]}
+    row = {"model": model, "shape": f"2 x {per_host}", "caps": caps or "DDP's",
+           "predicted": sum(ph["tuned_exposed_seconds"] * weight.get(ph["name"], 0) for ph in phases),
+           "default": sum(ph["default_exposed_seconds"] * weight.get(ph["name"], 0) for ph in phases)}
+    if changed:
+        steps_of = {"default": [], "tuned": []}
+        for _ in range(rounds):
+            for name, path in (("default", plan), ("tuned", tuned)):
+                steps_of[name].append(train_two_hosts(hosts, per_host, path, archive, data, steps, tmp)[0])
+        row.update({name + "_step": statistics.median(v) for name, v in steps_of.items()})
+        row["ratios"] = [t / d for d, t in zip(steps_of["default"], steps_of["tuned"])]
+    return row
 
 
 def main():
@@ -172,6 +184,8 @@ def main():
     parser.add_argument("--rate-mbit", type=int, default=200)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--models", default="dcgan32,stylegan2,mlp")
+    parser.add_argument("--ab-rounds", type=int, default=3,
+                        help="runs of each plan where autotuning changed the caps (alternating)")
     args = parser.parse_args()
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
@@ -214,8 +228,8 @@ def main():
                 rows.append((model, f"2 x {per_host}", one, predicted, measured, exposed))
                 print(f"[bench] {model} 2 x {per_host}: predicted {predicted['step_seconds'] * 1e3:.1f} ms, "
                       f"measured {measured * 1e3:.1f} ms", flush=True)
-                tuned.append(autotuned(model, per_host, archive, plan, profile, links, measured, hosts, data,
-                                       steps, tmp))
+                tuned.append(autotuned(model, per_host, archive, plan, profile, links, hosts, data, steps,
+                                       args.ab_rounds, tmp))
     print(f"\npredicted against measured, two hosts joined by {args.rate_mbit} Mbit/s, one thread per rank")
     print(f"{'model':10} {'hosts x ranks':>13} {'1 rank ms':>10} {'predicted ms':>13} {'measured ms':>12} "
           f"{'error':>8}   {'exposed: predicted ms':>21} {'measured ms':>12} {'flat all-reduce ms':>19}")
@@ -223,13 +237,15 @@ def main():
         print(f"{model:10} {shape:>13} {one * 1e3:10.2f} {p['step_seconds'] * 1e3:13.2f} {measured * 1e3:12.2f} "
               f"{100 * (p['step_seconds'] - measured) / measured:7.1f}%   {p['exposed_seconds'] * 1e3:21.2f} "
               f"{exposed * 1e3:12.2f} {p['flat_step_seconds'] * 1e3:19.2f}")
-    print("\nautotuned buckets (ganc compile --bucket-cap-mb auto, the same links) against DDP's caps")
-    print(f"{'model':10} {'hosts x ranks':>13} {'caps (first, rest)':>22} {'exposed: predicted ms':>22} "
-          f"{'DDP caps ms':>12}   {'step: DDP caps ms':>17} {'tuned ms':>9}")
-    for model, shape, caps, predicted, default, measured_default, measured in tuned:
-        step = f"{measured * 1e3:9.2f}" if measured is not None else "   (same)"
-        print(f"{model:10} {shape:>13} {caps:>22} {predicted * 1e3:22.2f} {default * 1e3:12.2f}   "
-              f"{measured_default * 1e3:17.2f} {step}")
+    print("\nautotuned buckets (ganc compile --bucket-cap-mb auto, the same links) against DDP's caps; "
+          f"measured: median of {args.ab_rounds} alternating runs of each")
+    print(f"{'model':10} {'hosts x ranks':>13}  {'exposed: predicted ms':>21} {'DDP caps ms':>12}   "
+          f"{'step: DDP caps ms':>17} {'tuned ms':>9} {'tuned/DDP per round':>20}   changed caps (first/rest)")
+    for r in tuned:
+        measured = (f"{r['default_step'] * 1e3:17.2f} {r['tuned_step'] * 1e3:9.2f} "
+                    f"{' '.join(f'{x:.3f}' for x in r['ratios']):>20}") if "ratios" in r else f"{'(same plan)':>48}"
+        print(f"{r['model']:10} {r['shape']:>13}  {r['predicted'] * 1e3:21.2f} {r['default'] * 1e3:12.2f}   "
+              f"{measured}   {r['caps']}")
 
 
 if __name__ == "__main__":
