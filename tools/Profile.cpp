@@ -17,6 +17,7 @@ ProfiledPhase readPhase(const nlohmann::json &p) {
   phase.runs = p.at("runs").get<int64_t>();
   phase.compute = p.at("forward_backward_seconds").get<double>();
   phase.optimizer = p.at("optimizer_seconds").get<double>();
+  phase.reduced = p.value("all_reduced_seconds", -1.0);
   for (const nlohmann::json &parameter : p.at("parameters"))
     phase.parameterReady[parameter.at("name").get<std::string>()] =
         parameter.at("ready_seconds").get<double>();

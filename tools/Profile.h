@@ -19,6 +19,8 @@ struct ProfiledPhase {
   int64_t runs = 0;   // in the profiled run's `steps`
   double compute = 0; // forward and backward
   double optimizer = 0;
+  /// When the last collective had completed (all_reduced_seconds; negative when absent).
+  double reduced = -1;
   std::map<std::string, double> parameterReady; // each used parameter's gradient
 };
 

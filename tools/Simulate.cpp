@@ -32,12 +32,15 @@ namespace {
 const char *kUsage =
     R"(usage: ganc simulate PLAN --profile TIMING.json --gpus 1,8,64,512,1024 [options]
 
-Predicts the step time, the communication left exposed after backward and the scaling
-efficiency (batch per rank fixed) at each world size, from a `ganc train --profile` run of the
-plan (per phase: forward and backward, when each bucket was ready, the optimizer) and an
+Predicts the step time, the communication left exposed and the scaling efficiency (batch per
+rank fixed) at each world size, from an unsharded `ganc train --profile` run of the plan's
+model (per phase: forward and backward, when each gradient was ready, the optimizer; each of
+the plan's buckets is ready with its last gradient, so one profile serves any caps) and an
 alpha-beta model of all-reduce (the faster of a ring, 2(N-1) alpha + 2(N-1)/N B/beta, and a
-double binary tree, 2 ceil(log2 N) alpha + 2 B/beta); beside it, StyleGAN3's schedule (one
-flat all-reduce after backward) on the same links.
+double binary tree, 2 ceil(log2 N) alpha + 2 B/beta). A sharded plan reduce-scatters (stage
+2; (N-1) alpha + (N-1)/N B/beta), steps 1/N of the optimizer per rank and all-gathers each
+bucket once stepped. Beside it, StyleGAN3's schedule (one flat all-reduce after backward) on
+the same links.
 
   --link nvlink|ib|ethernet|loopback   the link between hosts (default ib)
   --intra-link NAME       the link within a host (default nvlink)
@@ -200,6 +203,28 @@ Prediction predict(const Schedule &schedule, const Options &o, int64_t ranks) {
   return p;
 }
 
+/// A profile of several ranks measured its own exposed communication: set it beside the
+/// model's for that world size, so the links can be checked against a real run.
+void printProfiledCheck(const Schedule &schedule, const Options &o) {
+  const Profile &profile = schedule.profile;
+  if (profile.worldSize < 2)
+    return;
+  double measured = 0;
+  for (const ProfiledPhase &phase : profile.phases) {
+    if (phase.reduced < 0)
+      return;
+    measured += static_cast<double>(phase.runs) / static_cast<double>(profile.steps) *
+                std::max(0.0, phase.reduced - phase.compute);
+  }
+  const double predicted = predict(schedule, o, profile.worldSize).exposed;
+  char line[200];
+  std::snprintf(line, sizeof(line),
+                "the profiled run (%lld ranks) left %.3f ms exposed per step; these links "
+                "predict %.3f ms\n",
+                static_cast<long long>(profile.worldSize), measured * 1e3, predicted * 1e3);
+  std::cout << line;
+}
+
 std::string format(double value, int decimals) {
   char text[64];
   std::snprintf(text, sizeof(text), "%.*f", decimals, value);
@@ -267,6 +292,7 @@ int simulateCommand(const std::vector<std::string> &args) {
                   100 * one.flatStep / p.flatStep);
     std::cout << line;
   }
+  printProfiledCheck(*schedule, o);
   return 0;
 }
 

@@ -284,3 +284,28 @@ def test_unwritable_profile_path_is_refused_at_start(ganc_bin, datasets, tmp_pat
                              "--profile", str(tmp_path)], capture_output=True, text=True)
     assert result.returncode == 2 and "is a directory" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "step" not in result.stdout
+
+
+def test_multi_rank_profile_is_checked_against_the_model(ganc_bin, datasets, tmp_path):
+    """A profile of 2 ranks measured its exposed communication: `ganc simulate` prints it beside
+    the model's prediction for 2 ranks on the given links."""
+    import re
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    profile = str(tmp_path / "profile.json")
+    subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", archive("mlp"), "--data", datasets["ring"],
+                    "--steps", "6", "--out", str(tmp_path / "run"), "--sample-every", "0", "--checkpoint-every", "0",
+                    "--tensorboard", "off", "--threads", "1", "--profile", profile], check=True, capture_output=True)
+    p = json.load(open(profile))
+    assert p["world_size"] == 2
+    measured = sum(max(0.0, ph["all_reduced_seconds"] - ph["forward_backward_seconds"]) * ph["runs"] / p["steps"]
+                   for ph in p["phases"])
+    links = ["--link", "loopback", "--ranks-per-host", "1"]
+    text = subprocess.run([ganc_bin, "simulate", plan, "--profile", profile, "--gpus", "1,2", *links],
+                          capture_output=True, text=True, check=True).stdout
+    predicted = json.loads(subprocess.run([ganc_bin, "simulate", plan, "--profile", profile, "--gpus", "2", *links,
+                                           "--json"], capture_output=True, text=True, check=True).stdout)[0]
+    line = re.search(r"the profiled run \(2 ranks\) left ([\d.]+) ms exposed per step; these links predict "
+                     r"([\d.]+) ms", text)
+    assert line, text
+    assert float(line.group(1)) == pytest.approx(measured * 1e3, abs=1e-3)
+    assert float(line.group(2)) == pytest.approx(predicted["exposed_seconds"] * 1e3, abs=1e-3)
