@@ -28,11 +28,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "models"))
+
+import scaling  # noqa: E402  (this folder: the link measurement and the profile reading)
 
 GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
 TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
@@ -80,24 +81,12 @@ def link_worker(rank, master, port, result):
     os.environ.update(MASTER_ADDR=master, MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
-    tensors = {size: torch.zeros(size // 4) for size in LINK_SIZES}
-    samples = {size: [] for size in LINK_SIZES}
-    for t in tensors.values():
-        dist.all_reduce(t)
-    for _ in range(4):
-        for size, t in tensors.items():
-            for _ in range(8):
-                dist.barrier()
-                start = time.perf_counter()
-                dist.all_reduce(t)
-                samples[size].append(time.perf_counter() - start)
-    if rank == 0:
-        with open(result, "w") as f:
-            json.dump({size: statistics.median(s) for size, s in samples.items()}, f)
+    scaling.time_all_reduces(LINK_SIZES, 4, result)
     dist.destroy_process_group()
 
 
 def measure_link(hosts, tmp):
+    """(alpha seconds, beta bytes/s) of Gloo's all-reduce across the link, one rank per host."""
     result = os.path.join(tmp, "link.json")
     procs = []
     for rank, (ns, dev, _) in enumerate(hosts):
@@ -107,20 +96,7 @@ def measure_link(hosts, tmp):
     for p in procs:
         if p.wait(timeout=300) != 0:
             sys.exit("the link measurement failed")
-    times = {int(k): v for k, v in json.load(open(result)).items()}
-    beta = (LINK_SIZES[-1] - LINK_SIZES[-2]) / max(times[LINK_SIZES[-1]] - times[LINK_SIZES[-2]], 1e-9)
-    alpha = max(times[LINK_SIZES[0]] - LINK_SIZES[0] / beta, 1e-6) / 2
-    return alpha, beta
-
-
-def step_and_exposed(out, profile, steps):
-    timing = json.load(open(os.path.join(out, "timing.json")))
-    p = json.load(open(profile))
-    exposed = sum((ph["all_reduced_seconds"] - ph["forward_backward_seconds"]) * ph["runs"] / p["steps"]
-                  for ph in p["phases"])
-    # The mean, as the simulator predicts: phases with an interval (StyleGAN2's R1 every 16
-    # steps) lengthen only some steps, which a median would leave out.
-    return statistics.mean(timing["step_seconds"][max(2, steps // 5):]), exposed
+    return scaling.fit_alpha_beta(result, LINK_SIZES)
 
 
 def train_two_hosts(hosts, per_host, plan, archive, data, steps, tmp):
@@ -141,7 +117,7 @@ def train_two_hosts(hosts, per_host, plan, archive, data, steps, tmp):
         output = n.communicate(timeout=900)[0]
         if n.returncode != 0:
             sys.exit(f"node {node} failed:\n{output}")
-    return step_and_exposed(out, profile, steps)
+    return scaling.step_and_exposed(out, profile, steps)
 
 
 def autotuned(model, per_host, archive, plan, profile, links, hosts, data, steps, rounds, tmp):
@@ -216,7 +192,7 @@ def main():
                             "--threads", "1", "--sample-every", "0", "--checkpoint-every", "0", "--log-every",
                             str(steps), "--tensorboard", "off", "--profile", profile],
                            check=True, stdout=subprocess.DEVNULL)
-            one, _ = step_and_exposed(os.path.join(tmp, "one"), profile, steps)
+            one, _ = scaling.step_and_exposed(os.path.join(tmp, "one"), profile, steps)
             for per_host in (1, 2):
                 links = ["--ranks-per-host", str(per_host), "--alpha-us", str(alpha * 1e6),
                          "--bandwidth-gbps", str(beta / 1e9)]

@@ -42,40 +42,62 @@ ROUNDS = 6
 DATA = {"mlp": "ring", "dcgan32": "digits"}
 
 
-def _link_worker(rank, world, port, result):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    tensors = {size: torch.zeros(size // 4) for size in SIZES}
+def time_all_reduces(sizes, rounds, result):
+    """In an initialised process group: the median time of an all-reduce of each size (bytes),
+    written by rank 0 to `result` as JSON. Every size is sampled in each of `rounds` rounds,
+    so that a slow spell of the host lands on all sizes alike."""
+    tensors = {size: torch.zeros(size // 4) for size in sizes}
     for t in tensors.values():
         for _ in range(3):
             dist.all_reduce(t)
-    # Rounds over every size, so that a slow spell of the host lands on all sizes alike; the
-    # median of all of a size's samples.
-    samples = {size: [] for size in SIZES}
-    for _ in range(ROUNDS):
+    samples = {size: [] for size in sizes}
+    for _ in range(rounds):
         for size, t in tensors.items():
             for _ in range(8):
                 dist.barrier()
                 start = time.perf_counter()
                 dist.all_reduce(t)
                 samples[size].append(time.perf_counter() - start)
-    if rank == 0:
+    if dist.get_rank() == 0:
         with open(result, "w") as f:
             json.dump({size: statistics.median(s) for size, s in samples.items()}, f)
+
+
+def fit_alpha_beta(result, sizes):
+    """(alpha seconds, beta bytes/s) of a 2-rank all-reduce (t = 2 alpha + B / beta) from
+    time_all_reduces' `result`: alpha from the smallest size, beta from the slope between the
+    largest two."""
+    times = {int(k): v for k, v in json.load(open(result)).items()}
+    small, big, bigger = sizes[0], sizes[-2], sizes[-1]
+    beta = (bigger - big) / max(times[bigger] - times[big], 1e-9)
+    alpha = max(times[small] - small / beta, 1e-6) / 2
+    return alpha, beta
+
+
+def step_and_exposed(out, profile, steps):
+    """A profiled run's mean step seconds after warm-up (as the simulator predicts: phases
+    with an interval, like StyleGAN2's R1 every 16 steps, lengthen only some steps, which a
+    median would leave out), and the communication its profile measured exposed per step."""
+    timing = json.load(open(os.path.join(out, "timing.json")))
+    p = json.load(open(profile))
+    exposed = sum((ph["all_reduced_seconds"] - ph["forward_backward_seconds"]) * ph["runs"] / p["steps"]
+                  for ph in p["phases"])
+    return statistics.mean(timing["step_seconds"][max(2, steps // 5):]), exposed
+
+
+def _link_worker(rank, world, port, result):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    time_all_reduces(SIZES, ROUNDS, result)
     dist.destroy_process_group()
 
 
 def measure_link(tmp):
-    """(alpha seconds, beta bytes/s) of Gloo's all-reduce on 2 local ranks (t = 2 alpha + B /
-    beta): alpha from the smallest message, beta from the slope between the largest two."""
+    """(alpha seconds, beta bytes/s) of Gloo's all-reduce on 2 local ranks."""
     result = os.path.join(tmp, "link.json")
     mp.spawn(_link_worker, args=(2, free_port(), result), nprocs=2, join=True)
-    times = {int(k): v for k, v in json.load(open(result)).items()}
-    small, big, bigger = SIZES[0], SIZES[-2], SIZES[-1]
-    beta = (bigger - big) / max(times[bigger] - times[big], 1e-9)
-    alpha = max(times[small] - small / beta, 1e-6) / 2
-    return alpha, beta
+    return fit_alpha_beta(result, SIZES)
 
 
 def _compute_worker(index, seconds):
@@ -112,13 +134,7 @@ def train(plan, archive, data, world, steps, out, profile):
                     "--steps", str(steps), "--seed", "0", "--out", out, "--force", "--threads", "1",
                     "--sample-every", "0", "--checkpoint-every", "0", "--log-every", str(steps),
                     "--tensorboard", "off", "--profile", profile], check=True, stdout=subprocess.DEVNULL)
-    timing = json.load(open(os.path.join(out, "timing.json")))
-    p = json.load(open(profile))
-    exposed = sum((ph["all_reduced_seconds"] - ph["forward_backward_seconds"]) * ph["runs"] / p["steps"]
-                  for ph in p["phases"])
-    # The mean, as the simulator predicts: phases with an interval (StyleGAN2's R1 every 16
-    # steps) lengthen only some steps, which a median would leave out.
-    return statistics.mean(timing["step_seconds"][max(2, steps // 5):]), exposed
+    return step_and_exposed(out, profile, steps)
 
 
 def main():
