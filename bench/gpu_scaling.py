@@ -1,6 +1,7 @@
 """Predicted scaling of the zoo's GANs on GPU clusters, from a profile measured on this GPU.
 
-For each model (default: DCGAN-64 and the zoo's StyleGAN2, as bench_gpu.py runs them): one
+For each model (default: DCGAN-64 and the zoo's small StyleGAN2, as bench_gpu.py runs them,
+and StyleGAN2 at full size, StyleGAN2-ADA's 256-pixel configuration: 49M parameters): one
 `ganc run --device cuda --profile` on this machine's GPU (every phase captured and replayed;
 CUDA events inside the graphs say when each bucket's gradients were ready), then
 `ganc simulate` at each world size with the default links (NVLink within 8-GPU hosts,
@@ -9,8 +10,11 @@ all-reduce after backward). Prints, per model and world size, the predicted step
 communication left exposed and the efficiency (batch per GPU fixed) of both schedules, and
 the bucket caps `ganc compile --bucket-cap-mb auto` picks for the largest world size.
 
-    python3 bench/gpu_scaling.py [--models dcgan64,stylegan2] [--gpus 1,8,64,512,1024]
-                                 [--steps 96] [--link ib] [--json PATH]
+    python3 bench/gpu_scaling.py [--models dcgan64,stylegan2,stylegan2_256] [--gpus 1,8,64,512,1024]
+                                 [--steps 96] [--link ib] [--json PATH] [--device cpu]
+
+`--device cpu` profiles on the CPU instead: a check of the script itself on a machine without
+a GPU (its numbers are a CPU's compute on GPU links, not a prediction for GPUs).
 """
 import argparse
 import datetime
@@ -30,7 +34,6 @@ import ganc  # noqa: E402
 import zoo  # noqa: E402
 
 GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
-IMAGE_SIZE = {"dcgan64": 64, "stylegan2": 32}
 
 
 def mib(nbytes):
@@ -44,19 +47,20 @@ def run(*args):
     return r.stdout
 
 
-def profile_model(model, steps, tmp):
-    """Exports, compiles and trains `model` on the GPU with --profile; returns (archive, plan,
+def profile_model(model, steps, device, tmp):
+    """Exports, compiles and trains `model` on `device` with --profile; returns (archive, plan,
     profile path)."""
     gan, spec = zoo.build(model)
     archive, plan = os.path.join(tmp, model + ".pt"), os.path.join(tmp, model + ".plan")
     ganc.export(gan, archive, spec)
     run("compile", archive, "-o", plan)
-    data = os.path.join(tmp, f"digits{IMAGE_SIZE[model]}.pt")
+    size = spec["data"]["shape"][-1]
+    data = os.path.join(tmp, f"digits{size}.pt")
     if not os.path.exists(data):
         subprocess.run([sys.executable, os.path.join(ROOT, "models", "make_data.py"), "digits", "-o", data,
-                        "--size", str(IMAGE_SIZE[model])], check=True, stdout=subprocess.DEVNULL)
+                        "--size", str(size)], check=True, stdout=subprocess.DEVNULL)
     profile = os.path.join(tmp, model + ".profile.json")
-    run("run", "--nproc", "1", plan, "--model", archive, "--data", data, "--device", "cuda",
+    run("run", "--nproc", "1", plan, "--model", archive, "--data", data, "--device", device,
         "--steps", str(steps), "--out", os.path.join(tmp, model + "_run"), "--sample-every", "0",
         "--checkpoint-every", "0", "--log-every", str(steps), "--warmup", "3", "--force",
         "--tensorboard", "off", "--profile", profile)
@@ -65,17 +69,22 @@ def profile_model(model, steps, tmp):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default="dcgan64,stylegan2")
+    parser.add_argument("--models", default="dcgan64,stylegan2,stylegan2_256")
     parser.add_argument("--gpus", default="1,8,64,512,1024")
     parser.add_argument("--steps", type=int, default=96,
                         help="profiled run's steps (StyleGAN2's R1 phase runs every 16: it is warmed up, "
                              "captured and replayed by step 80)")
     parser.add_argument("--link", default="ib", help="the link between hosts (ganc simulate --link)")
     parser.add_argument("--json", help="also write every number here")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cpu: check the script without a GPU (not a GPU prediction)")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("gpu_scaling.py needs a CUDA GPU (the profile is measured on it)")
-    device = torch.cuda.get_device_name(0)
+    if args.device == "cpu":
+        device = "CPU (a check of the script, not a GPU prediction)"
+    elif torch.cuda.is_available():
+        device = torch.cuda.get_device_name(0)
+    else:
+        sys.exit("gpu_scaling.py needs a CUDA GPU (the profile is measured on it); --device cpu checks the script")
     largest = max(int(n) for n in args.gpus.split(","))
     results = {"device": device, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
                "link": args.link, "models": {}}
@@ -83,7 +92,7 @@ def main():
              f"8 GPUs per host on NVLink, {args.link} between hosts"]
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models.split(","):
-            archive, plan, profile = profile_model(model, args.steps, tmp)
+            archive, plan, profile = profile_model(model, args.steps, args.device, tmp)
             rows = json.loads(run("simulate", plan, "--profile", profile, "--gpus", args.gpus,
                                   "--link", args.link, "--json"))
             tuned = os.path.join(tmp, model + ".tuned.plan")
@@ -110,7 +119,8 @@ def main():
                              f"{mib(ph['first_bucket_cap_bytes'])}, then {mib(ph['bucket_cap_bytes'])}; exposed "
                              f"{ph['tuned_exposed_seconds'] * 1e3:.3f} ms (DDP's 25 MiB caps: "
                              f"{ph['default_exposed_seconds'] * 1e3:.3f} ms)")
-            print("\n".join(lines[-(len(rows) + 2 + len(facts['phases'])):]), flush=True)
+            # Progress on stderr; the whole table once on stdout at the end.
+            print("\n".join(lines[-(len(rows) + 2 + len(facts['phases'])):]), file=sys.stderr, flush=True)
     print("\n".join(lines))
     if args.json:
         with open(args.json, "w") as f:

@@ -15,7 +15,7 @@ import zoo  # noqa: E402
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("name", help="zoo model: " + ", ".join(sorted(zoo.ZOO)))
+    parser.add_argument("name", help="zoo model: " + ", ".join(sorted(zoo.ZOO) + sorted(zoo.LARGE)))
     parser.add_argument("-o", "--output", required=True)
     parser.add_argument("--trace", action="store_true", help="trace the phase methods instead of scripting")
     args = parser.parse_args()

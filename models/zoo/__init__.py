@@ -59,6 +59,16 @@ ZOO = {
     "sndcgan32": lambda: (TorchSNDCGAN(), two_phase_spec("sndcgan32", 32, [3, 32, 32], [100, 1, 1])),
 }
 
+# Full-size configurations, for benchmarks and scaling predictions on GPUs (the tests export
+# every ZOO entry; these are too large for that). StyleGAN2-ADA's "paper256" configuration:
+# 256 pixels, z and w 512, 8 mapping layers, min(16384 / resolution, 512) channels, batch 64
+# over 8 GPUs (8 per GPU), G_ema's half-life 20k images; 24.8M parameters in G, 24.0M in D.
+LARGE = {
+    "stylegan2_256": lambda: (StyleGAN2(z_dim=512, resolution=256, channel_base=16384, mapping_layers=8),
+                              stylegan2_spec("stylegan2_256", batch=8, lr=0.0025, ema_images=20000,
+                                             z_dim=512, resolution=256)),
+}
+
 
 def register(name: str, make) -> None:
     """Adds a model to ZOO (the tests register their probe GANs this way)."""
@@ -66,7 +76,8 @@ def register(name: str, make) -> None:
 
 
 def build(name: str):
-    if name not in ZOO:
-        raise SystemExit(f"unknown model {name!r}; the zoo has: {', '.join(sorted(ZOO))}")
+    make = ZOO.get(name, LARGE.get(name))
+    if make is None:
+        raise SystemExit(f"unknown model {name!r}; the zoo has: {', '.join(sorted(ZOO) + sorted(LARGE))}")
     torch.manual_seed(0)
-    return ZOO[name]()
+    return make()

@@ -1,4 +1,5 @@
-"""A small StyleGAN2: mapping network, modulated convolutions, lazy path length and R1, G_ema."""
+"""StyleGAN2: mapping network, modulated convolutions, lazy path length and R1, G_ema. Small by
+default (the zoo's `stylegan2`); `stylegan2_256` is StyleGAN2-ADA's 256-pixel configuration."""
 from __future__ import annotations
 
 import math
@@ -8,11 +9,18 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-# StyleGAN2-style (Karras et al. 2020), small: a mapping network z -> w, a synthesis network of
+# StyleGAN2-style (Karras et al. 2020): a mapping network z -> w, a synthesis network of
 # modulated, demodulated convolutions from a learned 4x4 constant with skip to-RGB outputs, a
 # residual discriminator with minibatch standard deviation. Four phases as in StyleGAN2:
 # Gmain, Greg (path-length regularisation every 4 steps), Dmain, Dreg (R1 every 16 steps),
-# each regulariser's loss multiplied by its interval; G_ema averaged after every step.
+# each regulariser's loss multiplied by its interval; G_ema averaged after every step. The
+# channels at each resolution are `channels` (the small default: 32 everywhere) or, given a
+# `channel_base`, min(channel_base / resolution, channel_max) as in StyleGAN2 (16384 and 512 in
+# StyleGAN2-ADA's "paper256" configuration).
+
+
+def channels_at(resolution: int, channels: int, channel_base: int, channel_max: int) -> int:
+    return min(channel_base // resolution, channel_max) if channel_base else channels
 
 class EqualLinear(nn.Module):
     """Linear layer with equalised learning rate (weights scaled at run time)."""
@@ -91,11 +99,11 @@ class SynthesisBlock(nn.Module):
     """Doubles the resolution: two modulated convolutions and a to-RGB added to the upsampled
     image so far. Consumes three w's."""
 
-    def __init__(self, channels: int, w_dim: int):
+    def __init__(self, in_channels: int, out_channels: int, w_dim: int):
         super().__init__()
-        self.conv0 = ModulatedConv2d(channels, channels, 3, w_dim, up=True)
-        self.conv1 = ModulatedConv2d(channels, channels, 3, w_dim)
-        self.to_rgb = ModulatedConv2d(channels, 3, 1, w_dim, demodulate=False)
+        self.conv0 = ModulatedConv2d(in_channels, out_channels, 3, w_dim, up=True)
+        self.conv1 = ModulatedConv2d(out_channels, out_channels, 3, w_dim)
+        self.to_rgb = ModulatedConv2d(out_channels, 3, 1, w_dim, demodulate=False)
 
     def forward(self, x: torch.Tensor, img: torch.Tensor, ws: torch.Tensor):
         x = F.leaky_relu(self.conv0(x, ws[:, 0]), 0.2) * math.sqrt(2.0)
@@ -105,13 +113,16 @@ class SynthesisBlock(nn.Module):
 
 
 class SynthesisNetwork(nn.Module):
-    def __init__(self, w_dim: int = 32, channels: int = 32, resolution: int = 32):
+    def __init__(self, w_dim: int = 32, channels: int = 32, resolution: int = 32,
+                 channel_base: int = 0, channel_max: int = 512):
         super().__init__()
-        self.const = nn.Parameter(torch.randn(1, channels, 4, 4))
-        self.conv = ModulatedConv2d(channels, channels, 3, w_dim)
-        self.to_rgb = ModulatedConv2d(channels, 3, 1, w_dim, demodulate=False)
-        ups = int(math.log2(resolution)) - 2
-        self.blocks = nn.ModuleList([SynthesisBlock(channels, w_dim) for _ in range(ups)])
+        ch = [channels_at(4 << i, channels, channel_base, channel_max)
+              for i in range(int(math.log2(resolution)) - 1)]  # at 4, 8, ..., resolution
+        self.const = nn.Parameter(torch.randn(1, ch[0], 4, 4))
+        self.conv = ModulatedConv2d(ch[0], ch[0], 3, w_dim)
+        self.to_rgb = ModulatedConv2d(ch[0], 3, 1, w_dim, demodulate=False)
+        ups = len(ch) - 1
+        self.blocks = nn.ModuleList([SynthesisBlock(ch[i], ch[i + 1], w_dim) for i in range(ups)])
         self.num_ws = 2 + 3 * ups
 
     def forward(self, ws: torch.Tensor) -> torch.Tensor:
@@ -124,10 +135,11 @@ class SynthesisNetwork(nn.Module):
 
 
 class StyleGenerator(nn.Module):
-    def __init__(self, z_dim: int = 32, w_dim: int = 32, resolution: int = 32):
+    def __init__(self, z_dim: int = 32, w_dim: int = 32, resolution: int = 32, channels: int = 32,
+                 channel_base: int = 0, mapping_layers: int = 4):
         super().__init__()
-        self.mapping = MappingNetwork(z_dim, w_dim)
-        self.synthesis = SynthesisNetwork(w_dim, resolution=resolution)
+        self.mapping = MappingNetwork(z_dim, w_dim, mapping_layers)
+        self.synthesis = SynthesisNetwork(w_dim, channels, resolution, channel_base)
 
     def ws(self, z: torch.Tensor) -> torch.Tensor:
         """One w per synthesis layer (no style mixing): [batch, num_ws, w_dim]."""
@@ -138,11 +150,11 @@ class StyleGenerator(nn.Module):
 
 
 class ResidualDownBlock(nn.Module):
-    def __init__(self, channels: int):
+    def __init__(self, in_channels: int, out_channels: int):
         super().__init__()
-        self.conv0 = nn.Conv2d(channels, channels, 3, 1, 1)
-        self.conv1 = nn.Conv2d(channels, channels, 3, 1, 1)
-        self.skip = nn.Conv2d(channels, channels, 1, bias=False)
+        self.conv0 = nn.Conv2d(in_channels, in_channels, 3, 1, 1)
+        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, 1, 1)
+        self.skip = nn.Conv2d(in_channels, out_channels, 1, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.skip(F.avg_pool2d(x, 2))
@@ -152,15 +164,17 @@ class ResidualDownBlock(nn.Module):
 
 
 class StyleDiscriminator(nn.Module):
-    def __init__(self, channels: int = 32, resolution: int = 32, mbstd_group: int = 4):
+    def __init__(self, channels: int = 32, resolution: int = 32, mbstd_group: int = 4,
+                 channel_base: int = 0, channel_max: int = 512):
         super().__init__()
-        self.from_rgb = nn.Conv2d(3, channels, 1)
-        self.blocks = nn.ModuleList([ResidualDownBlock(channels)
-                                     for _ in range(int(math.log2(resolution)) - 2)])
+        ch = [channels_at(resolution >> i, channels, channel_base, channel_max)
+              for i in range(int(math.log2(resolution)) - 1)]  # at resolution, ..., 8, 4
+        self.from_rgb = nn.Conv2d(3, ch[0], 1)
+        self.blocks = nn.ModuleList([ResidualDownBlock(ch[i], ch[i + 1]) for i in range(len(ch) - 1)])
         self.mbstd_group = mbstd_group
-        self.conv = nn.Conv2d(channels + 1, channels, 3, 1, 1)
-        self.fc = nn.Linear(channels * 16, channels)
-        self.out = nn.Linear(channels, 1)
+        self.conv = nn.Conv2d(ch[-1] + 1, ch[-1], 3, 1, 1)
+        self.fc = nn.Linear(ch[-1] * 16, ch[-1])
+        self.out = nn.Linear(ch[-1], 1)
 
     def forward(self, img: torch.Tensor) -> torch.Tensor:
         x = F.leaky_relu(self.from_rgb(img), 0.2) * math.sqrt(2.0)
@@ -178,11 +192,15 @@ class StyleDiscriminator(nn.Module):
 
 class StyleGAN2(nn.Module):
     def __init__(self, g_reg_interval: int = 4, d_reg_interval: int = 16, r1_gamma: float = 1.0,
-                 pl_weight: float = 2.0, pl_decay: float = 0.01, pl_batch_shrink: int = 2):
+                 pl_weight: float = 2.0, pl_decay: float = 0.01, pl_batch_shrink: int = 2,
+                 z_dim: int = 32, resolution: int = 32, channels: int = 32, channel_base: int = 0,
+                 mapping_layers: int = 4):
         super().__init__()
-        self.generator = StyleGenerator()
-        self.discriminator = StyleDiscriminator()
-        self.generator_ema = StyleGenerator()
+        def generator():
+            return StyleGenerator(z_dim, z_dim, resolution, channels, channel_base, mapping_layers)
+        self.generator = generator()
+        self.discriminator = StyleDiscriminator(channels, resolution, channel_base=channel_base)
+        self.generator_ema = generator()
         self.generator_ema.load_state_dict(self.generator.state_dict())
         self.generator_ema.requires_grad_(False)
         self.register_buffer("pl_mean", torch.zeros([]))
@@ -222,7 +240,8 @@ class StyleGAN2(nn.Module):
         return grads.square().sum(dim=[1, 2, 3]).mean() * (self.r1_gamma / 2) * self.d_reg_interval
 
 
-def stylegan2_spec(name, batch=16, lr=0.002, betas=(0.0, 0.99), g_reg=4, d_reg=16, ema_images=500):
+def stylegan2_spec(name, batch=16, lr=0.002, betas=(0.0, 0.99), g_reg=4, d_reg=16, ema_images=500,
+                   z_dim=32, resolution=32):
     """StyleGAN2's lazy-regularisation rule: a submodule regularised every k steps gets lr and
     betas scaled by k/(k+1)."""
     def adam(k):
@@ -230,14 +249,14 @@ def stylegan2_spec(name, batch=16, lr=0.002, betas=(0.0, 0.99), g_reg=4, d_reg=1
         return {"type": "adam", "lr": lr * ratio, "betas": [b ** ratio for b in betas], "eps": 1e-8,
                 "weight_decay": 0.0}
 
-    z = {"name": "z", "source": "normal", "shape": [32]}
+    z = {"name": "z", "source": "normal", "shape": [z_dim]}
     real = {"name": "real", "source": "data"}
     return {
-        "ganc_spec": 1, "name": name, "batch_size": batch, "data": {"shape": [3, 32, 32]},
+        "ganc_spec": 1, "name": name, "batch_size": batch, "data": {"shape": [3, resolution, resolution]},
         "phases": [
             {"name": "Gmain", "method": "phase_gmain", "updates": ["generator"], "inputs": [z]},
             {"name": "Greg", "method": "phase_greg", "updates": ["generator"], "interval": g_reg,
-             "inputs": [z, {"name": "pl_noise", "source": "normal", "shape": [3, 32, 32]}]},
+             "inputs": [z, {"name": "pl_noise", "source": "normal", "shape": [3, resolution, resolution]}]},
             {"name": "Dmain", "method": "phase_dmain", "updates": ["discriminator"], "inputs": [real, z]},
             {"name": "Dreg", "method": "phase_dreg", "updates": ["discriminator"], "interval": d_reg,
              "inputs": [real]},
@@ -245,5 +264,5 @@ def stylegan2_spec(name, batch=16, lr=0.002, betas=(0.0, 0.99), g_reg=4, d_reg=1
         "optimizers": {"generator": adam(g_reg), "discriminator": adam(d_reg)},
         "buffers": "local",
         "ema": {"submodule": "generator", "copy": "generator_ema", "half_life_images": ema_images},
-        "sample": {"submodule": "generator_ema", "noise_shape": [32]},
+        "sample": {"submodule": "generator_ema", "noise_shape": [z_dim]},
     }

@@ -4,7 +4,8 @@ They need a CUDA GPU and are reported as skipped, with the reason, on machines w
 (CI has none). On a GPU machine, for DCGAN-32, the MLP GAN, WGAN-GP, StyleGAN2 (all four
 phases: path length and R1 by double backward inside the graph), the progressive GAN
 across its stage switches, DCGAN-32 with the training-step features (autocast, loss
-scaling, accumulation, clipping) and DCGAN-32 with dropout and augmentation in its phases:
+scaling, accumulation, clipping), DCGAN-32 with synchronised batch norm and DCGAN-32 with
+dropout and augmentation in its phases:
 
 - replay: N iterations replayed from the captured graphs equal N eager iterations of the
   same plan (both with --deterministic, so cuDNN picks the same algorithms on both sides);
@@ -55,6 +56,10 @@ MODELS = [
     ("mlp_branch", "ring", 10, "ddp"),
     # A D step that logs scores besides its loss: the values are outputs of the captured graph.
     ("mlp_stats", "ring", 10, "ddp"),
+    # ganc's synchronised batch norm in G (its own statistics and backward, captured); at world
+    # size 1 SyncBatchNorm is batch norm, so eager DDP with the model's BatchNorm is the
+    # reference. float64, as on CPU: its sums run in another order than the BN kernels'.
+    ("dcgan32_syncbn_f64", "digits", 10, "ddp"),
 ]
 IDS = [m[0] for m in MODELS]
 SEED = 7
