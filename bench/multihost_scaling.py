@@ -5,7 +5,8 @@ token bucket, `tc ... tbf`), so the link between the two "hosts" is slow enough 
 all-reduces, not the host's scheduling, set the step time:
 
 1. Measures Gloo's all-reduce across the link (one rank in each namespace): alpha from 4
-   KiB, beta from the slope between 1 and 2 MiB (t = 2 alpha + B / beta at 2 ranks).
+   KiB, beta from the slope between 1 and 2 MiB (t = 2 alpha + B / beta at 2 ranks; mean
+   times, see scaling.time_all_reduces).
 2. Profiles each model on one rank (`ganc train --profile`, one thread, no link).
 3. Predicts 2 hosts x 1 rank and 2 hosts x 2 ranks with `ganc simulate` (those alpha and
    beta between hosts; each emulated host gets half of this machine's cores), then trains

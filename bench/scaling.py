@@ -2,7 +2,8 @@
 
 1. Measures Gloo's all-reduce on 2 local ranks at sizes from 4 KiB to 8 MiB for the
    alpha-beta model (2 ranks: t = 2 alpha + B / beta; alpha from 4 KiB, beta from the slope
-   between 4 and 8 MiB), and the host's compute throughput in
+   between 4 and 8 MiB; mean times, as the model predicts mean steps), and the host's compute
+   throughput in
    cores: one-thread matrix products, alone and one per CPU at once (two hyper-threads of
    one core give less than two).
 2. Profiles each model on 1 rank (`ganc train --profile`, one thread).
@@ -43,9 +44,12 @@ DATA = {"mlp": "ring", "dcgan32": "digits"}
 
 
 def time_all_reduces(sizes, rounds, result):
-    """In an initialised process group: the median time of an all-reduce of each size (bytes),
-    written by rank 0 to `result` as JSON. Every size is sampled in each of `rounds` rounds,
-    so that a slow spell of the host lands on all sizes alike."""
+    """In an initialised process group: the mean and the median time of an all-reduce of each
+    size (bytes), written by rank 0 to `result` as JSON. Every size is sampled in each of
+    `rounds` rounds, so that a slow spell of the host lands on all sizes alike. The model is
+    fitted to the means: it predicts mean step times, and on a host whose idle CPUs must be
+    woken, the all-reduce's time is bimodal (here about half the 64-640 KiB all-reduces take
+    0.4-0.9 ms and half 3-4 ms), which a median does not weigh."""
     tensors = {size: torch.zeros(size // 4) for size in sizes}
     for t in tensors.values():
         for _ in range(3):
@@ -60,14 +64,15 @@ def time_all_reduces(sizes, rounds, result):
                 samples[size].append(time.perf_counter() - start)
     if dist.get_rank() == 0:
         with open(result, "w") as f:
-            json.dump({size: statistics.median(s) for size, s in samples.items()}, f)
+            json.dump({"mean": {size: statistics.mean(s) for size, s in samples.items()},
+                       "median": {size: statistics.median(s) for size, s in samples.items()}}, f)
 
 
 def fit_alpha_beta(result, sizes):
     """(alpha seconds, beta bytes/s) of a 2-rank all-reduce (t = 2 alpha + B / beta) from
-    time_all_reduces' `result`: alpha from the smallest size, beta from the slope between the
-    largest two."""
-    times = {int(k): v for k, v in json.load(open(result)).items()}
+    time_all_reduces' `result`: alpha from the smallest size's mean, beta from the slope
+    between the largest two."""
+    times = {int(k): v for k, v in json.load(open(result))["mean"].items()}
     small, big, bigger = sizes[0], sizes[-2], sizes[-1]
     beta = (bigger - big) / max(times[bigger] - times[big], 1e-9)
     alpha = max(times[small] - small / beta, 1e-6) / 2
@@ -97,6 +102,10 @@ def measure_link(tmp):
     """(alpha seconds, beta bytes/s) of Gloo's all-reduce on 2 local ranks."""
     result = os.path.join(tmp, "link.json")
     mp.spawn(_link_worker, args=(2, free_port(), result), nprocs=2, join=True)
+    times = json.load(open(result))
+    print("Gloo all-reduce, 2 local ranks, ms (median / mean): " +
+          ", ".join(f"{int(k) >> 10} KiB {times['median'][k] * 1e3:.2f} / {times['mean'][k] * 1e3:.2f}"
+                    for k in times["mean"]))
     return fit_alpha_beta(result, SIZES)
 
 
