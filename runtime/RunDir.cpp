@@ -205,6 +205,7 @@ Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &re
         {"samples", o.samples},
         {"non_finite", o.nonFinite},
         {"cuda_graphs", o.cudaGraphs},
+        {"dist_backend", s.group.backend->getBackendName()},
         {"deterministic", o.deterministic},
         {"memory_format", o.memoryFormat}}},
       {"overrides", overrides},

@@ -6,6 +6,8 @@
 #include "passes/Pass.h"
 #include "runtime/RunDir.h"
 
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -37,8 +39,9 @@ Status joinGroup(Session &s, Expected<ProcessGroup> group) {
   return Status::ok();
 }
 
-/// CPU ranks use Gloo; GPU ranks NCCL, one GPU each (cuda:LOCAL_RANK), the model moved
-/// there (and to its layout) before the executor binds its parameters.
+/// CPU ranks use Gloo; GPU ranks NCCL, one GPU each (cuda:LOCAL_RANK), or Gloo where asked,
+/// ranks then sharing GPUs (cuda:LOCAL_RANK % GPUs); the model moved there (and to its
+/// layout) before the executor binds its parameters.
 Status setUpDevice(Session &s) {
   const TrainOptions &o = s.options;
   std::chrono::seconds timeout(o.timeoutSeconds);
@@ -53,11 +56,14 @@ Status setUpDevice(Session &s) {
   if (!backend::cudaAvailable())
     return Status::error("--device cuda: no GPU is visible to this process (or this ganc was "
                          "built without the CUDA backend)");
-  if (s.rank.localRank >= static_cast<int>(torch::cuda::device_count()))
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  const bool gloo = o.distBackend == "gloo";
+  if (!gloo && s.rank.localRank >= gpus)
     return Status::error("--device cuda: LOCAL_RANK " + std::to_string(s.rank.localRank) +
-                         " has no GPU (" + std::to_string(torch::cuda::device_count()) +
-                         " visible)");
-  s.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(s.rank.localRank));
+                         " has no GPU (" + std::to_string(gpus) +
+                         " visible; NCCL needs one per rank, --dist-backend gloo shares them)");
+  s.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(s.rank.localRank % gpus));
+  c10::impl::VirtualGuardImpl(c10::kCUDA).setDevice(s.device);
   // cuBLAS is deterministic on one stream only with a fixed workspace; it reads this before
   // its first handle is made, so it is set before anything runs on the GPU.
   if (o.deterministic)
@@ -69,7 +75,7 @@ Status setUpDevice(Session &s) {
   s.module().to(s.device);
   if (o.memoryFormat != "contiguous")
     s.channelsLast = backend::toChannelsLast(s.module());
-  return joinGroup(s, createNcclGroup(s.rank, timeout));
+  return joinGroup(s, gloo ? createGlooGroup(s.rank, timeout) : createNcclGroup(s.rank, timeout));
 }
 
 /// The plan's shards for this run: the stage is the plan's or --zero's; the layout is planned

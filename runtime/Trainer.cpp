@@ -108,7 +108,8 @@ private:
     const bool cuda = s_.device.is_cuda();
     std::ostringstream line;
     line << "training " << s_.spec().name << ": " << s_.rank.worldSize << " rank"
-         << (s_.rank.worldSize == 1 ? "" : "s") << " (" << (cuda ? "cuda, NCCL" : "cpu, Gloo")
+         << (s_.rank.worldSize == 1 ? "" : "s") << " (" << (cuda ? "cuda, " : "cpu, ")
+         << (s_.group.backend->getBackendName() == "nccl" ? "NCCL" : "Gloo")
          << (s_.sharded() ? ", optimizer state sharded: zero " + std::to_string(s_.plan->zeroStage)
                           : std::string())
          << "), steps " << firstStep_ << ".." << o.steps << ", batch " << s_.spec().batchSize

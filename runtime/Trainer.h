@@ -39,6 +39,10 @@ struct TrainOptions {
   /// forward and backward seconds, when each bucket was ready, the optimizer's seconds.
   std::string profile;
   std::string device = "cpu";
+  /// The collectives' backend: "auto" (Gloo on CPU, NCCL on CUDA), "nccl" (CUDA only) or
+  /// "gloo" (on CUDA too, eagerly: Gloo copies device tensors through the host, which a CUDA
+  /// Graph cannot hold; several ranks may then share one GPU, cuda:LOCAL_RANK % GPUs).
+  std::string distBackend = "auto";
   /// On CUDA: capture each phase once and replay it (false: run every phase eagerly).
   bool cudaGraphs = true;
   /// On CUDA: eager iterations of each phase before its capture.

@@ -50,6 +50,10 @@ const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
   --batch-size N          batch per rank instead of the spec's
   --device cpu|cuda       cpu: Gloo; cuda: NCCL, one GPU per rank (cuda:LOCAL_RANK), each
                           phase captured once as a CUDA Graph and replayed
+  --dist-backend auto|nccl|gloo
+                          collectives: auto is Gloo on CPU, NCCL on CUDA; gloo on CUDA runs
+                          eagerly (--cuda-graphs off) and lets ranks share a GPU
+                          (cuda:LOCAL_RANK % GPUs), to debug several ranks on one GPU
   --cuda-graphs on|off    off: run every phase eagerly on the GPU (default on)
   --warmup N              eager iterations of each phase before its capture (default 3,
                           at least 1: optimizer state is created there, outside the graph)
@@ -164,6 +168,10 @@ const std::map<std::string, OptionHandler> &trainOptions() {
       {"--samples", [](R &r, S &f, O &o) { o.samples = std::max<int64_t>(1, r.number(f)); }},
       {"--resume", [](R &r, S &f, O &o) { o.resume = r.value(f); }},
       {"--device", [](R &r, S &f, O &o) { o.device = r.value(f); }},
+      {"--dist-backend",
+       [](R &r, S &f, O &o) {
+         o.distBackend = r.choice(f, {"auto", "nccl", "gloo"});
+       }},
       {"--cuda-graphs",
        [](R &r, S &f, O &o) {
          o.cudaGraphs = r.choice(f, {"on", "off"}) == "on";
@@ -270,6 +278,15 @@ bool parseTrain(const std::vector<std::string> &args, TrainOptions &o, std::stri
   }
   if (o.force && !o.resume.empty()) {
     error = "--force starts over and --resume continues: give one of them";
+    return false;
+  }
+  if (o.distBackend == "nccl" && o.device != "cuda") {
+    error = "--dist-backend nccl needs --device cuda: NCCL runs on GPUs (CPU ranks use Gloo)";
+    return false;
+  }
+  if (o.distBackend == "gloo" && o.device == "cuda" && o.cudaGraphs) {
+    error = "--dist-backend gloo on CUDA needs --cuda-graphs off: Gloo copies device tensors "
+            "through the host, which a captured CUDA Graph cannot hold";
     return false;
   }
   if (o.device == "cuda" && o.cudaGraphs && o.warmup < 1) {

@@ -13,7 +13,9 @@ dropout and augmentation in its phases:
   gradient and every parameter after the run, both sides deterministic;
 - spread: with cuDNN's default (non-deterministic, benchmark) algorithms, ganc's distance
   from eager DDP is no larger than eager DDP's distance from itself on a second run;
-- a phase with a host sync falls back to eager with its reason printed once.
+- a phase with a host sync falls back to eager with its reason printed once;
+- sharded optimizer state on CUDA: 2 ranks sharing the GPU over Gloo, zero 1 and 2 against
+  unsharded, and the checkpoint's gathered state.
 
 Measured distances are printed, and written to $GANC_GPU_REPORT/test_cuda.json when set.
 """
@@ -191,6 +193,43 @@ def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):
     assert all(w > 0 for w in t["work_seconds"])
     assert len(t["replay_host_seconds"]) == 2 * (10 - 2)  # both phases, after warm-up and capture
     report("timing/dcgan32", {k: t[k] for k in ("work_seconds", "step_seconds", "replay_host_seconds")})
+
+
+# Sharded optimizer state on CUDA at 2 ranks on the one GPU: NCCL will not put two ranks on
+# one device, so the sharded path's device side (pieces in device buffers, found-inf flags and
+# clipping norms combined across ranks, per-bucket all-gathers, the checkpoint's state
+# gathered to rank 0) runs over Gloo (`--dist-backend gloo`, eagerly). NCCL's collectives and
+# their capture are not covered by this; on one GPU nothing can cover them.
+GLOO_ZERO = ["mlp", "dcgan32", "stylegan2", "dcgan32_scaled", "dcgan32_clip_f64"]
+SHARED_GPU = ("--device", "cuda", "--dist-backend", "gloo", "--cuda-graphs", "off", "--deterministic")
+
+
+@pytest.mark.parametrize("model", GLOO_ZERO)
+def test_two_ranks_on_one_gpu_shard_like_unsharded(ganc_bin, datasets, tmp_path, model):
+    import test_zero
+    data = datasets[test_zero.dataset_of(model)]
+    unsharded = test_zero.train(ganc_bin, model, data, 2, str(tmp_path), 0, test_zero.STEPS, *SHARED_GPU)
+    for zero in (1, 2):
+        sharded = test_zero.train(ganc_bin, model, data, 2, str(tmp_path), zero, test_zero.STEPS, *SHARED_GPU)
+        test_zero.assert_same_run(model, sharded, unsharded, (1e-6, 1e-6))
+
+
+def test_two_ranks_on_one_gpu_checkpoint_the_whole_state(ganc_bin, datasets, tmp_path):
+    """A sharded CUDA run's checkpoint holds the whole optimizer state (gathered from device
+    pieces), equal to the unsharded run's."""
+    import test_zero
+    states = {}
+    for zero in (0, 2):
+        test_zero.train(ganc_bin, "dcgan32", datasets["digits"], 2, str(tmp_path), zero, 6, *SHARED_GPU,
+                        "--checkpoint-every", "3")
+        states[zero] = test_zero.optimizer_state(tmp_path / f"run-zero{zero}" / "checkpoint.pt")
+    assert set(states[0]) == set(states[2])
+    for group, whole in states[0].items():
+        for name, state in whole["state"].items():
+            for kind, value in state.items():
+                got = states[2][group]["state"][name][kind]
+                assert got.shape == value.shape, (group, name, kind)
+                assert test_zero.relative_error(got.double(), value.double()) <= 1e-6, (group, name, kind)
 
 
 @pytest.mark.parametrize("graphs", ["on", "off"])

@@ -110,3 +110,33 @@ def test_the_start_up_line_says_what_runs(ganc_bin, datasets, tmp_path):
     assert lines[0] == ("training mlp: 2 ranks (cpu, Gloo), steps 0..4, batch 64 per rank, 4096 samples; "
                         "phases: d (eager), g (eager)"), lines[0]
     assert lines[1].startswith("step 2/4") and lines[1].endswith("img/s (all ranks)"), lines[1]
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--dist-backend", "nccl"], "--dist-backend nccl needs --device cuda"),
+    (["--device", "cuda", "--dist-backend", "gloo"], "--dist-backend gloo on CUDA needs --cuda-graphs off"),
+    (["--dist-backend", "mpi"], "--dist-backend takes auto, nccl or gloo, not 'mpi'"),
+])
+def test_dist_backend_refusals_are_one_line(ganc_bin, datasets, tmp_path, args, says):
+    """Combinations that cannot run are refused before any rank starts (no GPU needed)."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    r = subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", archive("mlp"), "--data",
+                        datasets["ring"], "--steps", "1", "--out", str(tmp_path / "out"), *args],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and says in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_dist_backend_is_recorded(ganc_bin, datasets, tmp_path):
+    """The backend a run used is in run.json and the start line (`auto` on CPU is Gloo)."""
+    import json
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    for backend in ("auto", "gloo"):
+        out = tmp_path / backend
+        r = subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", archive("mlp"), "--data",
+                            datasets["ring"], "--steps", "2", "--out", str(out), "--tensorboard", "off",
+                            "--sample-every", "0", "--dist-backend", backend],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert "(cpu, Gloo)" in r.stdout
+        assert json.load(open(out / "run.json"))["options"]["dist_backend"] == "gloo"
