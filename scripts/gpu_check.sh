@@ -6,7 +6,10 @@
 # out/gpu/):
 #
 #   scripts/gpu_check.sh [OUT_DIR] [--skip-tests] [--skip-bench] [--skip-scaling]
-#                        [--bench-args "..."]
+#                        [--test-args "..."] [--bench-args "..."]
+#
+# --test-args goes to pytest (e.g. -k "two_ranks" or -k "not two_ranks": the GPU tests in
+# two parts, where one call of the machine has a time limit).
 #
 #   OUT_DIR/log.txt         everything printed
 #   OUT_DIR/summary.md      device, versions, test results, measured distances, benchmark table
@@ -25,13 +28,15 @@ RUN_TESTS=1
 RUN_BENCH=1
 RUN_SCALING=1
 BENCH_ARGS=""
+TEST_ARGS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-tests) RUN_TESTS=0; shift ;;
     --skip-bench) RUN_BENCH=0; shift ;;
     --skip-scaling) RUN_SCALING=0; shift ;;
     --bench-args) BENCH_ARGS=$2; shift 2 ;;
-    -h|--help) sed -n 2,22p "$0"; exit 0 ;;
+    --test-args) TEST_ARGS=$2; shift 2 ;;
+    -h|--help) sed -n 2,23p "$0"; exit 0 ;;
     -*) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
     *) OUT=$1; shift ;;
   esac
@@ -103,12 +108,13 @@ export GANC_BUILD_DIR=$BUILD GANC_TEST_MODELS_DIR=$MODELS PYTHONPATH=$ROOT/pytho
 export GANC_GPU_REPORT=$OUT/report
 TEST_RC=skipped
 if [ $RUN_TESTS = 1 ]; then
-  say "GPU tests (tests/python/test_cuda.py)"
+  say "GPU tests (tests/python/test_cuda.py $TEST_ARGS)"
   PAR=()
   "$PY" -c "import xdist" 2>/dev/null && PAR=(-n 4)
   "$PY" -c "import pytest_timeout" 2>/dev/null && PAR+=(--timeout 400)
+  # shellcheck disable=SC2086
   "$PY" -m pytest -v -rs -p no:cacheprovider -W ignore::DeprecationWarning "${PAR[@]}" \
-    --junitxml="$OUT/junit.xml" "$ROOT/tests/python/test_cuda.py"
+    --junitxml="$OUT/junit.xml" "$ROOT/tests/python/test_cuda.py" $TEST_ARGS
   TEST_RC=$?
   # One file of measured distances (each test process wrote its own).
   "$PY" - "$OUT/report" "$OUT/distances.json" <<'EOF'

@@ -192,7 +192,8 @@ def to_channels_last(module) -> bool:
 
 
 def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device, reducer,
-            deterministic=False, benchmark=True, channels_last=False, global_batch_of=0, zero=False):
+            deterministic=False, benchmark=True, channels_last=False, global_batch_of=0, zero=False,
+            shared_gpu=False):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
@@ -200,14 +201,16 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
     # with eager autograd, not the profiling executor's optimised autodiff graphs.
     torch._C._set_graph_executor_optimize(False)
     cuda = device == "cuda"
+    # One GPU per rank (NCCL), or every rank on the GPUs there are, over Gloo (`shared_gpu`).
+    gpu = rank % torch.cuda.device_count() if cuda and shared_gpu else rank
     if cuda:
         cuda_determinism(deterministic, benchmark)
-        torch.cuda.set_device(rank)
-    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
+        torch.cuda.set_device(gpu)
+    dist.init_process_group("nccl" if cuda and not shared_gpu else "gloo", rank=rank, world_size=world)
     files = {"ganc.json": ""}
     gan = torch.jit.load(archive, _extra_files=files)
     if cuda:
-        gan = gan.to(f"cuda:{rank}")
+        gan = gan.to(f"cuda:{gpu}")
     if channels_last:
         channels_last = to_channels_last(gan)
     spec = json.loads(files["ganc.json"])
@@ -222,7 +225,7 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
         if spec["data"].get("xflip"):  # the set doubled with mirrored images, as ganc does
             data = torch.cat([data, data.flip(-1)])
             labels = torch.cat([labels, labels]) if labels is not None else None
-    inputs = Inputs(spec, data, rank, world, seed, f"cuda:{rank}" if cuda else "cpu")
+    inputs = Inputs(spec, data, rank, world, seed, f"cuda:{gpu}" if cuda else "cpu")
     if global_batch_of:
         inputs = GlobalInputs([Inputs(spec, data, r, global_batch_of, seed) for r in range(global_batch_of)])
     if not cuda:
@@ -274,7 +277,7 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
             runners[phase["name"]] = PhaseRunner(gan, phase["method"])
             continue
         runners[phase["name"]] = DDP(PhaseRunner(gan, phase["method"]),
-                                     device_ids=[rank] if cuda else None,
+                                     device_ids=[gpu] if cuda else None,
                                      find_unused_parameters=True,
                                      broadcast_buffers=broadcast)
     scalers = grad_scalers(spec, "cuda" if cuda else "cpu")
@@ -377,7 +380,8 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
 
 
 def run(archive, data_path, world, steps, seed, out_dir, device="cpu", reducer="ddp",
-        deterministic=False, benchmark=True, channels_last=False, global_batch=False, zero=False):
+        deterministic=False, benchmark=True, channels_last=False, global_batch=False, zero=False,
+        shared_gpu=False):
     """Trains `steps` steps on `world` ranks (Gloo on CPU, NCCL with one GPU per rank on
     CUDA); rank 0 writes the all-reduced gradients of every step and phase, and the final
     parameters and buffers, to `out_dir`.
@@ -393,9 +397,12 @@ def run(archive, data_path, world, steps, seed, out_dir, device="cpu", reducer="
     the reference for synchronised batch norm (which is defined to equal it; eager
     SyncBatchNorm refuses CPU tensors). The model must draw no randomness inside its phases.
     `zero`: every optimizer is a ZeroRedundancyOptimizer (the reference for ganc's `zero`).
+    `shared_gpu`: on CUDA, the ranks share the GPUs there are (rank % GPUs) over Gloo, as
+    ganc's `--dist-backend gloo` does (NCCL takes one GPU per rank).
     """
     os.makedirs(out_dir, exist_ok=True)
     procs = 1 if global_batch else world
     mp.spawn(_worker, args=(procs, free_port(), archive, data_path, steps, seed, out_dir, device, reducer,
-                            deterministic, benchmark, channels_last, world if global_batch else 0, zero),
+                            deterministic, benchmark, channels_last, world if global_batch else 0, zero,
+                            shared_gpu),
              nprocs=procs, join=True)
