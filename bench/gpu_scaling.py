@@ -11,7 +11,8 @@ communication left exposed and the efficiency (batch per GPU fixed) of both sche
 the bucket caps `ganc compile --bucket-cap-mb auto` picks for the largest world size.
 
     python3 bench/gpu_scaling.py [--models dcgan64,stylegan2,stylegan2_256] [--gpus 1,8,64,512,1024]
-                                 [--steps 96] [--link ib] [--json PATH] [--device cpu]
+                                 [--steps 96] [--link ib] [--json PATH] [--markdown PATH]
+                                 [--device cpu]
 
 `--device cpu` profiles on the CPU instead: a check of the script itself on a machine without
 a GPU (its numbers are a CPU's compute on GPU links, not a prediction for GPUs).
@@ -67,6 +68,21 @@ def profile_model(model, steps, device, tmp):
     return archive, plan, profile
 
 
+def markdown(results):
+    """The predictions as a Markdown table (the README's Scaling table)."""
+    out = [f"Predicted from one {results['device']} (torch {results['torch']}, {results['date']}); 8 GPUs "
+           f"per host on NVLink, {results['link']} between hosts; batch per GPU fixed.", "",
+           "| model | GPUs | ganc ms/step | exposed ms | efficiency | flat all-reduce ms/step | exposed ms "
+           "| efficiency |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for model, m in results["models"].items():
+        for i, r in enumerate(m["predictions"]):
+            out.append(f"| {model if i == 0 else ''} | {r['ranks']} | {r['step_seconds'] * 1e3:.2f} | "
+                       f"{r['exposed_seconds'] * 1e3:.2f} | {r['efficiency'] * 100:.1f} % | "
+                       f"{r['flat_step_seconds'] * 1e3:.2f} | {r['flat_exposed_seconds'] * 1e3:.2f} | "
+                       f"{r['flat_efficiency'] * 100:.1f} % |")
+    return "\n".join(out) + "\n"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="dcgan64,stylegan2,stylegan2_256")
@@ -76,6 +92,7 @@ def main():
                              "captured and replayed by step 80)")
     parser.add_argument("--link", default="ib", help="the link between hosts (ganc simulate --link)")
     parser.add_argument("--json", help="also write every number here")
+    parser.add_argument("--markdown", help="also write the predictions here as a Markdown table")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                         help="cpu: check the script without a GPU (not a GPU prediction)")
     args = parser.parse_args()
@@ -125,6 +142,9 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown(results))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@
 #   OUT_DIR/junit.xml       the GPU tests' results
 #   OUT_DIR/distances.json  the distances the GPU tests measured (replay/eager, ganc/DDP)
 #   OUT_DIR/bench.json      every benchmark number (bench.txt: its table)
-#   OUT_DIR/scaling.json    GPU profiles and ganc simulate's predictions (scaling.txt: tables)
+#   OUT_DIR/scaling.json    GPU profiles and ganc simulate's predictions (scaling.txt: tables,
+#                           scaling.md: the README's table)
 #
 # Without a GPU it gets as far as it can (headers, build, zoo export) and stops with one line
 # saying so (exit 3). The headers: `apt-get download nlohmann-json3-dev libstb-dev libgloo-dev`
@@ -36,7 +37,7 @@ while [ $# -gt 0 ]; do
     --skip-scaling) RUN_SCALING=0; shift ;;
     --bench-args) BENCH_ARGS=$2; shift 2 ;;
     --test-args) TEST_ARGS=$2; shift 2 ;;
-    -h|--help) sed -n 2,23p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
     -*) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
     *) OUT=$1; shift ;;
   esac
@@ -136,7 +137,8 @@ fi
 SCALING_RC=skipped
 if [ $RUN_SCALING = 1 ]; then
   say "scaling predictions from a GPU profile (bench/gpu_scaling.py)"
-  "$PY" "$ROOT/bench/gpu_scaling.py" --json "$OUT/scaling.json" | tee "$OUT/scaling.txt"
+  "$PY" "$ROOT/bench/gpu_scaling.py" --json "$OUT/scaling.json" --markdown "$OUT/scaling.md" \
+    | tee "$OUT/scaling.txt"
   SCALING_RC=${PIPESTATUS[0]}
 fi
 
