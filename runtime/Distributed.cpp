@@ -6,7 +6,6 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #ifdef GANC_WITH_CUDA
-#include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -154,7 +153,6 @@ Expected<ProcessGroup> createNcclGroup(const RankInfo &rank, std::chrono::millis
 #ifdef GANC_WITH_CUDA
   ProcessGroup group;
   try {
-    c10::cuda::set_device(static_cast<c10::DeviceIndex>(rank.localRank));
     group.store = connectStoreWithin(rank, timeout);
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = timeout;

@@ -42,8 +42,9 @@ struct ProcessGroup {
 /// after `timeout` instead of hanging when a peer is gone.
 Expected<ProcessGroup> createGlooGroup(const RankInfo &rank, std::chrono::milliseconds timeout);
 
-/// Creates the NCCL process group for GPU ranks (one GPU per process, cuda:LOCAL_RANK).
-/// Available when ganc was built with the CUDA backend.
+/// Creates the NCCL process group for GPU ranks (one GPU per process, cuda:LOCAL_RANK, which
+/// the caller has made the current device). Available when ganc was built with the CUDA
+/// backend.
 Expected<ProcessGroup> createNcclGroup(const RankInfo &rank, std::chrono::milliseconds timeout);
 
 } // namespace ganc::runtime

@@ -105,6 +105,19 @@ def optimizer_state(path):
     return torch.load(path, weights_only=False)["optimizers"]
 
 
+def assert_same_optimizer_state(gathered, whole):
+    """A sharded checkpoint's optimizer state against an unsharded one's: the same groups,
+    parameters and kinds of state, each of the same shape and within 1e-6."""
+    assert set(whole) == set(gathered)
+    for group in whole:
+        assert set(whole[group]["state"]) == set(gathered[group]["state"])
+        for name, state in whole[group]["state"].items():
+            for kind, value in state.items():
+                got = gathered[group]["state"][name][kind]
+                assert got.shape == value.shape, (group, name, kind)
+                assert relative_error(got.double(), value.double()) <= 1e-6, (group, name, kind)
+
+
 def test_checkpoints_are_whole_and_resume_on_any_world_size(ganc_bin, datasets, tmp_path):
     """A sharded run's checkpoint holds the whole optimizer state, as an unsharded run's does
     (torch.load reads it); it resumes unsharded on the same ranks exactly, and on 3 ranks and
@@ -135,16 +148,8 @@ def test_checkpoints_are_whole_and_resume_on_any_world_size(ganc_bin, datasets, 
         for sub in ("generator", "discriminator"):
             for name, value in want[sub].items():
                 assert relative_error(got[sub][name].double(), value.double()) <= 1e-6, (step, name)
-    whole = optimizer_state(tmp_path / "unsharded" / "checkpoint-0000003.pt")
-    gathered = optimizer_state(tmp_path / "sharded" / "checkpoint-0000003.pt")
-    assert set(whole) == set(gathered)
-    for group in whole:
-        assert set(whole[group]["state"]) == set(gathered[group]["state"])
-        for name, state in whole[group]["state"].items():
-            for kind, value in state.items():
-                got = gathered[group]["state"][name][kind]
-                assert got.shape == value.shape, (group, name, kind)
-                assert relative_error(got.double(), value.double()) <= 1e-6, (group, name, kind)
+    assert_same_optimizer_state(optimizer_state(tmp_path / "sharded" / "checkpoint-0000003.pt"),
+                                optimizer_state(tmp_path / "unsharded" / "checkpoint-0000003.pt"))
 
     # Unsharded from the sharded checkpoint, on the same 2 ranks: the same run.
     first = str(tmp_path / "sharded" / "checkpoint-0000003.pt")
