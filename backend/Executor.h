@@ -57,8 +57,8 @@ using InputFn = std::function<std::vector<at::Tensor>(int64_t micro)>;
 struct RunStats {
   /// Only a replay of a captured graph (not a warm-up, capture or eager run).
   bool replayed = false;
-  /// Host seconds inside the replay call itself (PyTorch's CUDAGraph::replay: the RNG
-  /// offsets, then cudaGraphLaunch); the rest of a replayed run is ganc's own.
+  /// Host seconds of the graph launch itself (the generators' RNG bookkeeping, then
+  /// cudaGraphLaunch); the rest of a replayed run is ganc's own.
   double launchSeconds = 0;
   /// A timed run (ExecutorOptions::profile; on CUDA only replays of a captured phase and runs
   /// of an eager phase, not warm-ups), in seconds from its start: when the last backward

@@ -282,7 +282,7 @@ Status Progress::endStep(int64_t done, int64_t images) {
 /// all-reduce waits and the optimizer; CUDA: the GPU time of the step's phases, read from
 /// events) and the rest, which is ganc's own overhead (on CUDA, the time the GPU waited
 /// for the host). Per phase run: host time; per replay: what it cost the CPU, and the part
-/// of that inside PyTorch's graph launch.
+/// of that inside the graph launch.
 Status Progress::finish() {
   double wall = secondsSince(start_);
   std::vector<double> work = workSeconds_;

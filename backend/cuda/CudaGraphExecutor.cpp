@@ -13,7 +13,9 @@
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -53,10 +55,88 @@ private:
 
 } // namespace
 
+/// What the graph-safe generators' device tensors (the seed and the offset every captured
+/// random op reads when it runs) hold once the work enqueued so far has run, per generator
+/// state; a state not listed is unknown.
+struct RngOnDevice {
+  struct Known {
+    uint64_t seed = 0;
+    uint64_t offset = 0;
+  };
+  std::map<const at::CUDAGeneratorState *, Known> known;
+};
+
+/// A captured phase whose replay is one graph launch. PyTorch's CUDAGraph::replay writes a
+/// generator's seed and Philox offset into those device tensors with two fill kernels before
+/// every launch of a graph that draws random numbers (noise, dropout, augmentation): two
+/// dispatcher calls and two kernel launches of host time per replayed phase. Here the graph
+/// itself advances the offset tensor, as its last node, by the offsets it consumed, and the
+/// host advances the generator's own offset as PyTorch does; so while nothing else drew from
+/// the generator or captured since the previous replay, the device already holds what the
+/// fills would write and they are skipped. Anything else (an eager phase's draws, a new
+/// capture, a reseed) makes the host and device disagree, and the replay writes them as
+/// PyTorch does. The random numbers are the same either way.
+class PhaseGraph : public at::cuda::CUDAGraph {
+public:
+  /// Inside the capture, after the phase's work: the offset advance as the graph's last node.
+  void advanceOffsetsOnDevice() {
+    for (auto &[state, unused] : captured_generator_states_) {
+      const uint64_t consumed = state->offset_intragraph_;
+      if (consumed != 0 && state->offset_extragraph_.defined()) {
+        at::Tensor(state->offset_extragraph_).add_(static_cast<int64_t>(consumed));
+        advanced_[state.get()] = consumed;
+      }
+    }
+  }
+
+  /// After capture_end: the replay can skip the fills only if the graph advances exactly the
+  /// offsets the capture recorded (otherwise every replay writes them, as PyTorch's does).
+  void checkAdvances() {
+    size_t drawing = 0;
+    for (const auto &[state, increment] : captured_generator_states_) {
+      if (increment == 0)
+        continue;
+      ++drawing;
+      auto it = advanced_.find(state.get());
+      if (it == advanced_.end() || it->second != increment)
+        fillAlways_ = true;
+    }
+    fillAlways_ = fillAlways_ || drawing != advanced_.size();
+  }
+
+  /// One replay on the current stream.
+  void launch(RngOnDevice &rng) {
+    c10::OptionalDeviceGuard deviceGuard{capture_stream_.device()};
+    for (auto &[state, increment] : captured_generator_states_) {
+      if (increment == 0)
+        continue;
+      auto known = rng.known.find(state.get());
+      if (fillAlways_ || known == rng.known.end() || known->second.seed != state->seed_ ||
+          known->second.offset != state->philox_offset_per_thread_) {
+        at::Tensor(state->seed_extragraph_).fill_(static_cast<int64_t>(state->seed_));
+        at::Tensor(state->offset_extragraph_)
+            .fill_(static_cast<int64_t>(state->philox_offset_per_thread_));
+      }
+      TORCH_INTERNAL_ASSERT(state->philox_offset_per_thread_ % 4 == 0,
+                            "RNG offset must be a multiple of 4");
+      state->philox_offset_per_thread_ += (increment + 3) / 4 * 4; // CUDAGeneratorState::increase
+      if (fillAlways_)
+        rng.known.erase(state.get());
+      else
+        rng.known[state.get()] = {state->seed_, state->philox_offset_per_thread_};
+    }
+    C10_CUDA_CHECK(cudaGraphLaunch(graph_exec_, at::cuda::getCurrentCUDAStream()));
+  }
+
+private:
+  std::map<const at::CUDAGeneratorState *, uint64_t> advanced_;
+  bool fillAlways_ = false;
+};
+
 struct CudaGraphExecutor::Captured {
   const ir::Phase *plan = nullptr;
   int warmupsLeft = 0;
-  std::unique_ptr<at::cuda::CUDAGraph> graph;
+  std::unique_ptr<PhaseGraph> graph;
   at::Tensor loss; // the graph's output, overwritten by every replay
   std::vector<std::pair<std::string, at::Tensor>> stats; // the logged values, likewise
 };
@@ -79,6 +159,7 @@ CudaGraphExecutor::create(const ir::Module &plan, torch::jit::Module module,
   e->side_ = std::make_unique<c10::cuda::CUDAStream>(
       at::cuda::getStreamFromPool(/*isHighPriority=*/false, options.device.index()));
   e->pool_ = at::cuda::graph_pool_handle();
+  e->rng_ = std::make_unique<RngOnDevice>();
   for (const auto &phase : plan.phases) {
     auto captured = std::make_unique<Captured>();
     captured->plan = phase.get();
@@ -140,12 +221,16 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
         loss = eager_->run(phase, inputs, step);
         lastStats_ = eager_->lastStats();
       } else {
-        c.graph = std::make_unique<at::cuda::CUDAGraph>();
+        c.graph = std::make_unique<PhaseGraph>();
+        // Capture writes the generators' device tensors (their seed, offset 0).
+        rng_->known.clear();
         try {
           c.graph->capture_begin(pool_);
           c.loss = eager_->run(phase, inputs, step);
           c.stats = eager_->lastStats();
+          c.graph->advanceOffsetsOnDevice();
           c.graph->capture_end();
+          c.graph->checkAdvances();
         } catch (const std::exception &e) {
           throw std::runtime_error("capturing phase '" + phase + "' as a CUDA Graph failed (" +
                                    frontend::firstLine(e) +
@@ -157,12 +242,12 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
     if (!c.graph)
       return loss;
     // Capture records the phase without running it: this iteration is the first replay.
-    c.graph->replay();
+    c.graph->launch(*rng_);
     lastStats_ = c.stats;
     return c.loss;
   }
   auto start = std::chrono::steady_clock::now();
-  c.graph->replay();
+  c.graph->launch(*rng_);
   const double launchSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (options_.profile)

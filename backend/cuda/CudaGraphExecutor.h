@@ -12,6 +12,8 @@
 
 namespace ganc::backend {
 
+struct RngOnDevice;
+
 /// Runs a plan's phases on one GPU per rank. The bucket all-reduces are the PhaseReducer's,
 /// launched from post-accumulate hooks through c10d's ProcessGroupNCCL, which runs NCCL on its
 /// own stream joined to the compute stream by events, so they overlap the rest of backward
@@ -45,6 +47,8 @@ private:
   /// One memory pool for every captured phase: phases never run concurrently, and replay
   /// order on the one stream keeps their temporaries apart in time.
   at::cuda::MempoolId_t pool_{0, 0};
+  /// What the replays have left in the generators' device tensors (see PhaseGraph).
+  std::unique_ptr<RngOnDevice> rng_;
 };
 
 } // namespace ganc::backend
