@@ -9,15 +9,63 @@
   all-reduce below, as practitioners end up doing.
 - ``flat``: no DDP; after backward every non-None gradient is flattened into one buffer,
   all-reduced once and divided by the world size (StyleGAN2-ADA / StyleGAN3).
+
+Both synchronise batch norm, where the spec asks for it, with `CollectiveBatchNorm`
+(torch.nn.SyncBatchNorm refuses CPU tensors).
 """
 import contextlib
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn.functional as dist_nn
 
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ganc.oracle import autocast
+
+
+class CollectiveBatchNorm(torch.nn.Module):
+    """Batch norm over every rank's batch, the way eager code gets it on CPU: the per-channel
+    sums, sums of squares and the count all-reduced in one collective through
+    torch.distributed.nn's differentiable all_reduce (so backward all-reduces their
+    gradients); running statistics as torch.nn.SyncBatchNorm updates them (unbiased global
+    variance). Takes over the batch norm's parameters and buffers."""
+
+    def __init__(self, bn):
+        super().__init__()
+        self.weight, self.bias, self.eps, self.momentum = bn.weight, bn.bias, bn.eps, bn.momentum
+        self.register_buffer("running_mean", bn.running_mean)
+        self.register_buffer("running_var", bn.running_var)
+
+    def forward(self, x):
+        if not self.training:
+            return torch.nn.functional.batch_norm(x, self.running_mean, self.running_var, self.weight,
+                                                  self.bias, False, 0.0, self.eps)
+        xf = x if x.dtype == torch.float64 else x.float()  # statistics in float32 at least
+        dims = [0] + list(range(2, x.dim()))
+        channels = x.size(1)
+        count = torch.full((1,), xf.numel() / channels, dtype=xf.dtype)
+        stats = dist_nn.all_reduce(torch.cat([xf.sum(dims), (xf * xf).sum(dims), count]))
+        total = stats[-1]
+        mean = stats[:channels] / total
+        var = stats[channels:2 * channels] / total - mean * mean
+        with torch.no_grad():
+            self.running_mean.lerp_(mean.to(self.running_mean.dtype), self.momentum)
+            self.running_var.lerp_((var * total / (total - 1)).to(self.running_var.dtype), self.momentum)
+        shape = [1, channels] + [1] * (x.dim() - 2)
+        y = (xf - mean.view(shape)) * (var + self.eps).rsqrt().view(shape)
+        return (y * self.weight.view(shape) + self.bias.view(shape)).to(x.dtype)
+
+
+def synchronise_batch_norm(gan, submodules):
+    """The spec's `sync_batch_norm`: every BatchNorm of those submodules made a
+    CollectiveBatchNorm (before the optimizers and DDP see the parameters)."""
+    for sub in submodules:
+        for name, module in list(gan.get_submodule(sub).named_modules()):
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+                parent, _, leaf = name.rpartition(".")
+                setattr(gan.get_submodule(sub).get_submodule(parent) if parent else gan.get_submodule(sub),
+                        leaf, CollectiveBatchNorm(module))
 
 
 def flat_all_reduce(gan, updates, world):

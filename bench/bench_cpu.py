@@ -2,7 +2,8 @@
 
 In one run, for the MLP GAN, DCGAN-32 and DCGAN-32 with the training-step features of GPU
 recipes (dcgan32_amp: bfloat16 autocast, a GradScaler, D accumulating 2 micro-batches, G
-clipped; each baseline uses the same features its own way), on the same data, batch and optimizer:
+clipped; dcgan32_all: those and synchronised batch norm in G; each baseline uses the same
+features its own way), on the same data, batch and optimizer:
 
 - eager DDP, mmengine style: the Python model with one DistributedDataParallel per
   submodule (find_unused_parameters=True); submodules a phase does not update run with
@@ -59,6 +60,7 @@ def _baseline_worker(rank, world, port, model, data_path, steps, warmup, style, 
     gan, spec = zoo.build(model)
     spec = ganc.validate(spec)
     gan.train()
+    baselines.synchronise_batch_norm(gan, spec.get("sync_batch_norm", []))
     data = torch.load(data_path)
     data = (data["images"] if isinstance(data, dict) else data).float()
     inputs = Inputs(spec, data, rank, world, seed=0)
@@ -164,7 +166,8 @@ def main():
             sharding(args, tmp)
             return
         for model, data, steps in (("mlp", "ring", args.steps_mlp), ("dcgan32", "digits", args.steps_dcgan),
-                                   ("dcgan32_amp", "digits", args.steps_dcgan)):
+                                   ("dcgan32_amp", "digits", args.steps_dcgan),
+                                   ("dcgan32_all", "digits", args.steps_dcgan)):
             data = os.path.join(tmp, data + ".pt")
             warmup = max(2, steps // 10)
             ddp = baseline(model, data, steps, warmup, "ddp", args.nproc, tmp)

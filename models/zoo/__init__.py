@@ -31,6 +31,11 @@ ZOO = {
     # Randomness inside the phases: dropout in D, DiffAugment colour augmentation.
     "dcgan32_augment": lambda: (AugmentedDCGAN(), two_phase_spec("dcgan32_augment", 32, [3, 32, 32],
                                                                  [100, 1, 1])),
+    # All five training-step features at once: dcgan32_amp's four and synchronised batch norm
+    # in the generator (this DCGAN's discriminator has no batch norm).
+    "dcgan32_all": lambda: (DCGAN(32, 32), dict(training_step_spec("dcgan32_all", 32, [3, 32, 32],
+                                                                   [100, 1, 1]),
+                                                sync_batch_norm=["generator"])),
     # Synchronised batch norm: the generator's BatchNorm statistics over every rank's batch.
     "dcgan32_syncbn": lambda: (DCGAN(32, 32), dict(two_phase_spec("dcgan32_syncbn", 32, [3, 32, 32],
                                                                   [100, 1, 1]),

@@ -57,6 +57,10 @@ def main(out):
     # are summed in another order, a last-bit difference Adam's first steps amplify in float32.
     gan, spec = zoo.build("dcgan32_syncbn")
     ganc.export(gan.double(), os.path.join(out, "dcgan32_syncbn_f64.pt"), dict(spec, dtype="float64"))
+    # All five training-step features, likewise against the concatenated batch; autocast
+    # leaves float64 alone (on both sides), and dcgan32_amp tests it bit for bit against DDP.
+    gan, spec = zoo.build("dcgan32_all")
+    ganc.export(gan.double(), os.path.join(out, "dcgan32_all_f64.pt"), dict(spec, dtype="float64"))
     # One training-step feature at a time (dcgan32_amp has them all): accumulation alone,
     # clipping alone (G by its 2-norm, D by its max norm, both low enough to clip), autocast
     # alone.

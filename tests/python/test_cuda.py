@@ -63,6 +63,8 @@ MODELS = [
     # size 1 SyncBatchNorm is batch norm, so eager DDP with the model's BatchNorm is the
     # reference. float64, as on CPU: its sums run in another order than the BN kernels'.
     ("dcgan32_syncbn_f64", "digits", 10, "ddp"),
+    # All five training-step features in one captured phase each (float64: see above).
+    ("dcgan32_all_f64", "digits", 10, "ddp"),
 ]
 IDS = [m[0] for m in MODELS]
 EAGER_MODELS = {"mlp_branch"}

@@ -81,6 +81,10 @@ MODELS = [
     # refuses CPU tensors). The statistics are summed in another order, so, as at 3 ranks, the
     # comparison runs in float64.
     ("dcgan32_syncbn_f64", "digits", [2], "global"),
+    # All five at once (dcgan32_all: synchronised batch norm in G, D accumulating 2 per-rank
+    # micro-batches, a shared loss scaler, G clipped; bfloat16 autocast, which float64 leaves
+    # alone on both sides), against one process on both ranks' micro-batches concatenated.
+    ("dcgan32_all_f64", "digits", [2], "global"),
 ]
 # Models whose loss scaler must overflow, skip a step and back off within STEPS steps.
 OVERFLOWING = {"dcgan32_scaled"}

@@ -36,7 +36,7 @@ CORE = [
 # gradients' norm puts Adam where that shows (its epsilon regime): clipping is compared in
 # float64 (the max norm, exact in any order, is clipped there too).
 FEATURES = ["dcgan32_clip_f64", "dcgan32_scaled", "mlp_branch", "dcgan32_freezed", "mlp_temperature",
-            "dcgan32_accumulate", "pggan_quick", "mlp_ema"]
+            "dcgan32_accumulate", "pggan_quick", "mlp_ema", "dcgan32_all_f64"]
 DATASET = {"mlp": "ring", "dcgan32": "digits", "pggan": "digits", "stylegan2": "digits"}
 
 
