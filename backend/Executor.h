@@ -34,6 +34,9 @@ struct ExecutorOptions {
   bool keepGradients = false;
   /// CUDA: capture each phase and replay it (false: run every phase eagerly on the GPU).
   bool useGraphs = true;
+  /// CUDA, with useGraphs: a step whose phases are all captured (and keep their RNG offsets
+  /// on the device) is one launch of a graph made of their graphs (see beginStep).
+  bool stepGraphs = false;
   /// CUDA: eager iterations of each phase before it is captured (allocator, cuDNN and NCCL
   /// communicator set-up happen there, outside the graph; at least 1).
   int warmupIterations = 3;
@@ -82,6 +85,11 @@ public:
   /// makes (once per micro-batch when it accumulates) and returns its local loss, the mean
   /// over micro-batches (on the device; reading it synchronises).
   virtual at::Tensor run(const std::string &phase, const InputFn &inputs, const StepFn &step) = 0;
+  /// Before a step, the keys of the phases it will run, in the order run() is called for
+  /// them. An executor may then defer their work and launch it at once at the last call
+  /// (CUDA step graphs): a run's loss, statistics and gradients are then ready only after
+  /// the step's last run() returned, on the device's stream order.
+  virtual void beginStep(const std::vector<std::string> & /*phases*/) {}
   /// How the phase runs ("eager", "cuda-graph", or "eager (reason)").
   virtual std::string mode(const std::string &phase) const = 0;
   virtual const PhaseReducer &reducer(const std::string &phase) const = 0;

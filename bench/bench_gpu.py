@@ -13,6 +13,8 @@ fused Adam with the spec's hyper-parameters everywhere), cuDNN benchmark mode on
 - torch.compile(mode="reduce-overhead") of each phase method (flat all-reduce); where it
   fails (double backward), the row says so with the error;
 - ganc eager: `ganc run --device cuda --cuda-graphs off` (the same plan, no graphs);
+- ganc with one launch per step (`--cuda-graphs step`: a step's captured phases launched as
+  one graph made of theirs);
 - ganc replay in the NCHW layout (`--memory-format contiguous`), the layout the baselines use;
 - ganc: `ganc run --device cuda`, every phase captured once and replayed, in its default
   layout on CUDA (channels-last for convolutional models).
@@ -146,7 +148,7 @@ def baseline(model, style, data, iters, warmup, tmp):
     return json.load(open(path))
 
 
-def run_ganc(model, data, iters, warmup, tmp, graphs=True, layout="auto", log_every=None):
+def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_every=None):
     """One `ganc run`. `log_every=1` makes the host wait for the GPU at the end of every step
     (it reads the losses), so no graph launch waits for launch-queue space: the run that
     measures the host's own time per replayed phase."""
@@ -155,13 +157,13 @@ def run_ganc(model, data, iters, warmup, tmp, graphs=True, layout="auto", log_ev
     if not os.path.exists(plan):
         ganc.export(gan, archive, spec)
         subprocess.run([GANC, "compile", archive, "-o", plan], check=True)
-    out = os.path.join(tmp, f"{model}_ganc_{'graph' if graphs else 'eager'}_{layout}_{log_every}")
+    out = os.path.join(tmp, f"{model}_ganc_{graphs}_{layout}_{log_every}")
     steps = warmup + iters
     r = subprocess.run([GANC, "run", "--nproc", "1", plan, "--model", archive, "--data", data,
                         "--device", "cuda", "--steps", str(steps), "--out", out, "--sample-every", "0",
                         "--checkpoint-every", "0", "--log-every", str(log_every or steps), "--warmup", "3",
                         "--force", "--tensorboard", "off",
-                        "--cuda-graphs", "on" if graphs else "off", "--memory-format", layout],
+                        "--cuda-graphs", graphs, "--memory-format", layout],
                        capture_output=True, text=True)
     if r.returncode != 0:
         return {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"}
@@ -172,8 +174,10 @@ def run_ganc(model, data, iters, warmup, tmp, graphs=True, layout="auto", log_ev
     return {"seconds": sum(steady) / len(steady),
             "busy": sum(t["work_seconds"][warmup:]) / sum(steady),
             "host_per_replay": replay[len(replay) // 2] if replay else None,
+            "host_per_replay_mean": sum(replay) / len(replay) if replay else None,
             "host_per_replay_p90": replay[int(len(replay) * 0.9)] if replay else None,
-            "launch_per_replay": launch[len(launch) // 2] if launch else None}
+            "launch_per_replay": launch[len(launch) // 2] if launch else None,
+            "launch_per_replay_mean": sum(launch) / len(launch) if launch else None}
 
 
 def fmt_row(name, r, ref):
@@ -214,9 +218,11 @@ def main():
                      ("torch.compile reduce-overhead",
                       lambda: baseline(model, "compile", data, args.iters, args.warmup, tmp)),
                      ("ganc eager (--cuda-graphs off)", lambda: run_ganc(model, data, args.iters, args.warmup, tmp,
-                                                                         False)),
+                                                                         "off")),
                      ("ganc replay, NCHW layout", lambda: run_ganc(model, data, args.iters, args.warmup, tmp,
                                                                    layout="contiguous")),
+                     ("ganc, one launch per step", lambda: run_ganc(model, data, args.iters, args.warmup, tmp,
+                                                                    "step")),
                      ("ganc (CUDA Graph replay)", lambda: g)]
             rows = results["models"][model] = {}
             lines.append(f"\n{model}, batch {zoo.build(model)[1]['batch_size']}")
@@ -225,15 +231,21 @@ def main():
                 rows[name] = measure()
                 lines.append(fmt_row(name, rows[name], g))
                 print(f"[bench] {model}: {lines[-1]}", flush=True)  # progress survives a time limit
-            host = rows["ganc host timing (--log-every 1)"] = run_ganc(model, data, args.iters, args.warmup,
-                                                                       tmp, log_every=1)
-            if host.get("host_per_replay") is not None:
-                lines.append(f"ganc host time per replayed phase: {host['host_per_replay'] * 1e6:.1f} us median, "
-                             f"{host['host_per_replay_p90'] * 1e6:.1f} us p90, of which the graph launch "
-                             f"{host['launch_per_replay'] * 1e6:.1f} us (a run that waits for the GPU after "
-                             f"every step, so no launch waits for queue space)")
-            elif "error" in host:
-                lines.append(f"ganc host timing run fails: {host['error']}")
+            # Host time from runs that wait for the GPU after every step (--log-every 1), so no
+            # launch waits for launch-queue space; per replayed phase, and with one launch per
+            # step that launch shared by the step's phases.
+            for graphs, what in (("on", "phase graphs"), ("step", "one launch per step")):
+                host = rows[f"ganc host timing, {what} (--log-every 1)"] = run_ganc(
+                    model, data, args.iters, args.warmup, tmp, graphs, log_every=1)
+                if host.get("host_per_replay") is not None:
+                    lines.append(f"ganc host time per replayed phase, {what}: "
+                                 f"{host['host_per_replay_mean'] * 1e6:.1f} us mean, "
+                                 f"{host['host_per_replay'] * 1e6:.1f} us median, "
+                                 f"{host['host_per_replay_p90'] * 1e6:.1f} us p90; graph launches "
+                                 f"{host['launch_per_replay_mean'] * 1e6:.1f} us per phase "
+                                 f"(a run waiting for the GPU after every step)")
+                elif "error" in host:
+                    lines.append(f"ganc host timing run ({what}) fails: {host['error']}")
             if g.get("host_per_replay") is not None:
                 lines.append(f"in the timed run above: {g['host_per_replay'] * 1e6:.1f} us median, "
                              f"{g['host_per_replay_p90'] * 1e6:.1f} us p90, of which the graph launch "

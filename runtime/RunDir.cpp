@@ -204,7 +204,7 @@ Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &re
         {"keep_checkpoints", o.keepCheckpoints},
         {"samples", o.samples},
         {"non_finite", o.nonFinite},
-        {"cuda_graphs", o.cudaGraphs},
+        {"cuda_graphs", o.cudaGraphs ? (o.stepGraphs ? "step" : "on") : "off"},
         {"dist_backend", s.group.backend->getBackendName()},
         {"deterministic", o.deterministic},
         {"memory_format", o.memoryFormat}}},

@@ -109,6 +109,7 @@ Status createExecutor(Session &s) {
   options.device = s.device;
   options.broadcastBuffers = spec.buffers == "broadcast";
   options.useGraphs = s.options.cudaGraphs;
+  options.stepGraphs = s.options.launchesSteps();
   options.keepGradients = !s.options.dumpDir.empty();
   options.warmupIterations = s.options.warmup;
   options.profile = !s.options.profile.empty();

@@ -38,12 +38,25 @@ public:
       for (auto &[group, optimizer] : s_.optimizers)
         optimizer.beginStep(step); // the step's scheduled learning rates
       const std::string stage = enterStage(step);
+      std::vector<const frontend::PhaseSpec *> due;
+      std::vector<std::string> keys;
+      for (const frontend::PhaseSpec &phase : s_.spec().phases)
+        if (step % phase.interval == 0) {
+          due.push_back(&phase);
+          keys.push_back(ir::phaseKey(phase.name, stage));
+        }
+      s_.executor->beginStep(keys);
       int64_t images = 0;
-      for (const frontend::PhaseSpec &phase : s_.spec().phases) {
-        if (step % phase.interval != 0)
-          continue;
-        images += inputs_.prepare(phase);
-        GANC_TRY(runPhase(step, phase, ir::phaseKey(phase.name, stage), progress));
+      std::vector<PhaseOutputs> outputs;
+      for (size_t i = 0; i < due.size(); ++i) {
+        images += inputs_.prepare(*due[i]);
+        GANC_TRY(runPhase(step, *due[i], keys[i], progress, outputs));
+      }
+      // Kept once the whole step is issued: on CUDA the executor may launch a step's phases
+      // together at its last run, so their outputs are read (copied) after that.
+      for (const PhaseOutputs &out : outputs) {
+        progress.addLoss(step, out.phase, out.loss);
+        progress.addStats(out.phase, out.stats);
       }
       if (ema_)
         ema_->update();
@@ -64,8 +77,15 @@ public:
 private:
   /// One phase: inputs, forward, backward, bucketed all-reduces, optimizer step (on CUDA
   /// one replay of its captured graph), timed; its loss kept for the progress line.
+  /// A phase run's loss and logged values (device tensors the run writes).
+  struct PhaseOutputs {
+    std::string phase;
+    at::Tensor loss;
+    std::vector<std::pair<std::string, at::Tensor>> stats;
+  };
+
   Status runPhase(int64_t step, const frontend::PhaseSpec &phase, const std::string &key,
-                  Progress &progress) {
+                  Progress &progress, std::vector<PhaseOutputs> &outputs) {
     const bool dumping = !s_.options.dumpDir.empty() && s_.isRankZero();
     Status dumped = Status::ok();
     at::Tensor loss;
@@ -96,8 +116,7 @@ private:
     GANC_TRY(dumped);
     if (dumping || (!s_.options.dumpDir.empty() && s_.sharded()))
       GANC_TRY(dumpGradients(s_, step, key, phase.name));
-    progress.addLoss(step, phase.name, loss);
-    progress.addStats(phase.name, s_.executor->lastStats());
+    outputs.push_back({phase.name, loss, s_.executor->lastStats()});
     return Status::ok();
   }
 
@@ -131,6 +150,10 @@ private:
         line << "eager, --cuda-graphs off";
       else if (planned && !planned->eagerReason.empty())
         line << "eager: " << planned->eagerReason;
+      else if (o.launchesSteps())
+        line << "CUDA Graph, one launch per step";
+      else if (o.stepGraphs)
+        line << "CUDA Graph; replayed one by one, as --dump-grads and --profile read each";
       else
         line << "CUDA Graph";
       line << ")";

@@ -45,6 +45,14 @@ struct TrainOptions {
   std::string distBackend = "auto";
   /// On CUDA: capture each phase once and replay it (false: run every phase eagerly).
   bool cudaGraphs = true;
+  /// On CUDA, with cudaGraphs (--cuda-graphs step): once every phase a step runs is captured,
+  /// launch them as one graph per step (the phase graphs as its child graphs).
+  bool stepGraphs = false;
+  /// Whether steps are launched as one graph: --dump-grads and --profile read each phase as
+  /// it ends, so with them the phases replay one by one.
+  bool launchesSteps() const {
+    return cudaGraphs && stepGraphs && dumpDir.empty() && profile.empty();
+  }
   /// On CUDA: eager iterations of each phase before its capture.
   int warmup = 3;
   /// On CUDA: deterministic cuDNN algorithms (and PyTorch's deterministic kernels), so

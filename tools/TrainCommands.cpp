@@ -54,7 +54,10 @@ const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
                           collectives: auto is Gloo on CPU, NCCL on CUDA; gloo on CUDA runs
                           eagerly (--cuda-graphs off) and lets ranks share a GPU
                           (cuda:LOCAL_RANK % GPUs), to debug several ranks on one GPU
-  --cuda-graphs on|off    off: run every phase eagerly on the GPU (default on)
+  --cuda-graphs on|off|step
+                          on: capture each phase and replay it (default); step: also launch
+                          each step's phases as one graph once all are captured; off: run
+                          every phase eagerly on the GPU
   --warmup N              eager iterations of each phase before its capture (default 3,
                           at least 1: optimizer state is created there, outside the graph)
   --deterministic         CUDA: deterministic cuDNN and PyTorch kernels, no cuDNN benchmark
@@ -174,7 +177,9 @@ const std::map<std::string, OptionHandler> &trainOptions() {
        }},
       {"--cuda-graphs",
        [](R &r, S &f, O &o) {
-         o.cudaGraphs = r.choice(f, {"on", "off"}) == "on";
+         const std::string mode = r.choice(f, {"on", "off", "step"});
+         o.cudaGraphs = mode != "off";
+         o.stepGraphs = mode == "step";
        }},
       {"--warmup", [](R &r, S &f, O &o) { o.warmup = static_cast<int>(r.number(f, 1000000)); }},
       {"--memory-format",

@@ -78,6 +78,9 @@ struct RngOnDevice {
 /// PyTorch does. The random numbers are the same either way.
 class PhaseGraph : public at::cuda::CUDAGraph {
 public:
+  /// `keep`: keep the captured graph beside its executable, to be a child of step graphs.
+  explicit PhaseGraph(bool keep) : at::cuda::CUDAGraph(keep) {}
+
   /// Inside the capture, after the phase's work: the offset advance as the graph's last node.
   void advanceOffsetsOnDevice() {
     for (auto &[state, unused] : captured_generator_states_) {
@@ -91,7 +94,8 @@ public:
 
   /// After capture_end: the replay can skip the fills only if the graph advances exactly the
   /// offsets the capture recorded (otherwise every replay writes them, as PyTorch's does).
-  void checkAdvances() {
+  /// A kept graph is instantiated here (PyTorch defers that to its first replay).
+  void finishCapture() {
     size_t drawing = 0;
     for (const auto &[state, increment] : captured_generator_states_) {
       if (increment == 0)
@@ -102,11 +106,17 @@ public:
         fillAlways_ = true;
     }
     fillAlways_ = fillAlways_ || drawing != advanced_.size();
+    if (!has_graph_exec_)
+      instantiate();
   }
 
-  /// One replay on the current stream.
-  void launch(RngOnDevice &rng) {
-    c10::OptionalDeviceGuard deviceGuard{capture_stream_.device()};
+  /// Whether the graph keeps the generators' device offsets itself (a step graph can hold it).
+  bool advancesOffsets() const { return !fillAlways_; }
+
+  /// The host side of a run of the graph, before it is launched: writes the generators'
+  /// device tensors where they do not already hold the host state, then advances the host
+  /// state by the offsets the graph consumes, as CUDAGeneratorState::replay_prologue does.
+  void advanceGenerators(RngOnDevice &rng) {
     for (auto &[state, increment] : captured_generator_states_) {
       if (increment == 0)
         continue;
@@ -125,12 +135,74 @@ public:
       else
         rng.known[state.get()] = {state->seed_, state->philox_offset_per_thread_};
     }
+  }
+
+  /// One replay on the current stream.
+  void launch(RngOnDevice &rng) {
+    c10::OptionalDeviceGuard deviceGuard{capture_stream_.device()};
+    advanceGenerators(rng);
     C10_CUDA_CHECK(cudaGraphLaunch(graph_exec_, at::cuda::getCurrentCUDAStream()));
   }
+
+  /// The captured graph (kept graphs only).
+  cudaGraph_t captured() { return raw_cuda_graph(); }
 
 private:
   std::map<const at::CUDAGeneratorState *, uint64_t> advanced_;
   bool fillAlways_ = false;
+};
+
+/// A step's phases as one executable graph: each phase's captured graph a child node,
+/// chained in the step's order, so one launch runs the step (the phases' RNG offsets advance
+/// on the device from child to child). Built once per sequence of phases.
+class StepGraph {
+public:
+  static std::unique_ptr<StepGraph> build(const std::vector<PhaseGraph *> &phases,
+                                          c10::Device device, std::string &error) {
+    cudaGraph_t graph = nullptr;
+    cudaError_t status = cudaGraphCreate(&graph, 0);
+    cudaGraphNode_t previous = nullptr;
+    for (size_t i = 0; status == cudaSuccess && i < phases.size(); ++i) {
+      cudaGraphNode_t node = nullptr;
+      status = cudaGraphAddChildGraphNode(&node, graph, previous ? &previous : nullptr,
+                                          previous ? 1 : 0, phases[i]->captured());
+      previous = node;
+    }
+    cudaGraphExec_t exec = nullptr;
+    if (status == cudaSuccess)
+      status = cudaGraphInstantiateWithFlags(&exec, graph, 0);
+    if (graph)
+      (void)cudaGraphDestroy(graph); // the executable does not need it
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();
+      error = cudaGetErrorString(status);
+      return nullptr;
+    }
+    auto step = std::unique_ptr<StepGraph>(new StepGraph());
+    step->phases_ = phases;
+    step->device_ = device;
+    step->exec_ = exec;
+    return step;
+  }
+  ~StepGraph() {
+    if (exec_)
+      (void)cudaGraphExecDestroy(exec_);
+  }
+  StepGraph(const StepGraph &) = delete;
+  StepGraph &operator=(const StepGraph &) = delete;
+
+  void launch(RngOnDevice &rng) {
+    c10::OptionalDeviceGuard deviceGuard{device_};
+    for (PhaseGraph *phase : phases_)
+      phase->advanceGenerators(rng);
+    C10_CUDA_CHECK(cudaGraphLaunch(exec_, at::cuda::getCurrentCUDAStream()));
+  }
+
+private:
+  StepGraph() = default;
+  std::vector<PhaseGraph *> phases_;
+  c10::Device device_ = c10::kCUDA;
+  cudaGraphExec_t exec_ = nullptr;
 };
 
 struct CudaGraphExecutor::Captured {
@@ -193,10 +265,58 @@ void join(const at::cuda::CUDAStream &waiter, const at::cuda::CUDAStream &done) 
 
 } // namespace
 
+void CudaGraphExecutor::beginStep(const std::vector<std::string> &phases) {
+  step_ = nullptr;
+  stepPhases_.clear();
+  stepNext_ = 0;
+  if (!options_.useGraphs || !options_.stepGraphs || phases.empty())
+    return;
+  std::string key;
+  std::vector<PhaseGraph *> graphs;
+  for (const std::string &phase : phases) {
+    const Captured &c = *phases_.at(phase);
+    // Not yet captured, eager, or drawing random numbers in a way only PyTorch's replay
+    // keeps right: this step's phases run one by one.
+    if (!c.graph || !c.plan->eagerReason.empty() || !c.graph->advancesOffsets())
+      return;
+    graphs.push_back(c.graph.get());
+    key += phase + '\n';
+  }
+  auto found = stepGraphs_.find(key);
+  if (found == stepGraphs_.end()) {
+    std::string error;
+    std::unique_ptr<StepGraph> built = StepGraph::build(graphs, options_.device, error);
+    if (!built)
+      std::cerr << "ganc: the phases of a step could not be made one graph (" << error
+                << "); they replay one by one" << std::endl;
+    found = stepGraphs_.emplace(key, std::move(built)).first;
+  }
+  if (!found->second)
+    return;
+  step_ = found->second.get();
+  stepPhases_ = phases;
+}
+
 at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &inputs,
                                   const StepFn &step) {
   Captured &c = *phases_.at(phase);
   lastRun_ = RunStats();
+  if (step_) {
+    // A step graph: the phases before the last only hand out their outputs (their data is
+    // staged before each run() call, so the one launch comes at the last call).
+    if (stepNext_ >= stepPhases_.size() || stepPhases_[stepNext_] != phase)
+      throw std::runtime_error("phase '" + phase + "' run out of the step's announced order");
+    lastRun_.replayed = true;
+    lastStats_ = c.stats;
+    if (++stepNext_ == stepPhases_.size()) {
+      auto start = std::chrono::steady_clock::now();
+      step_->launch(*rng_);
+      lastRun_.launchSeconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      step_ = nullptr;
+    }
+    return c.loss;
+  }
   if (!c.plan->eagerReason.empty() || !options_.useGraphs) {
     if (!c.plan->eagerReason.empty() && loggedEager_.insert(phase).second)
       std::cerr << "ganc: phase '" << phase << "' runs eagerly: " << c.plan->eagerReason
@@ -221,7 +341,7 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
         loss = eager_->run(phase, inputs, step);
         lastStats_ = eager_->lastStats();
       } else {
-        c.graph = std::make_unique<PhaseGraph>();
+        c.graph = std::make_unique<PhaseGraph>(/*keep=*/options_.stepGraphs);
         // Capture writes the generators' device tensors (their seed, offset 0).
         rng_->known.clear();
         try {
@@ -230,7 +350,7 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
           c.stats = eager_->lastStats();
           c.graph->advanceOffsetsOnDevice();
           c.graph->capture_end();
-          c.graph->checkAdvances();
+          c.graph->finishCapture();
         } catch (const std::exception &e) {
           throw std::runtime_error("capturing phase '" + phase + "' as a CUDA Graph failed (" +
                                    frontend::firstLine(e) +

@@ -13,6 +13,7 @@
 namespace ganc::backend {
 
 struct RngOnDevice;
+class StepGraph;
 
 /// Runs a plan's phases on one GPU per rank. The bucket all-reduces are the PhaseReducer's,
 /// launched from post-accumulate hooks through c10d's ProcessGroupNCCL, which runs NCCL on its
@@ -26,6 +27,7 @@ public:
          const ExecutorOptions &options);
   ~CudaGraphExecutor() override;
 
+  void beginStep(const std::vector<std::string> &phases) override;
   at::Tensor run(const std::string &phase, const InputFn &inputs, const StepFn &step) override;
   std::string mode(const std::string &phase) const override;
   const PhaseReducer &reducer(const std::string &phase) const override;
@@ -49,6 +51,12 @@ private:
   at::cuda::MempoolId_t pool_{0, 0};
   /// What the replays have left in the generators' device tensors (see PhaseGraph).
   std::unique_ptr<RngOnDevice> rng_;
+  /// --cuda-graphs step: one graph per sequence of phases a step ran (null: it could not be
+  /// built), keyed by the phase keys; the current step's, its phases and the next to run.
+  std::map<std::string, std::unique_ptr<StepGraph>> stepGraphs_;
+  StepGraph *step_ = nullptr;
+  std::vector<std::string> stepPhases_;
+  size_t stepNext_ = 0;
 };
 
 } // namespace ganc::backend

@@ -180,7 +180,7 @@ def train(plan: Plan | str, model: str | None = None, data=None, *, nproc: int =
     `data` is a path (tensor file, image folder, zip) or a tensor [N, *shape] in [-1, 1].
     Every other keyword is a `ganc train` option: steps=2000, seed=1, log_every=100,
     resume="auto", force=True, lr=2e-4, betas=(0.0, 0.99), zero=2, device="cuda",
-    cuda_graphs=False, ... `quiet` stops the progress lines being echoed.
+    cuda_graphs=False (or "step"), ... `quiet` stops the progress lines being echoed.
     """
     if isinstance(plan, str):
         plan = Plan(plan, model, {})

@@ -84,18 +84,22 @@ def report(key, value):
         json.dump(data, f, indent=1)
 
 
-def train_cuda(ganc_bin, model, data, out, steps, *extra, nproc=1):
+def train_cuda(ganc_bin, model, data, out, steps, *extra, nproc=1, dump=True):
+    """`ganc run` on the GPU; returns the gradient dump directory (rank 0's gradients of every
+    phase run and the final parameters) and stderr, or, with dump=False, the run directory
+    (a checkpoint at the end, no dumps) and stdout."""
     os.makedirs(out, exist_ok=True)
     plan = os.path.join(out, model + ".plan")
     subprocess.run([ganc_bin, "compile", archive(model), "-o", plan], check=True)
-    dump = os.path.join(out, "dump")
+    dump_dir, run_dir = os.path.join(out, "dump"), os.path.join(out, "train")
     r = subprocess.run([ganc_bin, "run", "--nproc", str(nproc), plan, "--model", archive(model), "--data", data,
                         "--device", "cuda", "--steps", str(steps), "--seed", str(SEED),
-                        "--out", os.path.join(out, "train"), "--sample-every", "0",
-                        "--checkpoint-every", "0", "--log-every", str(steps), "--dump-grads", dump, *extra],
+                        "--out", run_dir, "--sample-every", "0",
+                        "--checkpoint-every", "0" if dump else str(steps), "--log-every", str(steps),
+                        *(["--dump-grads", dump_dir] if dump else []), *extra],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
-    return dump, r.stderr
+    return (dump_dir, r.stderr) if dump else (run_dir, r.stdout)
 
 
 def relative(a, b):
@@ -206,6 +210,48 @@ def test_replays_draw_the_noise_eager_runs_draw_around_other_draws(ganc_bin, dat
     report("replay_vs_eager/probe_sync_with_samples", {"grad": grad, "param": param, "first_difference": first})
     assert grad <= 1e-6 and param <= 1e-6, (
         f"replay differs from eager: grad {grad:.2e}, param {param:.2e}; first at {first}")
+
+
+def checkpoint_tensors(run_dir):
+    """Every tensor of a run's last checkpoint (weights, buffers, optimizer and loss-scaler
+    state, the ranks' generator states) by its path in the file."""
+    def walk(obj, path):
+        if torch.is_tensor(obj):
+            yield path, obj
+        elif isinstance(obj, dict):
+            for k, v in obj.items():
+                yield from walk(v, f"{path}/{k}")
+        elif isinstance(obj, (list, tuple)):
+            for i, v in enumerate(obj):
+                yield from walk(v, f"{path}/{i}")
+    return dict(walk(ganc.load_checkpoint(os.path.join(run_dir, "checkpoint.pt")), ""))
+
+
+# --cuda-graphs step: each step's phases, once all are captured, launched as one graph made
+# of theirs. The models where a step's phase pattern changes (StyleGAN2's lazy Greg and
+# Dreg), stages bring new captures (the progressive GAN), random numbers are drawn inside the
+# phases (augmentation, dropout) and the training-step features run (dcgan32_all_f64).
+STEP_MODELS = [("stylegan2", "digits", 33), ("pggan_quick", "digits", 10),
+               ("dcgan32_augment", "digits", 10), ("dcgan32_all_f64", "digits", 10)]
+
+
+@pytest.mark.parametrize("model,dataset,steps", STEP_MODELS, ids=[m[0] for m in STEP_MODELS])
+def test_step_graphs_train_like_eager(ganc_bin, datasets, tmp_path, model, dataset, steps):
+    """One launch per step against every phase run eagerly: the final checkpoint (weights,
+    optimizer and scaler state, the generators' states) and every logged loss."""
+    step_run, out = train_cuda(ganc_bin, model, datasets[dataset], str(tmp_path / "step"), steps,
+                               "--cuda-graphs", "step", "--warmup", "1", "--deterministic", dump=False)
+    assert "one launch per step" in out.splitlines()[0], out
+    eager_run, _ = train_cuda(ganc_bin, model, datasets[dataset], str(tmp_path / "eager"), steps,
+                              "--cuda-graphs", "off", "--deterministic", dump=False)
+    got, ref = checkpoint_tensors(step_run), checkpoint_tensors(eager_run)
+    assert set(got) == set(ref)
+    worst = max((relative(got[k], ref[k]) if ref[k].is_floating_point() else float(not torch.equal(got[k], ref[k])),
+                 k) for k in ref)
+    losses = [open(os.path.join(d, "loss_history.csv")).read() for d in (step_run, eager_run)]
+    report(f"step_graphs_vs_eager/{model}", {"worst": worst, "losses_equal": losses[0] == losses[1]})
+    assert worst[0] <= 1e-6, f"step graphs differ from eager at {worst[1]} by {worst[0]:.2e}"
+    assert losses[0] == losses[1]
 
 
 def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):

@@ -116,6 +116,9 @@ def test_the_start_up_line_says_what_runs(ganc_bin, datasets, tmp_path):
     (["--dist-backend", "nccl"], "--dist-backend nccl needs --device cuda"),
     (["--device", "cuda", "--dist-backend", "gloo"], "--dist-backend gloo on CUDA needs --cuda-graphs off"),
     (["--dist-backend", "mpi"], "--dist-backend takes auto, nccl or gloo, not 'mpi'"),
+    (["--device", "cuda", "--dist-backend", "gloo", "--cuda-graphs", "step"],
+     "--dist-backend gloo on CUDA needs --cuda-graphs off"),
+    (["--cuda-graphs", "phase"], "--cuda-graphs takes on, off or step, not 'phase'"),
 ])
 def test_dist_backend_refusals_are_one_line(ganc_bin, datasets, tmp_path, args, says):
     """Combinations that cannot run are refused before any rank starts (no GPU needed)."""
@@ -128,15 +131,17 @@ def test_dist_backend_refusals_are_one_line(ganc_bin, datasets, tmp_path, args, 
 
 
 def test_dist_backend_is_recorded(ganc_bin, datasets, tmp_path):
-    """The backend a run used is in run.json and the start line (`auto` on CPU is Gloo)."""
+    """The backend a run used is in run.json and the start line (`auto` on CPU is Gloo), and so
+    is --cuda-graphs (on a CPU it changes nothing)."""
     import json
     plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
-    for backend in ("auto", "gloo"):
+    for backend, graphs in (("auto", "on"), ("gloo", "step")):
         out = tmp_path / backend
         r = subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", archive("mlp"), "--data",
                             datasets["ring"], "--steps", "2", "--out", str(out), "--tensorboard", "off",
-                            "--sample-every", "0", "--dist-backend", backend],
+                            "--sample-every", "0", "--dist-backend", backend, "--cuda-graphs", graphs],
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
         assert "(cpu, Gloo)" in r.stdout
-        assert json.load(open(out / "run.json"))["options"]["dist_backend"] == "gloo"
+        options = json.load(open(out / "run.json"))["options"]
+        assert options["dist_backend"] == "gloo" and options["cuda_graphs"] == graphs
