@@ -111,7 +111,7 @@ TEST_RC=skipped
 if [ $RUN_TESTS = 1 ]; then
   say "GPU tests (tests/python/test_cuda.py $TEST_ARGS)"
   PAR=()
-  "$PY" -c "import xdist" 2>/dev/null && PAR=(-n 4)
+  "$PY" -c "import xdist" 2>/dev/null && PAR=(-n 8)
   "$PY" -c "import pytest_timeout" 2>/dev/null && PAR+=(--timeout 400)
   # shellcheck disable=SC2086
   "$PY" -m pytest -v -rs -p no:cacheprovider -W ignore::DeprecationWarning "${PAR[@]}" \
