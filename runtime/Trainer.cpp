@@ -75,8 +75,6 @@ public:
   }
 
 private:
-  /// One phase: inputs, forward, backward, bucketed all-reduces, optimizer step (on CUDA
-  /// one replay of its captured graph), timed; its loss kept for the progress line.
   /// A phase run's loss and logged values (device tensors the run writes).
   struct PhaseOutputs {
     std::string phase;
@@ -84,6 +82,9 @@ private:
     std::vector<std::pair<std::string, at::Tensor>> stats;
   };
 
+  /// One phase: inputs, forward, backward, bucketed all-reduces, optimizer step (on CUDA
+  /// one replay of its captured graph, or part of the step's one launch), timed; its loss
+  /// and logged values go to `outputs`, for the progress line once the step is issued.
   Status runPhase(int64_t step, const frontend::PhaseSpec &phase, const std::string &key,
                   Progress &progress, std::vector<PhaseOutputs> &outputs) {
     const bool dumping = !s_.options.dumpDir.empty() && s_.isRankZero();
