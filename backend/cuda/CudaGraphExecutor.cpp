@@ -7,6 +7,8 @@
 // bucket slots, the NCCL all-reduces joined back by events, the optimizer step — and from
 // then on one replay per iteration. All phases share one memory pool: they never run
 // concurrently, and replay order on the one stream keeps their buffers apart in time.
+// A replay is one cudaGraphLaunch (PhaseGraph keeps the RNG offsets on the device); with step
+// graphs, a step whose phases are all captured is one launch for all of them (StepGraph).
 #include "backend/cuda/CudaGraphExecutor.h"
 
 #include "frontend/TorchError.h"

@@ -1,5 +1,6 @@
 // The CUDA backend: each phase (forward, backward, NCCL bucket all-reduces, optimizer step)
-// warmed up eagerly, captured once into a CUDA Graph, then replayed.
+// warmed up eagerly, captured once into a CUDA Graph, then replayed (optionally a whole step,
+// its phase graphs as child graphs, at one launch).
 #pragma once
 
 #include "backend/cpu/EagerExecutor.h"
