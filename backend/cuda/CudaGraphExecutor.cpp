@@ -146,9 +146,6 @@ public:
     C10_CUDA_CHECK(cudaGraphLaunch(graph_exec_, at::cuda::getCurrentCUDAStream()));
   }
 
-  /// The captured graph (kept graphs only).
-  cudaGraph_t captured() { return raw_cuda_graph(); }
-
 private:
   std::map<const at::CUDAGeneratorState *, uint64_t> advanced_;
   bool fillAlways_ = false;
@@ -167,7 +164,7 @@ public:
     for (size_t i = 0; status == cudaSuccess && i < phases.size(); ++i) {
       cudaGraphNode_t node = nullptr;
       status = cudaGraphAddChildGraphNode(&node, graph, previous ? &previous : nullptr,
-                                          previous ? 1 : 0, phases[i]->captured());
+                                          previous ? 1 : 0, phases[i]->raw_cuda_graph());
       previous = node;
     }
     cudaGraphExec_t exec = nullptr;
@@ -269,35 +266,45 @@ void join(const at::cuda::CUDAStream &waiter, const at::cuda::CUDAStream &done) 
 
 void CudaGraphExecutor::beginStep(const std::vector<std::string> &phases) {
   step_ = nullptr;
-  stepPhases_.clear();
+  stepPhases_ = nullptr;
   stepNext_ = 0;
   if (!options_.useGraphs || !options_.stepGraphs || phases.empty())
     return;
-  std::string key;
-  std::vector<PhaseGraph *> graphs;
   for (const std::string &phase : phases) {
     const Captured &c = *phases_.at(phase);
     // Not yet captured, eager, or drawing random numbers in a way only PyTorch's replay
     // keeps right: this step's phases run one by one.
     if (!c.graph || !c.plan->eagerReason.empty() || !c.graph->advancesOffsets())
       return;
-    graphs.push_back(c.graph.get());
-    key += phase + '\n';
   }
-  auto found = stepGraphs_.find(key);
+  auto found = stepGraphs_.find(phases);
   if (found == stepGraphs_.end()) {
+    std::vector<PhaseGraph *> graphs;
+    for (const std::string &phase : phases)
+      graphs.push_back(phases_.at(phase)->graph.get());
     std::string error;
     std::unique_ptr<StepGraph> built = StepGraph::build(graphs, options_.device, error);
     if (!built)
       std::cerr << "ganc: the phases of a step could not be made one graph (" << error
                 << "); they replay one by one" << std::endl;
-    found = stepGraphs_.emplace(key, std::move(built)).first;
+    found = stepGraphs_.emplace(phases, std::move(built)).first;
   }
   if (!found->second)
     return;
   step_ = found->second.get();
-  stepPhases_ = phases;
+  stepPhases_ = &found->first;
 }
+
+namespace {
+
+/// Host seconds `launch` takes.
+template <typename F> double timed(F &&launch) {
+  auto start = std::chrono::steady_clock::now();
+  launch();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+} // namespace
 
 at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &inputs,
                                   const StepFn &step) {
@@ -306,15 +313,13 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
   if (step_) {
     // A step graph: the phases before the last only hand out their outputs (their data is
     // staged before each run() call, so the one launch comes at the last call).
-    if (stepNext_ >= stepPhases_.size() || stepPhases_[stepNext_] != phase)
+    const std::vector<std::string> &order = *stepPhases_;
+    if (stepNext_ >= order.size() || order[stepNext_] != phase)
       throw std::runtime_error("phase '" + phase + "' run out of the step's announced order");
     lastRun_.replayed = true;
     lastStats_ = c.stats;
-    if (++stepNext_ == stepPhases_.size()) {
-      auto start = std::chrono::steady_clock::now();
-      step_->launch(*rng_);
-      lastRun_.launchSeconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (++stepNext_ == order.size()) {
+      lastRun_.launchSeconds = timed([&] { step_->launch(*rng_); });
       step_ = nullptr;
     }
     return c.loss;
@@ -368,10 +373,7 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
     lastStats_ = c.stats;
     return c.loss;
   }
-  auto start = std::chrono::steady_clock::now();
-  c.graph->launch(*rng_);
-  const double launchSeconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double launchSeconds = timed([&] { c.graph->launch(*rng_); });
   if (options_.profile)
     lastRun_ = eager_->timedRun(phase); // waits for the replay
   lastRun_.launchSeconds = launchSeconds;

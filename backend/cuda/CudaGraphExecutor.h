@@ -53,10 +53,11 @@ private:
   /// What the replays have left in the generators' device tensors (see PhaseGraph).
   std::unique_ptr<RngOnDevice> rng_;
   /// --cuda-graphs step: one graph per sequence of phases a step ran (null: it could not be
-  /// built), keyed by the phase keys; the current step's, its phases and the next to run.
-  std::map<std::string, std::unique_ptr<StepGraph>> stepGraphs_;
+  /// built), keyed by the phase keys; the current step's, its phases (the key) and the next
+  /// to run.
+  std::map<std::vector<std::string>, std::unique_ptr<StepGraph>> stepGraphs_;
   StepGraph *step_ = nullptr;
-  std::vector<std::string> stepPhases_;
+  const std::vector<std::string> *stepPhases_ = nullptr;
   size_t stepNext_ = 0;
 };
 
