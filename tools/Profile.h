@@ -32,8 +32,9 @@ struct Profile {
 };
 
 /// Reads the profile at `path`, which must be of `plan`'s model (any bucketing of it: the
-/// gradients' ready times do not depend on the buckets); every error is one line naming
-/// `path`.
+/// gradients' ready times do not depend on the buckets): each phase it times one of the plan's,
+/// once, with a ready time for each parameter that phase trains, and every time finite and not
+/// negative. Every error is one line naming `path` (and the phase and parameter).
 Expected<Profile> readProfile(const std::string &path, const ir::Module &plan);
 
 /// `phase`'s buckets as the profiled run would have completed them: each ready when the last

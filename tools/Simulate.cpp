@@ -162,10 +162,7 @@ Expected<Schedule> readSchedule(const std::string &path, const ir::Module &plan)
   schedule.profile = profile.take();
   schedule.zeroStage = plan.zeroStage;
   for (const ProfiledPhase &profiled : schedule.profile.phases) {
-    const ir::Phase *planned = plan.findPhase(profiled.key);
-    if (!planned)
-      return Status::error(path + " profiles phase '" + profiled.key +
-                           "', which this plan does not have");
+    const ir::Phase *planned = plan.findPhase(profiled.key); // readProfile checked it is there
     Phase phase;
     phase.key = profiled.key;
     phase.weight = static_cast<double>(profiled.runs) / static_cast<double>(schedule.profile.steps);
@@ -252,6 +249,17 @@ int simulateCommand(const std::vector<std::string> &args) {
   if (!schedule)
     return fail(schedule.status().message());
   const Profile *profile = &schedule->profile;
+  // A phase that never ran after the warm-up (a lazy regulariser of a short run, a stage not
+  // reached) has no timings: the prediction cannot hold it, and says so.
+  std::string unprofiled;
+  for (const auto &phase : (*plan)->phases)
+    if (std::none_of(schedule->phases.begin(), schedule->phases.end(),
+                     [&](const Phase &p) { return p.key == phase->key(); }))
+      unprofiled += (unprofiled.empty() ? "'" : ", '") + phase->key() + "'";
+  if (!unprofiled.empty())
+    std::cerr << "ganc: warning: simulate: " << o.profile << " has no timings for phase "
+              << unprofiled << " (no run after the warm-up; profile more steps): the predictions "
+              << "leave it out" << std::endl;
   if (o.coresPerHost > 0 && profile->device != "cpu")
     return fail("--cores-per-host models CPU ranks sharing cores; " + o.profile +
                 " was measured on " + profile->device);

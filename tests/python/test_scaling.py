@@ -125,6 +125,27 @@ def test_simulation_is_the_documented_model(ganc_bin, profiled):
     assert "flat all-reduce" in text and len(text.strip().splitlines()) == 5
 
 
+def test_a_phase_without_timings_is_left_out_and_said(ganc_bin, profiled, tmp_path):
+    """A plan phase the profiled run never timed (a lazy regulariser of a short run, a stage it
+    did not reach) cannot be predicted: the prediction is the profiled phases' alone, and a
+    warning names the phase."""
+    plan, profile = profiled
+    p = json.load(open(profile))
+    p["phases"] = [ph for ph in p["phases"] if ph["key"] == "d"]
+    partial = str(tmp_path / "partial.json")
+    json.dump(p, open(partial, "w"))
+    result = subprocess.run([ganc_bin, "simulate", plan, "--profile", partial, "--gpus", "1,8",
+                             "--link", "ethernet", "--json"], capture_output=True, text=True, check=True)
+    assert result.stderr.strip().splitlines() == [
+        f"ganc: warning: simulate: {partial} has no timings for phase 'g' (no run after the warm-up; "
+        "profile more steps): the predictions leave it out"]
+    out = json.loads(result.stdout)
+    for row in out:
+        alpha, beta = (5e-6, 300e9) if row["ranks"] <= 8 else (30e-6, 10e9)
+        assert row["step_seconds"] == pytest.approx(
+            documented_model(explain(ganc_bin, plan), p, row["ranks"], alpha, beta)[0], rel=1e-9)
+
+
 @pytest.mark.parametrize("zero", [1, 2])
 def test_simulation_of_other_caps_and_sharded_plans(ganc_bin, profiled, tmp_path, zero):
     """One profile predicts any plan of its model: here one with 256 KiB buckets, sharded
@@ -154,6 +175,15 @@ def test_simulation_of_other_caps_and_sharded_plans(ganc_bin, profiled, tmp_path
     ("not-a-profile", "not JSON"),
     ("unknown-link", "--link takes nvlink, ib, ethernet or loopback"),
     ("cores-for-gpu", "--cores-per-host models CPU ranks sharing cores"),
+    # A profile edited or damaged by hand: each names the file, the phase and the parameter.
+    ("newer-version", "is a ganc profile of version 2; this ganc reads version 1"),
+    ("phase-twice", "profiles phase 'd' twice"),
+    ("negative-time", "phase 'g': optimizer_seconds is -0.001; it must be a time in seconds (not negative)"),
+    ("no-runs", "phase 'g': runs is 0; it must be at least 1"),
+    ("foreign-parameter", "phase 'd' times parameter 'generator.main.0.weight', which this plan's "
+                          "phase does not train"),
+    ("missing-parameter", "phase 'g' has no ready time for parameter 'generator.main.0.weight'"),
+    ("parameter-twice", "times parameter 'discriminator.main.0.weight' twice"),
 ])
 def test_bad_simulate_input_is_one_line(ganc_bin, profiled, tmp_path, case, mentions):
     plan, profile = profiled
@@ -171,8 +201,28 @@ def test_bad_simulate_input_is_one_line(ganc_bin, profiled, tmp_path, case, ment
         args[2] = str(tmp_path / "gpu.json")
         json.dump(gpu, open(args[2], "w"))
         args += ["--cores-per-host", "2"]
-    else:
+    elif case == "unknown-link":
         args += ["--link", "carrier-pigeon"]
+    else:
+        edited = json.load(open(profile))
+        phases = {ph["key"]: ph for ph in edited["phases"]}
+        if case == "newer-version":
+            edited["version"] = 2
+        elif case == "phase-twice":
+            edited["phases"].append(phases["d"])
+        elif case == "negative-time":
+            phases["g"]["optimizer_seconds"] = -0.001
+        elif case == "no-runs":
+            phases["g"]["runs"] = 0
+        elif case == "foreign-parameter":
+            phases["d"]["parameters"][0]["name"] = "generator.main.0.weight"
+        elif case == "missing-parameter":
+            phases["g"]["parameters"] = [q for q in phases["g"]["parameters"]
+                                         if q["name"] != "generator.main.0.weight"]
+        else:
+            phases["d"]["parameters"].append(phases["d"]["parameters"][0])
+        args[2] = str(tmp_path / "edited.json")
+        json.dump(edited, open(args[2], "w"))
     result = subprocess.run([ganc_bin, "simulate", *args], capture_output=True, text=True)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
