@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 
-from .api import GancError, Plan, compile, simulate, train
+from .api import GancError, GancWarning, Plan, compile, simulate, train
 
 # Name -> the submodule that defines it, imported on first use (PEP 562).
 _LAZY = {
@@ -27,9 +27,9 @@ _LAZY = {
     "SPEC_VERSION": "spec", "SpecError": "spec", "validate": "spec", "dumps": "spec",
 }
 
-__all__ = ["export", "compile", "train", "simulate", "Plan", "GancError", "load_spec", "load_checkpoint",
-           "example_inputs", "make_scriptable", "ExportError", "SPEC_VERSION", "SpecError",
-           "validate"]
+__all__ = ["export", "compile", "train", "simulate", "Plan", "GancError", "GancWarning", "load_spec",
+           "load_checkpoint", "example_inputs", "make_scriptable", "ExportError", "SPEC_VERSION",
+           "SpecError", "validate"]
 
 
 _SUBMODULES = {"spec", "scriptable", "exporter", "oracle", "tensorboard", "plot", "cli", "api"}

@@ -18,11 +18,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 from dataclasses import dataclass, field
 
 from .cli import environment, executable
 
-__all__ = ["Plan", "GancError", "compile", "train"]
+__all__ = ["Plan", "GancError", "GancWarning", "compile", "simulate", "train"]
 
 
 class GancError(RuntimeError):
@@ -35,9 +36,15 @@ class GancError(RuntimeError):
         self.exit_code = exit_code
 
 
+class GancWarning(UserWarning):
+    """The driver warned (`ganc: warning: ...` on its stderr) while a call that does not echo
+    its output ran: the prediction or plan it returns is complete but the warning qualifies it."""
+
+
 def _run(args: list[str], echo: bool) -> str:
     """Runs the driver; returns its stdout. stdout and stderr are echoed line by line while
-    it runs (when `echo`); a non-zero exit raises GancError with its last error line."""
+    it runs (when `echo`; otherwise its warnings are raised as GancWarning); a non-zero exit
+    raises GancError with its last error line."""
     proc = subprocess.Popen([executable(), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, bufsize=1, env=environment())
     out: list[str] = []
@@ -66,6 +73,10 @@ def _run(args: list[str], echo: bool) -> str:
         errors = [line.strip() for line in err if line.strip()]
         message = errors[-1] if errors else f"ganc {args[0]} exited with status {code}"
         raise GancError(message.removeprefix("ganc: error: "), code)
+    if not echo:
+        for line in err:
+            if line.startswith("ganc: warning: "):
+                warnings.warn(line.strip().removeprefix("ganc: warning: "), GancWarning, stacklevel=3)
     return "".join(out)
 
 

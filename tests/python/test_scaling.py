@@ -128,7 +128,7 @@ def test_simulation_is_the_documented_model(ganc_bin, profiled):
 def test_a_phase_without_timings_is_left_out_and_said(ganc_bin, profiled, tmp_path):
     """A plan phase the profiled run never timed (a lazy regulariser of a short run, a stage it
     did not reach) cannot be predicted: the prediction is the profiled phases' alone, and a
-    warning names the phase."""
+    warning names the phase (a GancWarning in Python)."""
     plan, profile = profiled
     p = json.load(open(profile))
     p["phases"] = [ph for ph in p["phases"] if ph["key"] == "d"]
@@ -144,6 +144,10 @@ def test_a_phase_without_timings_is_left_out_and_said(ganc_bin, profiled, tmp_pa
         alpha, beta = (5e-6, 300e9) if row["ranks"] <= 8 else (30e-6, 10e9)
         assert row["step_seconds"] == pytest.approx(
             documented_model(explain(ganc_bin, plan), p, row["ranks"], alpha, beta)[0], rel=1e-9)
+    # From Python, which does not echo the command's output, the warning is a GancWarning.
+    import ganc
+    with pytest.warns(ganc.GancWarning, match="has no timings for phase 'g'"):
+        assert ganc.simulate(plan, partial, gpus=[1, 8], link="ethernet") == out
 
 
 @pytest.mark.parametrize("zero", [1, 2])
