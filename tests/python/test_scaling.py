@@ -148,6 +148,21 @@ def test_a_phase_without_timings_is_left_out_and_said(ganc_bin, profiled, tmp_pa
     import ganc
     with pytest.warns(ganc.GancWarning, match="has no timings for phase 'g'"):
         assert ganc.simulate(plan, partial, gpus=[1, 8], link="ethernet") == out
+    # Autotuning: the phase keeps the command line's caps, and the warning says which.
+    tuned = str(tmp_path / "tuned.plan")
+    result = subprocess.run([ganc_bin, "compile", archive("dcgan32"), "-o", tuned, "--bucket-cap-mb", "auto",
+                             "--target-gpus", "64", "--profile", partial, "--first-bucket-mb", "0.5"],
+                            capture_output=True, text=True, check=True)
+    assert result.stderr.splitlines()[0] == (
+        f"ganc: warning: compile: {partial} has no timings for phase 'g' (no run after the warm-up; "
+        "profile more steps): not autotuned, its buckets are capped at 25 MiB (the first at 0.5 MiB)")
+    phases = {ph["name"]: ph for ph in explain(ganc_bin, tuned)["phases"]}
+    assert phases["d"]["tuned_ranks"] == 64 and phases["g"]["tuned_ranks"] == 0
+    plain = str(tmp_path / "plain.plan")
+    subprocess.run([ganc_bin, "compile", archive("dcgan32"), "-o", plain, "--first-bucket-mb", "0.5"],
+                   capture_output=True, check=True)
+    untuned = {ph["name"]: ph for ph in explain(ganc_bin, plain)["phases"]}["g"]
+    assert phases["g"]["buckets"] == untuned["buckets"] and len(untuned["buckets"]) > 1
 
 
 @pytest.mark.parametrize("zero", [1, 2])
