@@ -169,7 +169,10 @@ def test_hyper_parameter_overrides_match_eager_ddp_with_that_spec(ganc_bin, data
 
     for bad, words in ((["--lr", "gen=1e-3"], "no optimizer group 'gen'"), (["--interval", "x=2"], "no phase 'x'"),
                        (["--betas", "1,0.5"], "--betas takes a number in"),
-                       (["--batch-size", "0"], "--batch-size must be at least 1")):
+                       (["--batch-size", "0"], "--batch-size takes an integer from 1 to 16777216, not '0'"),
+                       (["--log-every", "0"], "--log-every takes an integer from 1 to"),
+                       (["--threads", "0"], "--threads takes an integer from 1 to 4096, not '0'"),
+                       (["--samples", "200000"], "--samples takes an integer from 1 to 1024, not '200000'")):
         r = run_ganc(ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(tmp_path / "bad"), 2, *bad))
         assert r.returncode == 2 and words in r.stderr, r.stderr
 
