@@ -135,13 +135,14 @@ def test_stopping_the_launcher_stops_its_ranks(ganc_bin, datasets, tmp_path, sig
 
 
 @pytest.mark.parametrize("log_every,says", [
-    ("1", "step 0: the loss is"),  # caught when the losses are read
+    ("1", "step 1: the loss is"),  # caught when the losses are read
     ("1000", "is not finite; checkpoint.pt was not written"),  # caught before a checkpoint
 ], ids=["loss", "checkpoint"])
 def test_non_finite_training_stops_and_keeps_the_last_checkpoint(ganc_bin, datasets, tmp_path, log_every,
                                                                  says):
-    """Data beyond float32's range makes the loss and then the weights overflow: training stops
-    with exit 1 saying where, and the checkpoint of the earlier good run is not overwritten."""
+    """A learning rate far too large (9e5) makes the weights and the loss overflow: training
+    stops with exit 1 saying where, and the checkpoint of the earlier good run is not
+    overwritten."""
     plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
     out = tmp_path / "o"
     good = subprocess.run([ganc_bin, "run", "--nproc", "1",
@@ -149,13 +150,9 @@ def test_non_finite_training_stops_and_keeps_the_last_checkpoint(ganc_bin, datas
                           capture_output=True, text=True)
     assert good.returncode == 0, good.stderr
     checkpoint = (out / "checkpoint.pt").read_bytes()
-    data = torch.load(datasets["ring"])
-    data = data["images"] if isinstance(data, dict) else data
-    huge = str(tmp_path / "huge.pt")
-    torch.save(data * 3e38, huge)
     bad = subprocess.run([ganc_bin, "run", "--nproc", "1",
-                          *train_args(plan, "mlp", huge, str(out), 20, "--checkpoint-every", "2",
-                                      "--log-every", log_every, "--force")],
+                          *train_args(plan, "mlp", datasets["ring"], str(out), 20, "--checkpoint-every", "2",
+                                      "--log-every", log_every, "--force", "--lr", "9e5")],
                          capture_output=True, text=True)
     assert bad.returncode == 1, bad.stderr
     assert says in bad.stderr, bad.stderr
@@ -303,3 +300,33 @@ def test_skip_policy_trains_through_non_finite_steps(ganc_bin, datasets, tmp_pat
                               *train_args(plan, "mlp", huge, str(tmp_path / "stop"), 20, "--log-every", "1")],
                              capture_output=True, text=True, timeout=300)
     assert stopped.returncode == 1 and "the loss is nan" in stopped.stderr, stopped.stderr
+
+
+def test_data_holding_nan_or_inf_is_refused_before_any_step(ganc_bin, datasets, tmp_path):
+    """A NaN or inf in the data would stop training at the first step that draws it: it is
+    refused at start, in one error line (once, from 2 ranks) naming the first such sample and
+    the phase, with exit 2 and nothing written; where every phase reading data skips non-finite steps, it is a warning
+    and training runs."""
+    data = torch.load(datasets["ring"])
+    data = (data["images"] if isinstance(data, dict) else data).double()
+    data[7, 0] = float("nan")
+    data[100, 1] = float("inf")
+    data[2000, 0] = 1e39  # float64 past float32's range: inf once loaded as float32
+    bad = str(tmp_path / "bad.pt")
+    torch.save(data, bad)
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    stopped = subprocess.run([ganc_bin, "run", "--nproc", "2",
+                              *train_args(plan, "mlp", bad, str(tmp_path / "stop"), 4)],
+                             capture_output=True, text=True, timeout=300)
+    assert stopped.returncode == 2 and [line for line in stopped.stderr.splitlines() if "error" in line] == [
+        f"ganc: error: --data {bad}: sample 7 and 2 more hold NaN or inf values (as float32): phase 'd' "
+        "would stop at the first step that draws one; fix the data, or skip such steps (--non-finite skip)"], \
+        stopped.stderr
+    assert not (tmp_path / "stop" / "checkpoint.pt").exists()
+    skipped = subprocess.run([ganc_bin, "run", "--nproc", "1",
+                              *train_args(plan, "mlp", bad, str(tmp_path / "skip"), 4, "--non-finite", "skip")],
+                             capture_output=True, text=True, timeout=300)
+    assert skipped.returncode == 0, skipped.stderr
+    assert skipped.stderr.strip().splitlines() == [
+        f"ganc: warning: --data {bad}: sample 7 and 2 more hold NaN or inf values (as float32): "
+        "the steps that draw them are skipped"]
