@@ -14,6 +14,8 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <optional>
+#include <thread>
 
 namespace ganc::tools {
 
@@ -337,27 +339,31 @@ int runCommand(const std::string &self, const std::vector<std::string> &args) {
     std::cout << kTrainUsage;
     return 0;
   }
-  int nproc = 0;
+  std::optional<int64_t> nproc;
   std::vector<std::string> rest;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--nproc" && i + 1 < args.size()) {
-      try {
-        nproc = std::stoi(args[++i]);
-      } catch (const std::exception &) {
-        nproc = 0;
-      }
-    } else {
+    if (args[i] == "--nproc" && i + 1 < args.size())
+      nproc = ir::parseInt64(args[++i]);
+    else
       rest.push_back(args[i]);
-    }
   }
-  if (nproc < 1)
+  if (!nproc || *nproc < 1)
     return usageError("run: --nproc N (N >= 1) says how many local ranks to start");
+  // Every rank is a process holding LibTorch and the model: past a few per core they only
+  // wait for each other (and 100000 of them would exhaust the machine before a step).
+  const int64_t cores = std::max(1U, std::thread::hardware_concurrency());
+  const int64_t most = std::max<int64_t>(8, 4 * cores);
+  if (*nproc > most)
+    return usageError("run: --nproc " + std::to_string(*nproc) +
+                      " is more local ranks than this machine's " + std::to_string(cores) +
+                      " cores can run (at most " + std::to_string(most) +
+                      "); ranks on several machines start with torchrun or srun");
   TrainOptions check;
   std::string error;
   if (!parseTrain(rest, check, error))
     return usageError("run: " + error);
 
-  return runtime::launchLocalRanks(self, nproc, rest);
+  return runtime::launchLocalRanks(self, static_cast<int>(*nproc), rest);
 }
 
 } // namespace ganc::tools

@@ -88,6 +88,21 @@ def test_run_prints_an_input_error_once(ganc_bin, tmp_path):
     assert missing in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("nproc", ["0", "2x", "100000"])
+def test_run_refuses_a_rank_count_it_cannot_start(ganc_bin, tmp_path, nproc):
+    """A count that is not one, or so many local ranks that they would exhaust the machine (a
+    process holding LibTorch each) before a step: one line, exit 2, no rank started."""
+    plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
+    result = subprocess.run([ganc_bin, "run", "--nproc", nproc,
+                             *train_args(plan, "dcgan32", "unused.pt", str(tmp_path / "out"), 2)],
+                            capture_output=True, text=True, timeout=60)
+    most = max(8, 4 * os.cpu_count())
+    says = (f"--nproc 100000 is more local ranks than this machine's {os.cpu_count()} cores can run "
+            f"(at most {most})") if nproc == "100000" else "--nproc N (N >= 1) says how many local ranks"
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and says in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_killed_rank_stops_the_others(ganc_bin, datasets, tmp_path):
     plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
     proc = subprocess.Popen([ganc_bin, "run", "--nproc", "3",
