@@ -17,24 +17,38 @@ __all__ = ["plot", "main"]
 
 
 def _series(out: str) -> dict[str, list[tuple[int, float, float]]]:
-    """Per phase, (step, mean, std) points."""
+    """Per phase, (step, mean, std) points. A file that is not what ganc train writes is a
+    ValueError naming the file and line."""
     series: dict[str, list[tuple[int, float, float]]] = {}
     stats = os.path.join(out, "stats.jsonl")
+    history = os.path.join(out, "loss_history.csv")
+    if not os.path.isdir(out):
+        raise ValueError(f"{out} is not a directory (give a run's directory, ganc train --out)")
     if os.path.exists(stats):
         with open(stats) as f:
-            for line in f:
+            for number, line in enumerate(f, 1):
                 if not line.strip():
                     continue
-                record = json.loads(line)
-                for key, value in record.items():
-                    if key.startswith(("Loss/", "Stats/")):
-                        name = key[5:] + " loss" if key.startswith("Loss/") else key[6:]
-                        series.setdefault(name, []).append((record["step"], value["mean"], value["std"]))
+                try:
+                    record = json.loads(line)
+                    for key, value in record.items():
+                        if key.startswith(("Loss/", "Stats/")):
+                            name = key[5:] + " loss" if key.startswith("Loss/") else key[6:]
+                            point = (int(record["step"]), float(value["mean"]), float(value["std"]))
+                            series.setdefault(name, []).append(point)
+                except (ValueError, KeyError, TypeError, AttributeError) as e:
+                    raise ValueError(f"{stats}, line {number}: not a stats record ({e!r})") from None
         return series
-    history = os.path.join(out, "loss_history.csv")
+    if not os.path.exists(history):
+        raise ValueError(f"{out} holds no stats.jsonl or loss_history.csv: not a run directory of "
+                         "ganc train --out, or a run that has not logged yet")
     with open(history) as f:
-        for row in csv.DictReader(f):
-            series.setdefault(row["phase"] + " loss", []).append((int(row["step"]), float(row["loss"]), 0.0))
+        for number, row in enumerate(csv.DictReader(f), 2):
+            try:
+                point = (int(row["step"]), float(row["loss"]), 0.0)
+                series.setdefault(row["phase"] + " loss", []).append(point)
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"{history}, line {number}: not a step,phase,loss row ({e!r})") from None
     return series
 
 
@@ -44,10 +58,12 @@ def plot(out: str, output: str | None = None) -> str:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    output = output or os.path.join(out, "losses.png")
+    if not output.lower().endswith(".png"):
+        raise ValueError(f"-o {output}: the plot is a PNG; give a path ending in .png")
     series = _series(out)
     if not series:
         raise ValueError(f"{out}: no losses logged yet (stats.jsonl is empty)")
-    output = output or os.path.join(out, "losses.png")
     fig, axes = plt.subplots(len(series), 1, figsize=(8, 2.6 * len(series)), sharex=True,
                              squeeze=False)
     for ax, (phase, points) in zip(axes[:, 0], sorted(series.items())):

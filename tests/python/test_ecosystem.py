@@ -92,6 +92,36 @@ def test_stats_average_over_ranks_and_interval_and_reach_tensorboard(ganc_bin, d
     assert (one / "losses.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.parametrize("case,says", [
+    ("no-run", "holds no stats.jsonl or loss_history.csv: not a run directory"),
+    ("not-a-directory", "is not a directory (give a run's directory, ganc train --out)"),
+    ("bad-row", "loss_history.csv, line 3: not a step,phase,loss row"),
+    ("bad-record", "stats.jsonl, line 2: not a stats record"),
+    ("not-png", "-o {out}/losses: the plot is a PNG; give a path ending in .png"),
+])
+def test_plot_refuses_what_is_not_a_run_in_one_line(tmp_path, case, says):
+    """`ganc plot` on a directory that is not a run, a damaged history, or an -o that would not
+    be the PNG it names (matplotlib would add .png): one line naming the file and line, exit 2,
+    nothing written."""
+    out = tmp_path / "run"
+    out.mkdir()
+    args = [str(out)]
+    if case == "not-a-directory":
+        (tmp_path / "file").write_text("")
+        args = [str(tmp_path / "file")]
+    elif case == "bad-row":
+        (out / "loss_history.csv").write_text("step,phase,loss\n1,d,0.5\n2,d,abc\n")
+    elif case == "bad-record":
+        (out / "stats.jsonl").write_text('{"step": 1, "Loss/d": {"mean": 1.0, "std": 0.0}}\n{"step": 2, "Loss/d": 3}\n')
+    elif case == "not-png":
+        (out / "loss_history.csv").write_text("step,phase,loss\n1,d,0.5\n")
+        args += ["-o", str(out / "losses")]
+    r = subprocess.run([sys.executable, "-m", "ganc.plot", *args], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert says.format(out=out) in r.stderr, r.stderr
+    assert not list(tmp_path.rglob("*.png"))
+
+
 def test_a_run_is_never_overwritten_by_accident(ganc_bin, datasets, tmp_path):
     """An --out that holds a run is refused (one line, exit 2, its files untouched); --resume
     auto continues from its latest checkpoint (or starts at 0 where there is none); --force
