@@ -224,7 +224,11 @@ Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t
   if (!value.isTensor())
     return Status::error("--data " + path +
                          ": holds no tensor (expected a tensor or {'images': tensor})");
-  at::Tensor data = value.toTensor().to(torch::kFloat32).contiguous();
+  // float64 samples stay float64 (a float64 model trains on them exactly); anything else is
+  // read as float32, the inputs' type of every other model.
+  at::Tensor data = value.toTensor();
+  data = data.to(data.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32)
+             .contiguous();
   std::vector<int64_t> expected = {data.size(0)};
   expected.insert(expected.end(), sampleShape.begin(), sampleShape.end());
   if (data.dim() == 0 || data.sizes().vec() != expected)

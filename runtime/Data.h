@@ -12,7 +12,7 @@ namespace ganc::runtime {
 
 /// Training samples and, where the set has them, their class labels.
 struct Dataset {
-  at::Tensor samples; // [N, *sampleShape], float
+  at::Tensor samples; // [N, *sampleShape], float32 (float64 where a tensor file holds float64)
   at::Tensor labels;  // [N], int64; undefined when unlabelled
   /// What was found, for rank 0 to say once ("10 classes from folder names: ...").
   std::string note;

@@ -221,7 +221,7 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
         if isinstance(data, dict):
             labels = data.get("labels")
             data = data["images"]
-        data = data.float().to(getattr(torch, spec.get("dtype", "float32")))
+        data = (data if data.dtype == torch.float64 else data.float()).to(getattr(torch, spec.get("dtype", "float32")))
         if spec["data"].get("xflip"):  # the set doubled with mirrored images, as ganc does
             data = torch.cat([data, data.flip(-1)])
             labels = torch.cat([labels, labels]) if labels is not None else None

@@ -62,6 +62,25 @@ def test_checkpoint_loads_into_python_modules(ganc_bin, datasets, tmp_path):
     assert history[0] == "step,phase,loss" and len(history) == 1 + 2 * 2
 
 
+@pytest.mark.parametrize("model,exact", [("dcgan32_f64", True), ("dcgan32", False)])
+def test_float64_data_reaches_a_float64_model_as_it_is(ganc_bin, tmp_path, model, exact):
+    """A float64 model trains on a float64 tensor file's values themselves, not on their float32
+    roundings; a float32 model gets the float32 roundings (as `tensor.float()`). Every sample
+    is one image, so the staged batch (the --dump-grads input file) must hold it exactly."""
+    image = torch.linspace(-1, 1, 3 * 32 * 32, dtype=torch.float64).reshape(3, 32, 32) / 3
+    assert not torch.equal(image.float().double(), image)  # not representable in float32
+    data = str(tmp_path / "f64.pt")
+    torch.save(image.expand(64, 3, 32, 32).clone(), data)
+    plan = compile_plan(ganc_bin, model, str(tmp_path))
+    dump = tmp_path / "dump"
+    subprocess.run([ganc_bin, "train", *train_args(plan, model, data, str(tmp_path / "out"), 1,
+                                                   "--dump-grads", str(dump), "--tensorboard", "off")],
+                   check=True, capture_output=True)
+    real = ganc.load_checkpoint(str(dump / "inputs_step0_d.pt"))["real"]
+    expected = image if exact else image.float()
+    assert real.dtype == expected.dtype and torch.equal(real, expected.expand_as(real))
+
+
 def test_image_folder_errors_are_one_line(ganc_bin, tmp_path):
     plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
     empty = tmp_path / "empty"
