@@ -243,8 +243,9 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
   if (s.isRankZero()) {
     std::cout << "resumed from " << path << " at step " << step << std::endl;
     if (savedWorld != s.rank.worldSize)
-      std::cout << "the checkpoint was written by " << savedWorld << " ranks, this run has "
-                << s.rank.worldSize << ": weights and optimizer state continue as they were; "
+      std::cout << "the checkpoint was written by " << savedWorld
+                << (savedWorld == 1 ? " rank" : " ranks") << ", this run has " << s.rank.worldSize
+                << ": weights and optimizer state continue as they were; "
                 << "noise and data are dealt to the new ranks afresh" << std::endl;
   }
   return step;

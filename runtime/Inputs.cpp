@@ -104,7 +104,8 @@ Expected<std::unique_ptr<PhaseInputs>> PhaseInputs::create(const Session &sessio
     if (in->batches_->batchesPerEpoch() == 0)
       return Status::error("--data " + o.data + ": " + std::to_string(in->data_.size(0)) +
                            " samples are too few for " + std::to_string(session.rank.worldSize) +
-                           " ranks of batch " + std::to_string(spec.batchSize));
+                           (session.rank.worldSize == 1 ? " rank" : " ranks") + " of batch " +
+                           std::to_string(spec.batchSize));
     std::vector<int64_t> shape = {spec.batchSize};
     shape.insert(shape.end(), spec.dataShape.begin(), spec.dataShape.end());
     int64_t micro = 1;
