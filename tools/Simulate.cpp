@@ -122,8 +122,9 @@ Status parseArgs(const std::vector<std::string> &args, Options &o) {
       std::string item;
       while (std::getline(list, item, ',')) {
         std::optional<int64_t> n = ir::parseInt64(item);
-        if (!n || *n < 1)
-          return Status::error("--gpus takes world sizes like 1,8,64, not '" + *v + "'");
+        if (!n || *n < 1 || *n > (1 << 24)) // as compile's --target-gpus
+          return Status::error("--gpus takes world sizes from 1 to 16777216 like 1,8,64, not '" +
+                               *v + "'");
         o.gpus.push_back(*n);
       }
       if (o.gpus.empty())
