@@ -447,9 +447,12 @@ Status parsePhase(const json &p, const Spec &spec, bool hasStages, PhaseSpec &ph
                   where + ": 'updates' must hold submodule or parameter paths"));
     phase.updates.push_back(u.get<std::string>());
   }
+  std::set<std::string> inputNames;
   for (const json &in : p.value("inputs", json::array())) {
     InputSpec input;
     GANC_TRY(parseInput(in, spec, hasStages, where, input));
+    GANC_TRY(need(inputNames.insert(input.name).second,
+                  where + ": input '" + input.name + "' is declared twice"));
     phase.inputs.push_back(input);
   }
   GANC_TRY(needVersion2(spec, p, "accumulate", where + ": "));
@@ -565,7 +568,9 @@ Status parseInto(const json &j, Spec &spec) {
                     std::to_string(kSpecVersion)));
   spec.version = j["ganc_spec"].get<int>();
   GANC_TRY(parseModelWideTrainingStep(j, spec));
-  GANC_TRY(need(j.contains("name") && j["name"].is_string(), "missing 'name'"));
+  GANC_TRY(
+      need(j.contains("name") && j["name"].is_string() && !j["name"].get<std::string>().empty(),
+           "'name' must be a non-empty string (the model's name)"));
   spec.name = j["name"].get<std::string>();
   GANC_TRY(need(j.contains("batch_size") && j["batch_size"].is_number_integer() &&
                     j["batch_size"].get<int64_t>() > 0,

@@ -228,13 +228,15 @@ def validate(spec: dict, module=None) -> dict:
              f"got {spec.get('zero')!r}")
     _require(spec.get("non_finite", "stop") in ("stop", "skip"),
              f"spec: 'non_finite' must be stop or skip, got {spec.get('non_finite')!r}")
-    _require(isinstance(spec.get("name"), str) and spec["name"], "spec: 'name' must be a string")
+    _require(isinstance(spec.get("name"), str) and spec["name"],
+             "spec: 'name' must be a non-empty string (the model's name)")
     _require(isinstance(spec.get("batch_size"), int) and spec["batch_size"] > 0,
              "spec: 'batch_size' must be a positive integer (per rank)")
     data = spec.get("data")
     _require(isinstance(data, dict) and isinstance(data.get("shape"), list),
              "spec: 'data' must be an object with a 'shape' list (one sample, no batch dim)")
     _known_keys(data, "data", "spec: 'data': ")
+    _require(_positive_ints(data["shape"]), "spec: 'data.shape' must be a list of positive integers")
     _require(isinstance(data.get("xflip", False), bool), "spec: 'data': 'xflip' must be true or false")
     _require(not data.get("xflip") or len(data["shape"]) == 3,
              "spec: 'data.xflip' mirrors images: it needs a [C, H, W] data shape")
@@ -245,10 +247,10 @@ def validate(spec: dict, module=None) -> dict:
              "spec: 'sync_batch_norm' must list submodule names")
     if module is not None:
         import torch
+        submodules = dict(module.named_modules())  # dotted paths too ("generator.main.1"), as compile takes
         for sub in sync:
-            _require(isinstance(getattr(module, sub, None), torch.nn.Module),
-                     f"spec: 'sync_batch_norm': {sub!r} is not a submodule")
-            _require(any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in getattr(module, sub).modules()),
+            _require(sub in submodules, f"spec: 'sync_batch_norm': {sub!r} is not a submodule")
+            _require(any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in submodules[sub].modules()),
                      f"spec: 'sync_batch_norm': {sub!r} has no batch norm layer")
     scalers = spec.get("loss_scalers", {})
     _require(isinstance(scalers, dict), "spec: 'loss_scalers' must map scaler names to their settings")
@@ -287,8 +289,11 @@ def validate(spec: dict, module=None) -> dict:
                  f"got {phase.get('precision')!r}")
         updated.update(phase["updates"])
         phase.setdefault("inputs", [])
+        input_names = set()
         for inp in phase["inputs"]:
             _require(isinstance(inp.get("name"), str), f"{where}: an input has no 'name'")
+            _require(inp["name"] not in input_names, f"{where}: input {inp['name']!r} is declared twice")
+            input_names.add(inp["name"])
             _known_keys(inp, "input", f"{where}: input {inp['name']!r}: ")
             _require(inp.get("source") in SOURCES,
                      f"{where}: input {inp['name']!r} has source {inp.get('source')!r}, "
@@ -305,6 +310,8 @@ def validate(spec: dict, module=None) -> dict:
             elif inp["source"] != "data":
                 _require(isinstance(inp.get("shape"), list),
                          f"{where}: {inp['source']} input {inp['name']!r} needs a 'shape' (no batch dim)")
+                _require(_positive_ints(inp["shape"]),
+                         f"{where}: input {inp['name']!r} shape must be a list of positive integers")
         if module is not None:
             _require(hasattr(module, phase["method"]),
                      f"{where}: method {phase['method']!r} does not exist on the module")
@@ -348,7 +355,16 @@ def validate(spec: dict, module=None) -> dict:
         _require(isinstance(sample.get("submodule"), str) and isinstance(sample.get("noise_shape"), list),
                  "spec: 'sample' needs 'submodule' and 'noise_shape'")
         _known_keys(sample, "sample", "spec: 'sample': ")
+        _require(_positive_ints(sample["noise_shape"]),
+                 "spec: 'sample.noise_shape' must be a list of positive integers")
+        if module is not None:
+            _require(isinstance(getattr(module, sample["submodule"], None), torch_module()),
+                     f"spec: sample submodule {sample['submodule']!r} does not exist")
     return spec
+
+
+def _positive_ints(shape) -> bool:
+    return isinstance(shape, list) and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape)
 
 
 def _validate_scaler(name, scaler) -> None:

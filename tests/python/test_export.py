@@ -1,6 +1,7 @@
 """ganc.export of what people write: PyTorch's spectral norm and weight norm (both APIs) through
 scriptable equivalents with the same state_dict names and the same numbers, traced archives
 checked for training before they are written, and the user's model left as it was."""
+import json
 import os
 import subprocess
 import warnings
@@ -182,3 +183,41 @@ def test_update_paths_and_optimizer_groups_are_resolved_against_the_model(tmp_pa
                                        "discriminator.main.6.weight", "discriminator.main.6.bias"]
     assert groups["g_first_block"] == ["generator.main.0.weight", "generator.main.1.weight",
                                        "generator.main.1.bias"]
+
+
+def test_sync_batch_norm_paths_are_resolved_against_the_model(ganc_bin, tmp_path):
+    """`sync_batch_norm` takes submodules by path, dotted ones too, in the Python validator as in
+    `ganc compile`: one layer of the generator is rewritten where one is listed, all three
+    where the generator is; a path to no module, or to one without batch norm, is refused by
+    both."""
+    import zoo
+    gan, spec = zoo.build("dcgan32_syncbn")
+    rewritten = {}
+    for listed in (["generator"], ["generator.main.1"]):
+        path = str(tmp_path / f"{len(rewritten)}.pt")
+        ganc.export(gan, path, dict(spec, sync_batch_norm=listed))
+        plan = str(tmp_path / f"{len(rewritten)}.plan")
+        subprocess.run([ganc_bin, "compile", path, "-o", plan], check=True, capture_output=True)
+        phase_g = open(plan).read().split("phase @g")[1].split("phase @")[0]
+        rewritten[listed[0]] = phase_g.count("ganc::sync_batch_norm(")
+    assert rewritten == {"generator": 3, "generator.main.1": 1}
+    for listed, says in ((["generator.main.99"], "'generator.main.99' is not a submodule"),
+                         (["discriminator.main.0"], "'discriminator.main.0' has no batch norm layer")):
+        with pytest.raises(ganc.SpecError, match=says):
+            ganc.export(gan, str(tmp_path / "bad.pt"), dict(spec, sync_batch_norm=listed))
+        unchecked = str(tmp_path / "unchecked.pt")
+        torch.jit.save(torch.jit.load(path), unchecked, _extra_files={
+            "ganc.json": json.dumps(dict(ganc.load_spec(path), sync_batch_norm=listed))})
+        result = subprocess.run([ganc_bin, "compile", unchecked, "-o", str(tmp_path / "bad.plan")],
+                                capture_output=True, text=True)
+        assert result.returncode == 2 and "'sync_batch_norm' names" in result.stderr, result.stderr
+
+
+def test_sample_submodule_is_resolved_against_the_model(ganc_bin, tmp_path):
+    """The sample grid's submodule must be one of the model's, as `ganc compile` requires: the
+    Python validator says so at export, not the compiler afterwards."""
+    import zoo
+    gan, spec = zoo.build("dcgan32")
+    with pytest.raises(ganc.SpecError, match="sample submodule 'generater' does not exist"):
+        ganc.export(gan, str(tmp_path / "a.pt"), dict(spec, sample=dict(spec["sample"], submodule="generater")))
+    assert not (tmp_path / "a.pt").exists()
