@@ -172,8 +172,8 @@ const std::map<std::string, OptionHandler> &trainOptions() {
        [](R &r, S &f, O &o) { o.logEvery = r.number(f, std::numeric_limits<int64_t>::max(), 1); }},
       {"--sample-every", [](R &r, S &f, O &o) { o.sampleEvery = r.number(f); }},
       {"--checkpoint-every", [](R &r, S &f, O &o) { o.checkpointEvery = r.number(f); }},
-      // One forward of the generator: a 32 x 32 grid at most (more would not fit a GPU, and
-      // a typo of 200000 took 23 GB of host memory and a 380 MB PNG).
+      // The grid is one forward of the generator: 32 x 32 images at most (a typo of 200000
+      // took 23 GB of host memory and four minutes, and wrote a 380 MB PNG).
       {"--samples", [](R &r, S &f, O &o) { o.samples = r.number(f, 1024, 1); }},
       {"--resume", [](R &r, S &f, O &o) { o.resume = r.value(f); }},
       {"--device", [](R &r, S &f, O &o) { o.device = r.value(f); }},
