@@ -188,7 +188,8 @@ def train(plan: Plan | str, model: str | None = None, data=None, *, nproc: int =
     OUT/summary.json holds: steps, wall time, img/s, the last logged losses, skipped steps,
     the files written).
 
-    `data` is a path (tensor file, image folder, zip) or a tensor [N, *shape] in [-1, 1].
+    `data` is a path (tensor file, image folder, zip), a tensor [N, *shape] in [-1, 1], or
+    {"images": tensor, "labels": int64 tensor [N]} for conditional models.
     Every other keyword is a `ganc train` option: steps=2000, seed=1, log_every=100,
     resume="auto", force=True, lr=2e-4, betas=(0.0, 0.99), zero=2, device="cuda",
     cuda_graphs=False (or "step"), ... `quiet` stops the progress lines being echoed.
@@ -202,7 +203,15 @@ def train(plan: Plan | str, model: str | None = None, data=None, *, nproc: int =
         if data is not None and not isinstance(data, (str, os.PathLike)):
             import torch
             path = os.path.join(tmp, "data.pt")
-            torch.save(data.detach().cpu().contiguous(), path)
+            if isinstance(data, torch.Tensor):
+                torch.save(data.detach().cpu().contiguous(), path)
+            elif isinstance(data, dict) and isinstance(data.get("images"), torch.Tensor) and all(
+                    isinstance(v, torch.Tensor) for v in data.values()):
+                torch.save({k: v.detach().cpu().contiguous() for k, v in data.items()}, path)
+            else:
+                raise TypeError("ganc.train: data= takes a path (tensor file, image folder or zip), a tensor "
+                                "[N, *shape] or {'images': tensor, 'labels': tensor}, not "
+                                f"{type(data).__name__}")
             data = path
         args = ["run", "--nproc", str(nproc), plan.path, "--model", str(model), "--out", str(out)]
         if data is not None:

@@ -48,8 +48,14 @@ def test_python_api_compiles_explains_and_trains(ganc_bin, datasets, tmp_path):
         for k in a[owner]:
             assert torch.equal(a[owner][k], b[owner][k]), k
 
-    # A tensor in memory is data too; a failure raises with the driver's line and exit code.
-    ganc.train(plan, data=torch.load(datasets["ring"]), steps=2, out=str(tmp_path / "mem"), quiet=True)
+    # A tensor in memory is data too, alone or as {"images": ...}; anything else is a TypeError
+    # saying what data= takes; a failure raises with the driver's line and exit code.
+    points = torch.load(datasets["ring"])
+    points = points["images"] if isinstance(points, dict) else points
+    ganc.train(plan, data={"images": points}, steps=2, out=str(tmp_path / "dict"), quiet=True)
+    with pytest.raises(TypeError, match=r"data= takes a path .*, not list"):
+        ganc.train(plan, data=[1, 2, 3], steps=2, out=str(tmp_path / "list"), quiet=True)
+    ganc.train(plan, data=points, steps=2, out=str(tmp_path / "mem"), quiet=True)
     with pytest.raises(ganc.GancError) as e:
         ganc.train(plan, data=datasets["ring"], steps=2, out=str(tmp_path / "mem"), quiet=True)
     assert e.value.exit_code == 2 and "holds a run" in e.value.message
