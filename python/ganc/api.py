@@ -159,6 +159,11 @@ def simulate(plan: Plan | str, profile: str, gpus=(1, 8, 64, 512, 1024), **optio
     from a `train(..., profile=PATH)` run of the plan. Other keywords are `ganc simulate`
     options: link="ethernet", intra_link="nvlink", ranks_per_host=8, alpha_us=..., ..."""
     path = plan.path if isinstance(plan, Plan) else plan
+    if isinstance(gpus, int):
+        gpus = [gpus]
+    if isinstance(gpus, str) or not all(isinstance(n, int) for n in gpus):
+        raise TypeError(f"ganc.simulate: gpus= takes world sizes, an int or a list of ints like [1, 8, 64], "
+                        f"not {gpus!r}")  # "64" would be read as 6 and 4
     args = ["simulate", path, "--profile", str(profile), "--gpus", ",".join(str(n) for n in gpus), "--json"]
     return json.loads(_run(args + _option_args(options), echo=False))
 

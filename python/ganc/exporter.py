@@ -3,6 +3,7 @@ ganc wrote (ganc.load_spec, ganc.load_checkpoint)."""
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 
@@ -71,6 +72,11 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False) -> 
     that does not exist, ValueError for a phase that does not return a scalar, and
     ExportError for a layer ganc cannot export or a traced archive that cannot train.
     """
+    if not isinstance(gan, torch.nn.Module):
+        raise TypeError(f"ganc.export: the GAN must be a torch.nn.Module, not {type(gan).__name__}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):  # said before the scripting, not by torch.jit.save after it
+        raise FileNotFoundError(f"ganc.export: {path}: the folder {folder} does not exist")
     spec = validate(spec, gan)
     model = make_scriptable(gan)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -151,9 +157,16 @@ def _check_trace_trains(traced, spec: dict) -> None:
 
 
 def load_spec(path: str) -> dict:
-    """The ganc.json stored in an archive."""
+    """The ganc.json stored in an archive (ValueError for a file that is not one)."""
     files = {"ganc.json": ""}
-    torch.jit.load(path, _extra_files=files)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        torch.jit.load(path, _extra_files=files)
+    except RuntimeError:
+        raise ValueError(f"{path} is not a TorchScript archive (write one with ganc.export)") from None
+    if not files["ganc.json"]:
+        raise ValueError(f"{path} holds no ganc.json: it was not written by ganc.export")
     import json
     return json.loads(files["ganc.json"])
 

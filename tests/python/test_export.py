@@ -221,3 +221,18 @@ def test_sample_submodule_is_resolved_against_the_model(ganc_bin, tmp_path):
     with pytest.raises(ganc.SpecError, match="sample submodule 'generater' does not exist"):
         ganc.export(gan, str(tmp_path / "a.pt"), dict(spec, sample=dict(spec["sample"], submodule="generater")))
     assert not (tmp_path / "a.pt").exists()
+
+
+def test_export_and_load_spec_say_what_they_take(datasets, tmp_path):
+    """A non-module, a folder that does not exist (said before the scripting work, not by
+    torch.jit.save after it), a file that is not an archive: errors that say so."""
+    import zoo
+    gan, spec = zoo.build("mlp")
+    with pytest.raises(TypeError, match="must be a torch.nn.Module, not int"):
+        ganc.export(42, str(tmp_path / "a.pt"), spec)
+    with pytest.raises(FileNotFoundError, match="the folder .*missing does not exist"):
+        ganc.export(gan, str(tmp_path / "missing" / "a.pt"), spec)
+    with pytest.raises(ValueError, match="is not a TorchScript archive"):
+        ganc.load_spec(datasets["ring"])
+    ganc.export(gan, str(tmp_path / "a.pt"), spec)
+    assert ganc.load_spec(str(tmp_path / "a.pt"))["name"] == "mlp"

@@ -342,6 +342,9 @@ def test_python_api_simulates_and_autotunes(ganc_bin, profiled, tmp_path):
     with pytest.raises(ganc.GancError) as error:
         ganc.simulate(plan, profile, gpus=[])
     assert error.value.exit_code == 2 and "--gpus is empty" in str(error.value)
+    assert ganc.simulate(plan, profile, gpus=64, link="ethernet") == cli[2:]  # one world size
+    with pytest.raises(TypeError, match="gpus= takes world sizes"):
+        ganc.simulate(plan, profile, gpus="64")  # would be 6 and 4
 
 
 def test_unwritable_profile_path_is_refused_at_start(ganc_bin, datasets, tmp_path):
