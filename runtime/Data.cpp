@@ -103,6 +103,7 @@ Expected<Dataset> loadImages(const std::string &where, std::vector<ImageSource> 
   std::sort(images.begin(), images.end(),
             [](const ImageSource &a, const ImageSource &b) { return a.name < b.name; });
   Dataset dataset;
+  dataset.decoded = true;
   auto labels = imageLabels("--data " + where, images, datasetJson, dataset.note);
   if (!labels)
     return labels.status();

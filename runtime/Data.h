@@ -18,6 +18,8 @@ struct Dataset {
   std::string note;
   /// Something that looks wrong but is not an error (values in [0, 1], not [-1, 1]).
   std::string warning;
+  /// Decoded from 8-bit images: finite by construction (a tensor file may hold NaN or inf).
+  bool decoded = false;
 };
 
 /// Loads samples of `sampleShape` from `path`: a file written by torch.save (a tensor of shape

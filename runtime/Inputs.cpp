@@ -82,7 +82,8 @@ Expected<std::unique_ptr<PhaseInputs>> PhaseInputs::create(const Session &sessio
     }
     in->data_ = data->samples.to(session.inputType);
     in->labels_ = data->labels;
-    GANC_TRY(checkFinite(session, o.data, in->data_));
+    if (!data->decoded)
+      GANC_TRY(checkFinite(session, o.data, in->data_));
     if (session.isRankZero() && !data->note.empty())
       std::cout << "data: " << data->note << std::endl;
     if (session.isRankZero() && !data->warning.empty())
