@@ -81,17 +81,12 @@ Status autotuneBuckets(ir::Module &plan, const AutotuneOptions &options,
   }
   if (best.empty())
     return Status::error(options.profile + " profiles none of this plan's phases");
-  std::string untimed;
-  for (const auto &phase : plan.phases)
-    if (!best.count(phase->key()))
-      untimed += (untimed.empty() ? "'" : ", '") + phase->key() + "'";
-  if (!untimed.empty()) // bucketed below with the command line's caps
-    std::cerr << "ganc: warning: compile: " << options.profile << " has no timings for phase "
-              << untimed << " (no run after the warm-up; profile more steps): not autotuned, "
-              << "its buckets are capped at "
-              << static_cast<double>(pipeline.pass.bucketCapBytes) / kMiB << " MiB (the first at "
+  if (const std::string untimed = untimedPhases(plan, *profile, options.profile); !untimed.empty())
+    std::cerr << "ganc: warning: compile: " << untimed << ": not autotuned, its buckets are "
+              << "capped at " << static_cast<double>(pipeline.pass.bucketCapBytes) / kMiB
+              << " MiB (the first at "
               << static_cast<double>(pipeline.pass.firstBucketCapBytes) / kMiB << " MiB)"
-              << std::endl;
+              << std::endl; // bucketed below with the command line's caps
   for (auto &phase : plan.phases) {
     auto b = best.find(phase->key());
     if (b == best.end())

@@ -134,6 +134,18 @@ Expected<Profile> readProfile(const std::string &path, const ir::Module &plan) {
   }
 }
 
+std::string untimedPhases(const ir::Module &plan, const Profile &profile, const std::string &path) {
+  std::string untimed;
+  for (const auto &phase : plan.phases)
+    if (std::none_of(profile.phases.begin(), profile.phases.end(),
+                     [&](const ProfiledPhase &p) { return p.key == phase->key(); }))
+      untimed += (untimed.empty() ? "'" : ", '") + phase->key() + "'";
+  if (untimed.empty())
+    return "";
+  return path + " has no timings for phase " + untimed +
+         " (no run after the warm-up; profile more steps)";
+}
+
 std::vector<ReadyBucket> readyBuckets(const ir::Phase &phase, const ProfiledPhase &profile) {
   std::vector<ReadyBucket> buckets;
   for (const ir::Bucket &bucket : phase.buckets) {

@@ -37,6 +37,10 @@ struct Profile {
 /// negative. Every error is one line naming `path` (and the phase and parameter).
 Expected<Profile> readProfile(const std::string &path, const ir::Module &plan);
 
+/// "PATH has no timings for phase 'a', 'b' (...)" for the plan's phases the profile does not
+/// time (a lazy regulariser of a short run, a stage it did not reach); "" when it times all.
+std::string untimedPhases(const ir::Module &plan, const Profile &profile, const std::string &path);
+
 /// `phase`'s buckets as the profiled run would have completed them: each ready when the last
 /// of its gradients was (the phase's end for a parameter the profile lacks), in the phase's
 /// all-reduce schedule, or, before the schedule is planned, in the order they are ready.

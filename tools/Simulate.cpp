@@ -252,15 +252,9 @@ int simulateCommand(const std::vector<std::string> &args) {
   const Profile *profile = &schedule->profile;
   // A phase that never ran after the warm-up (a lazy regulariser of a short run, a stage not
   // reached) has no timings: the prediction cannot hold it, and says so.
-  std::string unprofiled;
-  for (const auto &phase : (*plan)->phases)
-    if (std::none_of(schedule->phases.begin(), schedule->phases.end(),
-                     [&](const Phase &p) { return p.key == phase->key(); }))
-      unprofiled += (unprofiled.empty() ? "'" : ", '") + phase->key() + "'";
-  if (!unprofiled.empty())
-    std::cerr << "ganc: warning: simulate: " << o.profile << " has no timings for phase "
-              << unprofiled << " (no run after the warm-up; profile more steps): the predictions "
-              << "leave it out" << std::endl;
+  if (const std::string untimed = untimedPhases(**plan, *profile, o.profile); !untimed.empty())
+    std::cerr << "ganc: warning: simulate: " << untimed << ": the predictions leave it out"
+              << std::endl;
   if (o.coresPerHost > 0 && profile->device != "cpu")
     return fail("--cores-per-host models CPU ranks sharing cores; " + o.profile +
                 " was measured on " + profile->device);
