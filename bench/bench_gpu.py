@@ -27,6 +27,7 @@ the timed run, where the GPU is the bottleneck, a graph launch also waits for la
 space, which is not host work. `--json PATH` also writes every number.
 
     python3 bench/bench_gpu.py [--iters 320] [--warmup 64] [--models dcgan64,stylegan2]
+                               [--sides ganc,ganc_step,...]
 
 `--models stylegan2_256` also takes StyleGAN2 at full size (49M parameters, 256 pixels).
 """
@@ -58,6 +59,8 @@ import baselines  # noqa: E402
 
 GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
 # model -> (data set, image size, phases eager DDP cannot run)
+# --sides: the rows, in the table's order.
+SIDES = ["ddp", "ddp_cl", "flat", "compile", "ganc_eager", "ganc_nchw", "ganc_step", "ganc"]
 MODELS = {
     "dcgan64": ("digits", 64, ()),
     "stylegan2": ("digits", 32, ("Greg", "Dreg")),
@@ -194,8 +197,14 @@ def main():
     parser.add_argument("--warmup", type=int, default=64, help="steps before measuring (every phase "
                         "of StyleGAN2 is captured by step 48)")
     parser.add_argument("--models", default="dcgan64,stylegan2")
+    parser.add_argument("--sides", default=",".join(SIDES),
+                        help="which rows to measure (default: all): " + ", ".join(SIDES))
     parser.add_argument("--json", help="also write every number here")
     args = parser.parse_args()
+    wanted = args.sides.split(",")
+    unknown = [w for w in wanted if w not in SIDES]
+    if unknown:
+        parser.error(f"--sides: unknown side {unknown[0]!r} (known: {', '.join(SIDES)})")
     if not torch.cuda.is_available():
         sys.exit("bench_gpu.py needs a CUDA GPU")
     device = torch.cuda.get_device_name(0)
@@ -211,23 +220,26 @@ def main():
                 subprocess.run([sys.executable, os.path.join(ROOT, "models", "make_data.py"), dataset, "-o", data,
                                 "--size", str(size)], check=True, stdout=subprocess.DEVNULL)
             g = run_ganc(model, data, args.iters, args.warmup, tmp)
-            sides = [("eager DDP (per submodule)", lambda: baseline(model, "ddp", data, args.iters, args.warmup, tmp)),
-                     ("eager DDP, channels-last", lambda: baseline(model, "ddp_cl", data, args.iters, args.warmup, tmp)),
-                     ("StyleGAN3-style flat all-reduce",
-                      lambda: baseline(model, "flat", data, args.iters, args.warmup, tmp)),
-                     ("torch.compile reduce-overhead",
-                      lambda: baseline(model, "compile", data, args.iters, args.warmup, tmp)),
-                     ("ganc eager (--cuda-graphs off)", lambda: run_ganc(model, data, args.iters, args.warmup, tmp,
-                                                                         "off")),
-                     ("ganc replay, NCHW layout", lambda: run_ganc(model, data, args.iters, args.warmup, tmp,
-                                                                   layout="contiguous")),
-                     ("ganc, one launch per step", lambda: run_ganc(model, data, args.iters, args.warmup, tmp,
-                                                                    "step")),
-                     ("ganc (CUDA Graph replay)", lambda: g)]
+            def base(style):
+                return lambda: baseline(model, style, data, args.iters, args.warmup, tmp)
+
+            def own(graphs="on", layout="auto"):
+                return lambda: run_ganc(model, data, args.iters, args.warmup, tmp, graphs, layout)
+
+            sides = [("ddp", "eager DDP (per submodule)", base("ddp")),
+                     ("ddp_cl", "eager DDP, channels-last", base("ddp_cl")),
+                     ("flat", "StyleGAN3-style flat all-reduce", base("flat")),
+                     ("compile", "torch.compile reduce-overhead", base("compile")),
+                     ("ganc_eager", "ganc eager (--cuda-graphs off)", own("off")),
+                     ("ganc_nchw", "ganc replay, NCHW layout", own(layout="contiguous")),
+                     ("ganc_step", "ganc, one launch per step", own("step")),
+                     ("ganc", "ganc (CUDA Graph replay)", lambda: g)]
             rows = results["models"][model] = {}
             lines.append(f"\n{model}, batch {zoo.build(model)[1]['batch_size']}")
             lines.append(f"{'method':34} {'ms/step':>9} {'steps/s':>9} {'ganc speed-up':>13} {'GPU busy':>9}")
-            for name, measure in sides:
+            for key, name, measure in sides:
+                if key not in wanted:
+                    continue
                 rows[name] = measure()
                 lines.append(fmt_row(name, rows[name], g))
                 print(f"[bench] {model}: {lines[-1]}", flush=True)  # progress survives a time limit

@@ -75,6 +75,9 @@ def markdown(results):
            "| model | GPUs | ganc ms/step | exposed ms | efficiency | flat all-reduce ms/step | exposed ms "
            "| efficiency |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for model, m in results["models"].items():
+        if "error" in m:
+            out.append(f"| {model} | fails: {m['error']} | | | | | | |")
+            continue
         for i, r in enumerate(m["predictions"]):
             out.append(f"| {model if i == 0 else ''} | {r['ranks']} | {r['step_seconds'] * 1e3:.2f} | "
                        f"{r['exposed_seconds'] * 1e3:.2f} | {r['efficiency'] * 100:.1f} % | "
@@ -109,7 +112,13 @@ def main():
              f"8 GPUs per host on NVLink, {args.link} between hosts"]
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models.split(","):
-            archive, plan, profile = profile_model(model, args.steps, args.device, tmp)
+            try:
+                archive, plan, profile = profile_model(model, args.steps, args.device, tmp)
+            except RuntimeError as e:  # one model's failure leaves the others' predictions
+                results["models"][model] = {"error": str(e)}
+                lines.append(f"\n{model}: fails: {e}")
+                print(lines[-1], file=sys.stderr, flush=True)
+                continue
             rows = json.loads(run("simulate", plan, "--profile", profile, "--gpus", args.gpus,
                                   "--link", args.link, "--json"))
             tuned = os.path.join(tmp, model + ".tuned.plan")
@@ -145,6 +154,9 @@ def main():
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(markdown(results))
+    failed = [m for m, r in results["models"].items() if "error" in r]
+    if failed:
+        sys.exit(f"gpu_scaling.py: {', '.join(failed)} failed (see above); the others' predictions are written")
 
 
 if __name__ == "__main__":

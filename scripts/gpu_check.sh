@@ -113,9 +113,10 @@ if [ $RUN_TESTS = 1 ]; then
   PAR=()
   "$PY" -c "import xdist" 2>/dev/null && PAR=(-n 8)
   "$PY" -c "import pytest_timeout" 2>/dev/null && PAR+=(--timeout 400)
-  # shellcheck disable=SC2086
+  # The arguments as the shell would split them (quotes kept: -k "not two_ranks").
+  eval "EXTRA=($TEST_ARGS)"
   "$PY" -m pytest -v -rs -p no:cacheprovider -W ignore::DeprecationWarning "${PAR[@]}" \
-    --junitxml="$OUT/junit.xml" "$ROOT/tests/python/test_cuda.py" $TEST_ARGS
+    --junitxml="$OUT/junit.xml" "$ROOT/tests/python/test_cuda.py" "${EXTRA[@]}"
   TEST_RC=$?
   # One file of measured distances (each test process wrote its own).
   "$PY" - "$OUT/report" "$OUT/distances.json" <<'EOF'
@@ -130,8 +131,8 @@ fi
 BENCH_RC=skipped
 if [ $RUN_BENCH = 1 ]; then
   say "GPU benchmark (bench/bench_gpu.py $BENCH_ARGS)"
-  # shellcheck disable=SC2086
-  "$PY" "$ROOT/bench/bench_gpu.py" --json "$OUT/bench.json" $BENCH_ARGS | tee "$OUT/bench.txt"
+  eval "EXTRA=($BENCH_ARGS)"
+  "$PY" "$ROOT/bench/bench_gpu.py" --json "$OUT/bench.json" "${EXTRA[@]}" | tee "$OUT/bench.txt"
   BENCH_RC=${PIPESTATUS[0]}
 fi
 SCALING_RC=skipped
