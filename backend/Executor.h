@@ -77,6 +77,10 @@ struct RunStats {
   double stepSeconds = 0;
 };
 
+/// Each captured phase graph's nodes by kind ("kernel", "memset", "memcpy", "event_record",
+/// ..., and "total"), by phase key.
+using GraphNodeCounts = std::map<std::string, std::map<std::string, int64_t>>;
+
 /// One rank's executor of every phase in a plan.
 class PhaseExecutor {
 public:
@@ -102,6 +106,9 @@ public:
   /// Bytes of gradient buffers this rank holds for the reducers: every phase's buckets, or,
   /// sharded, the one scratch the phases share.
   virtual int64_t gradientBufferBytes() const = 0;
+  /// The captured graphs' node counts (what each replay's launch submits); empty where no
+  /// phase is captured (CPU, --cuda-graphs off, eager phases).
+  virtual GraphNodeCounts graphNodes() const { return {}; }
   /// Host seconds the last run spent in the model's forward and backward and in all-reduce
   /// waits (on CPU that is the work; on CUDA the work is timed on the device instead).
   double lastWorkSeconds() const { return lastWorkSeconds_; }

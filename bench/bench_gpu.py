@@ -180,7 +180,16 @@ def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_ev
             "host_per_replay_mean": sum(replay) / len(replay) if replay else None,
             "host_per_replay_p90": replay[int(len(replay) * 0.9)] if replay else None,
             "launch_per_replay": launch[len(launch) // 2] if launch else None,
-            "launch_per_replay_mean": sum(launch) / len(launch) if launch else None}
+            "launch_per_replay_mean": sum(launch) / len(launch) if launch else None,
+            "graph_nodes": t["graph_nodes"]}
+
+
+def fmt_nodes(graph_nodes):
+    """Each captured phase's graph nodes: "d 212 (kernel 180, memset 20, ...)"."""
+    return "; ".join(f"{phase} {nodes['total']} (" +
+                     ", ".join(f"{k} {n}" for k, n in sorted(nodes.items(), key=lambda kv: -kv[1])
+                               if k != "total") + ")"
+                     for phase, nodes in graph_nodes.items())
 
 
 def fmt_row(name, r, ref):
@@ -258,6 +267,8 @@ def main():
                                  f"(a run waiting for the GPU after every step)")
                 elif "error" in host:
                     lines.append(f"ganc host timing run ({what}) fails: {host['error']}")
+            if g.get("graph_nodes"):
+                lines.append(f"captured graphs' nodes (what each launch submits): {fmt_nodes(g['graph_nodes'])}")
             if g.get("host_per_replay") is not None:
                 lines.append(f"in the timed run above: {g['host_per_replay'] * 1e6:.1f} us median, "
                              f"{g['host_per_replay_p90'] * 1e6:.1f} us p90, of which the graph launch "

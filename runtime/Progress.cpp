@@ -320,6 +320,7 @@ Status Progress::finish() {
   writeList(out, replayHostSeconds_);
   out << ", \"replay_launch_seconds\": ";
   writeList(out, replayLaunchSeconds_);
+  out << ", \"graph_nodes\": " << nlohmann::json(session_.executor->graphNodes()).dump();
   out << ", \"skipped_steps\": {" << skipped.str() << "}";
   out << ", \"wall_seconds\": " << wall << "}\n";
   if (!out)

@@ -80,8 +80,9 @@ struct RngOnDevice {
 /// PyTorch does. The random numbers are the same either way.
 class PhaseGraph : public at::cuda::CUDAGraph {
 public:
-  /// `keep`: keep the captured graph beside its executable, to be a child of step graphs.
-  explicit PhaseGraph(bool keep) : at::cuda::CUDAGraph(keep) {}
+  /// The captured graph is kept beside its executable: step graphs take it as a child, and
+  /// finishCapture counts its nodes.
+  PhaseGraph() : at::cuda::CUDAGraph(/*keep_graph=*/true) {}
 
   /// Inside the capture, after the phase's work: the offset advance as the graph's last node.
   void advanceOffsetsOnDevice() {
@@ -108,9 +109,13 @@ public:
         fillAlways_ = true;
     }
     fillAlways_ = fillAlways_ || drawing != advanced_.size();
+    countNodes();
     if (!has_graph_exec_)
       instantiate();
   }
+
+  /// The captured graph's nodes by kind (what a launch submits; timing.json's graph_nodes).
+  const std::map<std::string, int64_t> &nodes() const { return nodes_; }
 
   /// Whether the graph keeps the generators' device offsets itself (a step graph can hold it).
   bool advancesOffsets() const { return !fillAlways_; }
@@ -147,8 +152,61 @@ public:
   }
 
 private:
+  /// Counts the kept graph's nodes by type. Only a statistic: where the runtime cannot list
+  /// them, the counts stay empty and training goes on.
+  void countNodes() {
+    size_t count = 0;
+    if (cudaGraphGetNodes(graph_, nullptr, &count) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    std::vector<cudaGraphNode_t> nodes(count);
+    if (count > 0 && cudaGraphGetNodes(graph_, nodes.data(), &count) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    for (size_t i = 0; i < count; ++i) {
+      cudaGraphNodeType type{};
+      if (cudaGraphNodeGetType(nodes[i], &type) != cudaSuccess) {
+        (void)cudaGetLastError();
+        nodes_.clear();
+        return;
+      }
+      ++nodes_[nodeKind(type)];
+    }
+    nodes_["total"] = static_cast<int64_t>(count);
+  }
+
+  static const char *nodeKind(cudaGraphNodeType type) {
+    switch (type) {
+    case cudaGraphNodeTypeKernel:
+      return "kernel";
+    case cudaGraphNodeTypeMemcpy:
+      return "memcpy";
+    case cudaGraphNodeTypeMemset:
+      return "memset";
+    case cudaGraphNodeTypeHost:
+      return "host";
+    case cudaGraphNodeTypeGraph:
+      return "child_graph";
+    case cudaGraphNodeTypeEmpty:
+      return "empty";
+    case cudaGraphNodeTypeWaitEvent:
+      return "event_wait";
+    case cudaGraphNodeTypeEventRecord:
+      return "event_record";
+    case cudaGraphNodeTypeMemAlloc:
+      return "mem_alloc";
+    case cudaGraphNodeTypeMemFree:
+      return "mem_free";
+    default:
+      return "other";
+    }
+  }
+
   std::map<const at::CUDAGeneratorState *, uint64_t> advanced_;
   bool fillAlways_ = false;
+  std::map<std::string, int64_t> nodes_;
 };
 
 /// A step's phases as one executable graph: each phase's captured graph a child node,
@@ -348,7 +406,7 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
         loss = eager_->run(phase, inputs, step);
         lastStats_ = eager_->lastStats();
       } else {
-        c.graph = std::make_unique<PhaseGraph>(/*keep=*/options_.stepGraphs);
+        c.graph = std::make_unique<PhaseGraph>();
         // Capture writes the generators' device tensors (their seed, offset 0).
         rng_->known.clear();
         try {
@@ -380,6 +438,14 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
   lastRun_.replayed = true;
   lastStats_ = c.stats;
   return c.loss;
+}
+
+GraphNodeCounts CudaGraphExecutor::graphNodes() const {
+  GraphNodeCounts counts;
+  for (const auto &[key, c] : phases_)
+    if (c->graph && !c->graph->nodes().empty())
+      counts[key] = c->graph->nodes();
+  return counts;
 }
 
 } // namespace ganc::backend

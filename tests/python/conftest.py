@@ -60,6 +60,12 @@ def gradient_dumps(spec, steps, got_dir, ref_dir, ref_loader=None):
             yield step, phase["name"], got, ref
 
 
+# timing.json's fields, the same on CPU and on CUDA.
+TIMING_FIELDS = {"device", "step_seconds", "work_seconds", "overhead_seconds", "run_host_seconds",
+                 "replay_host_seconds", "replay_launch_seconds", "graph_nodes", "skipped_steps",
+                 "wall_seconds"}
+
+
 def compile_plan(ganc_bin, model, out):
     plan = os.path.join(out, model + ".plan")
     subprocess.run([ganc_bin, "compile", archive(model), "-o", plan], check=True)

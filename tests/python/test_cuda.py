@@ -29,7 +29,7 @@ import torch
 
 import ganc
 from ganc import oracle
-from conftest import archive, gradient_dumps
+from conftest import TIMING_FIELDS, archive, gradient_dumps
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="no CUDA GPU on this machine; the CUDA Graph tests need one")
@@ -263,7 +263,13 @@ def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):
     assert len(t["step_seconds"]) == len(t["work_seconds"]) == len(t["overhead_seconds"]) == 10
     assert all(w > 0 for w in t["work_seconds"])
     assert len(t["replay_host_seconds"]) == 2 * (10 - 2)  # both phases, after warm-up and capture
-    report("timing/dcgan32", {k: t[k] for k in ("work_seconds", "step_seconds", "replay_host_seconds")})
+    assert set(t) == TIMING_FIELDS
+    # Each captured phase's graph: its nodes by kind, kernels among them, adding up to the total.
+    assert set(t["graph_nodes"]) == {"d", "g"}, t["graph_nodes"]
+    for phase, nodes in t["graph_nodes"].items():
+        assert nodes["kernel"] > 0 and nodes["total"] == sum(n for k, n in nodes.items() if k != "total"), nodes
+    report("timing/dcgan32", {k: t[k] for k in ("work_seconds", "step_seconds", "replay_host_seconds",
+                                                 "graph_nodes")})
 
 
 # Sharded optimizer state on CUDA at 2 ranks on the one GPU: NCCL will not put two ranks on

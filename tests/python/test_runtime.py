@@ -1,4 +1,5 @@
 """Runtime behaviour: exact resume, checkpoints Python can load, image folders. (Faults: test_faults.py.)"""
+import json
 import os
 import subprocess
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 
 import ganc
-from conftest import archive, compile_plan, train_args
+from conftest import TIMING_FIELDS, archive, compile_plan, train_args
 
 
 # pggan_quick: resumed at step 4, in the middle of the 16x16 fade-in, and trained on across
@@ -45,6 +46,21 @@ def test_resume_continues_exactly(ganc_bin, datasets, tmp_path, model, steps, sp
     for name, state in a["loss_scalers"].items():
         for key, t in state.items():
             assert torch.equal(t, b["loss_scalers"][name][key]), f"loss scaler {name}: {key} differs"
+
+
+def test_timing_lists_every_field_on_cpu(ganc_bin, datasets, tmp_path):
+    """timing.json on CPU: the fields CUDA runs write too (test_cuda checks those), a value per
+    step, a host time per phase run, no replays and no captured graphs."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    out = str(tmp_path / "run")
+    subprocess.run([ganc_bin, "run", "--nproc", "1", *train_args(plan, "mlp", datasets["ring"], out, 3)],
+                   check=True)
+    t = json.load(open(os.path.join(out, "timing.json")))
+    assert set(t) == TIMING_FIELDS
+    assert t["device"] == "cpu"
+    assert len(t["step_seconds"]) == len(t["work_seconds"]) == len(t["overhead_seconds"]) == 3
+    assert len(t["run_host_seconds"]) == 2 * 3  # phases d and g at every step
+    assert t["replay_host_seconds"] == t["replay_launch_seconds"] == [] and t["graph_nodes"] == {}
 
 
 def test_checkpoint_loads_into_python_modules(ganc_bin, datasets, tmp_path):
