@@ -58,9 +58,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import baselines  # noqa: E402
 
 GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
-# model -> (data set, image size, phases eager DDP cannot run)
 # --sides: the rows, in the table's order.
 SIDES = ["ddp", "ddp_cl", "flat", "compile", "ganc_eager", "ganc_nchw", "ganc_step", "ganc"]
+# model -> (data set, image size, phases eager DDP cannot run)
 MODELS = {
     "dcgan64": ("digits", 64, ()),
     "stylegan2": ("digits", 32, ("Greg", "Dreg")),
