@@ -155,23 +155,23 @@ private:
   /// Counts the kept graph's nodes by type. Only a statistic: where the runtime cannot list
   /// them, the counts stay empty and training goes on.
   void countNodes() {
+    auto failed = [this](cudaError_t status) {
+      if (status == cudaSuccess)
+        return false;
+      (void)cudaGetLastError();
+      nodes_.clear();
+      return true;
+    };
     size_t count = 0;
-    if (cudaGraphGetNodes(graph_, nullptr, &count) != cudaSuccess) {
-      (void)cudaGetLastError();
+    if (failed(cudaGraphGetNodes(graph_, nullptr, &count)))
       return;
-    }
     std::vector<cudaGraphNode_t> nodes(count);
-    if (count > 0 && cudaGraphGetNodes(graph_, nodes.data(), &count) != cudaSuccess) {
-      (void)cudaGetLastError();
+    if (count > 0 && failed(cudaGraphGetNodes(graph_, nodes.data(), &count)))
       return;
-    }
     for (size_t i = 0; i < count; ++i) {
       cudaGraphNodeType type{};
-      if (cudaGraphNodeGetType(nodes[i], &type) != cudaSuccess) {
-        (void)cudaGetLastError();
-        nodes_.clear();
+      if (failed(cudaGraphNodeGetType(nodes[i], &type)))
         return;
-      }
       ++nodes_[nodeKind(type)];
     }
     nodes_["total"] = static_cast<int64_t>(count);
