@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 # StyleGAN2-style (Karras et al. 2020): a mapping network z -> w, a synthesis network of
 # modulated, demodulated convolutions from a learned 4x4 constant with skip to-RGB outputs, a
-# residual discriminator with minibatch standard deviation. Four phases as in StyleGAN2:
+# residual discriminator with minibatch standard deviation; equalised learning rate in every
+# layer of both networks. Four phases as in StyleGAN2:
 # Gmain, Greg (path-length regularisation every 4 steps), Dmain, Dreg (R1 every 16 steps),
 # each regulariser's loss multiplied by its interval; G_ema averaged after every step. The
 # channels at each resolution are `channels` (the small default: 32 everywhere) or, given a
@@ -35,6 +36,24 @@ class EqualLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight * self.weight_gain, self.bias * self.bias_gain)
+
+
+class EqualConv2d(nn.Module):
+    """Convolution with equalised learning rate, as every layer of StyleGAN2's discriminator:
+    N(0, 1) weights scaled by 1/sqrt(fan-in) at run time, so Adam's step is the same relative
+    size in every layer. (With PyTorch's default initialisation instead, StyleGAN2's learning
+    rate makes the full-size discriminator's outputs explode within a few steps, in eager
+    PyTorch as in ganc.)"""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel: int, bias: bool = True):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(out_channels, in_channels, kernel, kernel))
+        self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
+        self.weight_gain = 1.0 / math.sqrt(in_channels * kernel * kernel)
+        self.padding = kernel // 2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(x, self.weight * self.weight_gain, self.bias, padding=self.padding)
 
 
 class MappingNetwork(nn.Module):
@@ -152,9 +171,9 @@ class StyleGenerator(nn.Module):
 class ResidualDownBlock(nn.Module):
     def __init__(self, in_channels: int, out_channels: int):
         super().__init__()
-        self.conv0 = nn.Conv2d(in_channels, in_channels, 3, 1, 1)
-        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, 1, 1)
-        self.skip = nn.Conv2d(in_channels, out_channels, 1, bias=False)
+        self.conv0 = EqualConv2d(in_channels, in_channels, 3)
+        self.conv1 = EqualConv2d(in_channels, out_channels, 3)
+        self.skip = EqualConv2d(in_channels, out_channels, 1, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.skip(F.avg_pool2d(x, 2))
@@ -169,12 +188,12 @@ class StyleDiscriminator(nn.Module):
         super().__init__()
         ch = [channels_at(resolution >> i, channels, channel_base, channel_max)
               for i in range(int(math.log2(resolution)) - 1)]  # at resolution, ..., 8, 4
-        self.from_rgb = nn.Conv2d(3, ch[0], 1)
+        self.from_rgb = EqualConv2d(3, ch[0], 1)
         self.blocks = nn.ModuleList([ResidualDownBlock(ch[i], ch[i + 1]) for i in range(len(ch) - 1)])
         self.mbstd_group = mbstd_group
-        self.conv = nn.Conv2d(ch[-1] + 1, ch[-1], 3, 1, 1)
-        self.fc = nn.Linear(ch[-1] * 16, ch[-1])
-        self.out = nn.Linear(ch[-1], 1)
+        self.conv = EqualConv2d(ch[-1] + 1, ch[-1], 3)
+        self.fc = EqualLinear(ch[-1] * 16, ch[-1])
+        self.out = EqualLinear(ch[-1], 1)
 
     def forward(self, img: torch.Tensor) -> torch.Tensor:
         x = F.leaky_relu(self.from_rgb(img), 0.2) * math.sqrt(2.0)
