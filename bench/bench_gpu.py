@@ -27,7 +27,11 @@ the timed run, where the GPU is the bottleneck, a graph launch also waits for la
 space, which is not host work. `--json PATH` also writes every number.
 
     python3 bench/bench_gpu.py [--iters 320] [--warmup 64] [--models dcgan64,stylegan2]
-                               [--sides ganc,ganc_step,...]
+                               [--sides ganc,ganc_step,...] [--repeat N]
+
+The Python baselines are host-bound and their speed varies between runs on one machine:
+`--repeat 3` measures every side three times, alternating, and gives each row's median and
+range.
 
 `--models stylegan2_256` also takes StyleGAN2 at full size (49M parameters, 256 pixels).
 """
@@ -192,12 +196,29 @@ def fmt_nodes(graph_nodes):
                      for phase, nodes in graph_nodes.items())
 
 
+def combine(runs):
+    """One row from a side's runs (one per round): the median step time and its range, the
+    median GPU busy fraction; the first error if no run succeeded."""
+    ok = sorted((r for r in runs if "error" not in r), key=lambda r: r["seconds"])
+    if not ok:
+        return runs[0]
+    row = dict(ok[len(ok) // 2])
+    row.update(runs=runs, min_seconds=ok[0]["seconds"], max_seconds=ok[-1]["seconds"],
+               busy=sorted(r["busy"] for r in ok)[len(ok) // 2])
+    return row
+
+
 def fmt_row(name, r, ref):
     if "error" in r:
         return f"{name:34} {'fails: ' + r['error']}"
     speedup = f"{r['seconds'] / ref['seconds']:.2f}x" if ref and "seconds" in ref else "n/a"
+    spread = ""
+    if len(r.get("runs", ())) > 1:
+        failed = sum("error" in run for run in r["runs"])
+        spread = (f"  {r['min_seconds'] * 1e3:.3f}-{r['max_seconds'] * 1e3:.3f} ms over "
+                  f"{len(r['runs']) - failed} runs" + (f" ({failed} failed)" if failed else ""))
     return (f"{name:34} {r['seconds'] * 1e3:9.3f} {1 / r['seconds']:9.1f} {speedup:>13} "
-            f"{r['busy'] * 100:8.1f}%")
+            f"{r['busy'] * 100:8.1f}%{spread}")
 
 
 def main():
@@ -208,12 +229,17 @@ def main():
     parser.add_argument("--models", default="dcgan64,stylegan2")
     parser.add_argument("--sides", default=",".join(SIDES),
                         help="which rows to measure (default: all): " + ", ".join(SIDES))
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds: each round measures every side once, in the table's order; "
+                        "rows give the median ms/step (ratios between medians) and the range")
     parser.add_argument("--json", help="also write every number here")
     args = parser.parse_args()
     wanted = args.sides.split(",")
     unknown = [w for w in wanted if w not in SIDES]
     if unknown:
         parser.error(f"--sides: unknown side {unknown[0]!r} (known: {', '.join(SIDES)})")
+    if args.repeat < 1:
+        parser.error("--repeat: at least 1")
     if not torch.cuda.is_available():
         sys.exit("bench_gpu.py needs a CUDA GPU")
     device = torch.cuda.get_device_name(0)
@@ -242,16 +268,25 @@ def main():
                      ("ganc_eager", "ganc eager (--cuda-graphs off)", own("off")),
                      ("ganc_nchw", "ganc replay, NCHW layout", own(layout="contiguous")),
                      ("ganc_step", "ganc, one launch per step", own("step")),
-                     ("ganc", "ganc (CUDA Graph replay)", lambda: g)]
+                     ("ganc", "ganc (CUDA Graph replay)", own())]
             rows = results["models"][model] = {}
             lines.append(f"\n{model}, batch {zoo.build(model)[1]['batch_size']}")
             lines.append(f"{'method':34} {'ms/step':>9} {'steps/s':>9} {'ganc speed-up':>13} {'GPU busy':>9}")
-            for key, name, measure in sides:
-                if key not in wanted:
-                    continue
-                rows[name] = measure()
+            measured = [(key, name, measure) for key, name, measure in sides if key in wanted]
+            runs = {name: [] for _, name, _ in measured}
+            for round_ in range(args.repeat):
+                for key, name, measure in measured:
+                    # Round 0's ganc row is the run measured above.
+                    runs[name].append(g if key == "ganc" and round_ == 0 else measure())
+                    r = runs[name][-1]
+                    ms = f"{r['seconds'] * 1e3:.3f} ms/step" if "seconds" in r else "fails: " + r["error"]
+                    print(f"[bench] {model}, round {round_ + 1}/{args.repeat}: {name}: {ms}",
+                          flush=True)  # progress survives a time limit
+            if "ganc" in wanted:
+                g = combine(runs["ganc (CUDA Graph replay)"])
+            for _, name, _ in measured:
+                rows[name] = combine(runs[name])
                 lines.append(fmt_row(name, rows[name], g))
-                print(f"[bench] {model}: {lines[-1]}", flush=True)  # progress survives a time limit
             # Host time from runs that wait for the GPU after every step (--log-every 1), so no
             # launch waits for launch-queue space; per replayed phase, and with one launch per
             # step that launch shared by the step's phases.

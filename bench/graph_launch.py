@@ -1,0 +1,93 @@
+"""What a CUDA Graph launch costs the host, by the graph's size and shape.
+
+ganc replays each phase as one `cudaGraphLaunch`, and on an H100 that launch is most of the
+host time per replayed phase (timing.json's `replay_launch_seconds`; its `graph_nodes` counts
+each phase graph's nodes by kind). This probe captures synthetic graphs of N tiny kernels and
+times their launches on the host, so that a phase's launch time can be read against its node
+count and shape:
+
+- straight: N kernels on one stream, each after the last;
+- forked: the same, with every 16th kernel on a side stream that the main stream waits for
+  (the shape a captured phase has: each bucket's all-reduce on the communication stream);
+- memcpy: every other node a device-to-device copy instead of a kernel.
+
+For each, the median host time of `cudaGraphLaunch` (through torch.cuda.CUDAGraph.replay)
+with the GPU idle at the launch (synchronised after each) and the fitted cost per node.
+
+    python3 bench/graph_launch.py [--nodes 1,32,128,512] [--launches 200] [--json PATH]
+"""
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+
+def capture(nodes: int, shape: str):
+    """The graph and the buffers its replays use (kept alive with it)."""
+    x = torch.zeros(256, device="cuda")
+    y = torch.zeros(256, device="cuda")
+    side = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    warm = torch.cuda.Stream()
+    warm.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warm):  # allocator and kernels warmed outside the capture
+        x.add_(1.0)
+        y.copy_(x)
+    torch.cuda.current_stream().wait_stream(warm)
+    with torch.cuda.graph(graph):
+        for i in range(nodes):
+            if shape == "forked" and i % 16 == 15:
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    y.add_(1.0)
+                torch.cuda.current_stream().wait_stream(side)
+            elif shape == "memcpy" and i % 2 == 1:
+                y.copy_(x)  # contiguous, same dtype and device: cudaMemcpyAsync, a memcpy node
+            else:
+                x.add_(1.0)
+    return graph, (x, y, side)
+
+
+def launch_seconds(captured, launches: int) -> float:
+    graph, _ = captured
+    graph.replay()  # the first launch uploads the graph
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(launches):
+        start = time.perf_counter()
+        graph.replay()
+        times.append(time.perf_counter() - start)
+        torch.cuda.synchronize()
+    return sorted(times)[len(times) // 2]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", default="1,32,128,512")
+    parser.add_argument("--launches", type=int, default=200)
+    parser.add_argument("--json", help="also write every number here")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("graph_launch.py needs a CUDA GPU")
+    sizes = [int(n) for n in args.nodes.split(",")]
+    results = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "shapes": {}}
+    print(f"{results['device']}, torch {torch.__version__}: host time of one graph launch, GPU idle "
+          f"(median of {args.launches})")
+    print(f"{'shape':10}" + "".join(f"{n:>9} nodes" for n in sizes) + "   per node")
+    for shape in ("straight", "forked", "memcpy"):
+        seconds = [launch_seconds(capture(n, shape), args.launches) for n in sizes]
+        # Least-squares slope: the launch's cost per node.
+        mean_n, mean_s = sum(sizes) / len(sizes), sum(seconds) / len(seconds)
+        slope = (sum((n - mean_n) * (s - mean_s) for n, s in zip(sizes, seconds)) /
+                 max(sum((n - mean_n) ** 2 for n in sizes), 1e-30))
+        results["shapes"][shape] = {"nodes": sizes, "seconds": seconds, "seconds_per_node": slope}
+        print(f"{shape:10}" + "".join(f"{s * 1e6:12.1f} us" for s in seconds) + f"  {slope * 1e6:8.3f} us")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
