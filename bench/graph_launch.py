@@ -18,6 +18,7 @@ with the GPU idle at the launch (synchronised after each) and the fitted cost pe
 """
 import argparse
 import json
+import statistics
 import sys
 import time
 
@@ -78,10 +79,8 @@ def main():
     print(f"{'shape':10}" + "".join(f"{n:>9} nodes" for n in sizes) + "   per node")
     for shape in ("straight", "forked", "memcpy"):
         seconds = [launch_seconds(capture(n, shape), args.launches) for n in sizes]
-        # Least-squares slope: the launch's cost per node.
-        mean_n, mean_s = sum(sizes) / len(sizes), sum(seconds) / len(seconds)
-        slope = (sum((n - mean_n) * (s - mean_s) for n, s in zip(sizes, seconds)) /
-                 max(sum((n - mean_n) ** 2 for n in sizes), 1e-30))
+        # The least-squares slope: the launch's cost per node.
+        slope = statistics.linear_regression(sizes, seconds).slope if len(set(sizes)) > 1 else 0.0
         results["shapes"][shape] = {"nodes": sizes, "seconds": seconds, "seconds_per_node": slope}
         print(f"{shape:10}" + "".join(f"{s * 1e6:12.1f} us" for s in seconds) + f"  {slope * 1e6:8.3f} us")
     if args.json:
