@@ -86,3 +86,9 @@ def build(name: str):
         raise SystemExit(f"unknown model {name!r}; the zoo has: {', '.join(sorted(ZOO) + sorted(LARGE))}")
     torch.manual_seed(0)
     return make()
+
+
+def module(name: str) -> torch.nn.Module:
+    """The model `build(name)` makes, without its spec (for references that run the Python
+    class eagerly with an archive's weights)."""
+    return build(name)[0]

@@ -22,6 +22,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from .exporter import load_spec
 from .spec import fade_at, lr_scheduler, optimizer_groups, optimizer_settings, stage_at, within
 
 
@@ -191,9 +192,22 @@ def to_channels_last(module) -> bool:
     return any_
 
 
+def _eager_twin(scripted, module, spec):
+    """`module` (the Python class the archive was exported from) with the archive's weights
+    and buffers, its `sync_batch_norm` submodules' batch norms made torch.nn.SyncBatchNorm
+    (which shares their parameters and buffers)."""
+    module = module.to(getattr(torch, spec.get("dtype", "float32")))
+    module.load_state_dict(scripted.state_dict())
+    for path in spec.get("sync_batch_norm", []):
+        *parents, leaf = path.split(".")
+        owner = module.get_submodule(".".join(parents)) if parents else module
+        setattr(owner, leaf, torch.nn.SyncBatchNorm.convert_sync_batchnorm(getattr(owner, leaf)))
+    return module
+
+
 def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device, reducer,
             deterministic=False, benchmark=True, channels_last=False, global_batch_of=0, zero=False,
-            shared_gpu=False):
+            shared_gpu=False, eager_model=None):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
@@ -209,11 +223,13 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
     dist.init_process_group("nccl" if cuda and not shared_gpu else "gloo", rank=rank, world_size=world)
     files = {"ganc.json": ""}
     gan = torch.jit.load(archive, _extra_files=files)
+    spec = json.loads(files["ganc.json"])
+    if eager_model is not None:
+        gan = _eager_twin(gan, eager_model(), spec)
     if cuda:
         gan = gan.to(f"cuda:{gpu}")
     if channels_last:
         channels_last = to_channels_last(gan)
-    spec = json.loads(files["ganc.json"])
     gan.train()
     data = labels = None
     if data_path:
@@ -381,7 +397,7 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
 
 def run(archive, data_path, world, steps, seed, out_dir, device="cpu", reducer="ddp",
         deterministic=False, benchmark=True, channels_last=False, global_batch=False, zero=False,
-        shared_gpu=False):
+        shared_gpu=False, eager_model=None):
     """Trains `steps` steps on `world` ranks (Gloo on CPU, NCCL with one GPU per rank on
     CUDA); rank 0 writes the all-reduced gradients of every step and phase, and the final
     parameters and buffers, to `out_dir`.
@@ -399,10 +415,19 @@ def run(archive, data_path, world, steps, seed, out_dir, device="cpu", reducer="
     `zero`: every optimizer is a ZeroRedundancyOptimizer (the reference for ganc's `zero`).
     `shared_gpu`: on CUDA, the ranks share the GPUs there are (rank % GPUs) over Gloo, as
     ganc's `--dist-backend gloo` does (NCCL takes one GPU per rank).
+    `eager_model`: a picklable callable returning the Python module the archive was exported
+    from; the reference then runs that module eagerly with the archive's weights, and the
+    batch norms of the spec's `sync_batch_norm` submodules are torch.nn.SyncBatchNorm (on
+    CUDA tensors only: SyncBatchNorm refuses CPU ones). A spec with `sync_batch_norm` at more
+    than one rank needs this or `global_batch`: the archive alone has per-rank batch norm.
     """
+    spec = load_spec(archive)
+    if spec.get("sync_batch_norm") and world > 1 and not global_batch and eager_model is None:
+        raise ValueError(f"{archive}: its spec synchronises batch norm ('sync_batch_norm'); the eager "
+                         "reference at more than one rank needs global_batch=True or eager_model=")
     os.makedirs(out_dir, exist_ok=True)
     procs = 1 if global_batch else world
     mp.spawn(_worker, args=(procs, free_port(), archive, data_path, steps, seed, out_dir, device, reducer,
                             deterministic, benchmark, channels_last, world if global_batch else 0, zero,
-                            shared_gpu),
+                            shared_gpu, eager_model),
              nprocs=procs, join=True)

@@ -16,7 +16,8 @@ dropout and augmentation in its phases:
 - a phase with a host sync falls back to eager with its reason printed once;
 - 2 ranks sharing the GPU over Gloo (NCCL takes one GPU per rank): against eager DDP with 2
   ranks on it over Gloo, and sharded optimizer state (zero 1 and 2) against unsharded, with
-  the checkpoint's gathered state.
+  the checkpoint's gathered state; ganc's synchronised batch norm against eager DDP with
+  torch.nn.SyncBatchNorm, 2 ranks on the GPU over Gloo.
 
 Measured distances are printed, and written to $GANC_GPU_REPORT/test_cuda.json when set.
 """
@@ -305,6 +306,31 @@ def test_two_ranks_on_one_gpu_match_eager_ddp(ganc_bin, datasets, tmp_path, mode
     report(f"two_ranks_one_gpu/{model}", {"grad": grad, "param": param, "first_difference": first})
     assert grad <= 1e-5, f"gradients differ from eager DDP by {grad:.2e}; first at {first}"
     assert param <= 1e-5, f"parameters differ from eager DDP by {param:.2e} after {steps} steps"
+
+
+# ganc's synchronised batch norm against torch.nn.SyncBatchNorm itself (which refuses CPU
+# tensors, so on CPU the reference is one process on the concatenated batch): 2 ranks on the
+# one GPU over Gloo, where SyncBatchNorm all-gathers too. The reference runs the zoo's Python
+# class with the archive's weights, its generator's BatchNorms converted by
+# SyncBatchNorm.convert_sync_batchnorm. float64: the statistics are combined in another order
+# (per-rank means and variances, against ganc's summed moments).
+TORCH_SYNC_BN = [("dcgan32_syncbn_f64", "dcgan32_syncbn"), ("dcgan32_all_f64", "dcgan32_all")]
+
+
+@pytest.mark.parametrize("model,python_model", TORCH_SYNC_BN, ids=[m[0] for m in TORCH_SYNC_BN])
+def test_two_ranks_on_one_gpu_sync_batch_norm_matches_torch_syncbatchnorm(ganc_bin, datasets, tmp_path, model,
+                                                                          python_model):
+    import functools
+    import zoo
+    spec = ganc.load_spec(archive(model))
+    got, _ = train_cuda(ganc_bin, model, datasets["digits"], str(tmp_path / "ganc"), 10, *SHARED_GPU, nproc=2)
+    ref = str(tmp_path / "syncbn")
+    oracle.run(archive(model), datasets["digits"], 2, 10, SEED, out_dir=ref, device="cuda", deterministic=True,
+               channels_last=True, shared_gpu=True, eager_model=functools.partial(zoo.module, python_model))
+    grad, param, first = distances(got, ref, spec, 10)
+    report(f"torch_syncbn/{model}", {"grad": grad, "param": param, "first_difference": first})
+    assert grad <= 1e-9, f"gradients differ from DDP with torch.nn.SyncBatchNorm by {grad:.2e}; first at {first}"
+    assert param <= 1e-9, f"parameters differ from DDP with torch.nn.SyncBatchNorm by {param:.2e}"
 
 
 @pytest.mark.parametrize("model", GLOO_ZERO)

@@ -332,3 +332,27 @@ def check_loss_scaling(spec, got_dir, ref_dir, overflows):
     overflowed = any(not torch.isfinite(g).all() for _, _, got_grads, _ in
                      gradient_dumps(spec, STEPS, got_dir, ref_dir) for g in got_grads.values())
     assert overflowed, "no step overflowed: the skip was not exercised"
+
+
+def test_the_python_class_reference_trains_like_the_archive(datasets, tmp_path):
+    """The reference the GPU test of synchronised batch norm uses (torch.nn.SyncBatchNorm
+    refuses CPU tensors): the zoo's Python class, run eagerly with the archive's weights,
+    trains bit for bit like the archive at 2 ranks. A spec that synchronises batch norm has no
+    per-rank reference in its archive alone: the oracle refuses to make one."""
+    import functools
+    import zoo
+    runs = {}
+    for side, model in (("archive", None), ("python", functools.partial(zoo.module, "dcgan32"))):
+        runs[side] = str(tmp_path / side)
+        oracle.run(archive("dcgan32"), datasets["digits"], 2, 4, SEED, out_dir=runs[side], eager_model=model)
+    compared = 0
+    for step, phase, python, scripted in gradient_dumps(ganc.load_spec(archive("dcgan32")), 4, runs["python"],
+                                                        runs["archive"], torch.load):
+        for p in scripted:
+            assert torch.equal(python[p], scripted[p]), f"step {step}, phase {phase}: {p}"
+            compared += 1
+    assert compared > 0
+    python, scripted = (torch.load(os.path.join(runs[s], "params_final.pt")) for s in ("python", "archive"))
+    assert set(python) == set(scripted) and all(torch.equal(python[p], scripted[p]) for p in scripted)
+    with pytest.raises(ValueError, match="'sync_batch_norm'.*global_batch=True or eager_model="):
+        oracle.run(archive("dcgan32_syncbn_f64"), datasets["digits"], 2, 1, SEED, out_dir=str(tmp_path / "x"))
