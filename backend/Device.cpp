@@ -7,7 +7,13 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #endif
 
+#include <torch/csrc/autograd/profiler_kineto.h>
+
+#include <algorithm>
 #include <deque>
+#include <limits>
+#include <set>
+#include <stdexcept>
 
 namespace ganc::backend {
 
@@ -115,6 +121,72 @@ void PhaseTimer::collect(bool wait) {
     events_->pending.pop_front();
   }
 #endif
+}
+
+namespace {
+
+namespace profiler = torch::autograd::profiler;
+using torch::profiler::impl::ActivityType;
+using torch::profiler::impl::ProfilerConfig;
+using torch::profiler::impl::ProfilerState;
+
+// CPU with CUDA, as torch.profiler's default: the eager loops' figures are taken this way.
+const std::set<ActivityType> kActivities = {ActivityType::CPU, ActivityType::CUDA};
+
+void synchronizeDevice() {
+#ifdef GANC_WITH_CUDA
+  C10_CUDA_CHECK(cudaDeviceSynchronize());
+#endif
+}
+
+} // namespace
+
+KernelTrace::KernelTrace() {
+#ifndef GANC_WITH_CUDA
+  throw std::runtime_error("this ganc was built without CUDA");
+#endif
+  profiler::prepareProfiler(ProfilerConfig(ProfilerState::KINETO), kActivities);
+}
+
+KernelTrace::~KernelTrace() {
+  if (running_)
+    profiler::disableProfiler();
+}
+
+void KernelTrace::start() {
+  synchronizeDevice();
+  profiler::enableProfiler(ProfilerConfig(ProfilerState::KINETO), kActivities);
+  running_ = true;
+  start_ = std::chrono::steady_clock::now();
+}
+
+KernelTrace::Result KernelTrace::stop() {
+  synchronizeDevice();
+  Result result;
+  result.wallSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  running_ = false;
+  std::unique_ptr<profiler::ProfilerResult> trace = profiler::disableProfiler();
+  std::vector<std::pair<double, double>> intervals;
+  for (const profiler::KinetoEvent &event : trace->events())
+    if (event.deviceType() == c10::DeviceType::CUDA)
+      intervals.emplace_back(static_cast<double>(event.startNs()),
+                             static_cast<double>(event.endNs()));
+  result.activities = static_cast<int64_t>(intervals.size());
+  result.busySeconds = unionLength(std::move(intervals)) / 1e9;
+  return result;
+}
+
+double KernelTrace::unionLength(std::vector<std::pair<double, double>> intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  double total = 0, end = -std::numeric_limits<double>::infinity();
+  for (const auto &[a, b] : intervals) {
+    const double from = std::max(a, end);
+    if (b > from)
+      total += b - from;
+    end = std::max(end, b);
+  }
+  return total;
 }
 
 bool toChannelsLast(torch::jit::Module &module) {

@@ -5,7 +5,9 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace ganc::backend {
@@ -51,6 +53,34 @@ private:
   bool onDevice_ = false;
   std::unique_ptr<Events> events_;
   std::vector<double> seconds_;
+};
+
+/// --kernel-time: the CUDA profiler (CUPTI, through LibTorch's Kineto profiler) over a window
+/// of steps, for how long the GPU ran anything (kernels, copies, memsets; work overlapping on
+/// two streams counts once) against the window's wall time: the busy fraction torch.profiler
+/// gives an eager loop, measured the same way for captured graphs.
+class KernelTrace {
+public:
+  struct Result {
+    double wallSeconds = 0; // from a synchronised start to a synchronised stop
+    double busySeconds = 0; // the union of the GPU activities' intervals
+    int64_t activities = 0; // kernels, copies and memsets recorded
+  };
+  /// Sets the profiler up (CUPTI's start-up cost stays outside the window). Throws where the
+  /// profiler cannot trace CUDA.
+  KernelTrace();
+  ~KernelTrace();
+  /// Waits for the GPU, starts tracing and the clock.
+  void start();
+  /// Waits for the GPU, stops tracing and the clock.
+  Result stop();
+  bool running() const { return running_; }
+  /// The length of the union of [start, end) intervals (any unit).
+  static double unionLength(std::vector<std::pair<double, double>> intervals);
+
+private:
+  bool running_ = false;
+  std::chrono::steady_clock::time_point start_;
 };
 
 /// Converts every 4-D parameter and buffer of `module` to the channels-last (NHWC) layout in

@@ -20,8 +20,10 @@ fused Adam with the spec's hyper-parameters everywhere), cuDNN benchmark mode on
   layout on CUDA (channels-last for convolutional models).
 
 Prints ms per step (a step runs every phase due at it), steps/s, ganc's speed-up over each
-side, the GPU busy fraction (baselines: CUDA kernel time / wall time under torch.profiler;
-ganc: the phases' GPU time from CUDA events / wall time) and ganc's host time per replayed
+side, the GPU busy fraction (every side: how long the GPU ran kernels, copies or memsets,
+overlaps counted once, over the wall time of 16 steps after the timed ones, under the CUDA
+profiler: torch.profiler for the baselines, `ganc run --kernel-time 16` for ganc, the same
+Kineto/CUPTI trace) and ganc's host time per replayed
 phase, from a second ganc run that waits for the GPU after every step (`--log-every 1`): in
 the timed run, where the GPU is the bottleneck, a graph launch also waits for launch-queue
 space, which is not host work. `--json PATH` also writes every number.
@@ -73,12 +75,22 @@ MODELS = {
 }
 
 
+# Steps each side runs under the CUDA profiler after its timed ones, for the GPU busy fraction.
+TRACED = 16
+
+
 def _kernel_seconds(prof) -> float:
-    total = 0.0
-    for evt in prof.events():
-        if evt.device_type == torch.autograd.DeviceType.CUDA:  # a kernel or memcpy on the GPU
-            total += evt.time_range.elapsed_us() / 1e6
-    return total
+    """How long the GPU ran anything (kernels, copies, memsets) in the profile: the union of
+    their intervals, so work overlapping on two streams (DDP's all-reduces during backward)
+    counts once, as ganc's --kernel-time counts it."""
+    spans = sorted((evt.time_range.start, evt.time_range.end) for evt in prof.events()
+                   if evt.device_type == torch.autograd.DeviceType.CUDA)
+    total, end = 0.0, float("-inf")
+    for a, b in spans:
+        if b > max(a, end):
+            total += b - max(a, end)
+        end = max(end, b)
+    return total / 1e6  # microseconds
 
 
 def _baseline(rank, port, model, style, data_path, iters, warmup, result_path):
@@ -131,7 +143,7 @@ def _baseline(rank, port, model, style, data_path, iters, warmup, result_path):
                                                 torch.profiler.ProfilerActivity.CPU]) as prof:
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            for _ in range(16):
+            for _ in range(TRACED):
                 iteration()
             torch.cuda.synchronize()
             wall = time.perf_counter() - t0
@@ -165,21 +177,30 @@ def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_ev
         ganc.export(gan, archive, spec)
         subprocess.run([GANC, "compile", archive, "-o", plan], check=True)
     out = os.path.join(tmp, f"{model}_ganc_{graphs}_{layout}_{log_every}")
-    steps = warmup + iters
+    # The timed steps, then TRACED more under the CUDA profiler (--kernel-time) for the busy
+    # fraction, measured as the baselines' is.
+    steps = warmup + iters + TRACED
     r = subprocess.run([GANC, "run", "--nproc", "1", plan, "--model", archive, "--data", data,
                         "--device", "cuda", "--steps", str(steps), "--out", out, "--sample-every", "0",
                         "--checkpoint-every", "0", "--log-every", str(log_every or steps), "--warmup", "3",
-                        "--force", "--tensorboard", "off",
+                        "--force", "--tensorboard", "off", "--kernel-time", str(TRACED),
                         "--cuda-graphs", graphs, "--memory-format", layout],
                        capture_output=True, text=True)
     if r.returncode != 0:
         return {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"}
     t = json.load(open(os.path.join(out, "timing.json")))
-    steady = t["step_seconds"][warmup:]  # the last step waits for the GPU (it reads the losses)
-    replay = sorted(t["replay_host_seconds"])
-    launch = sorted(t["replay_launch_seconds"])
+    steady = t["step_seconds"][warmup:warmup + iters]
+    # Host times of the phases replayed in the timed steps (the traced ones come last).
+    traced = sum(1 for step in range(warmup + iters, steps) for p in spec["phases"]
+                 if step % p.get("interval", 1) == 0)
+    replay = sorted(t["replay_host_seconds"][:max(0, len(t["replay_host_seconds"]) - traced)])
+    launch = sorted(t["replay_launch_seconds"][:max(0, len(t["replay_launch_seconds"]) - traced)])
+    kernels = t["kernel_time"] or {"error": "no kernel_time in timing.json"}
+    if "error" in kernels:  # the row keeps its speed; the busy column says why it is missing
+        print(f"[bench] {model}: --kernel-time failed: {kernels['error']}", flush=True)
     return {"seconds": sum(steady) / len(steady),
-            "busy": sum(t["work_seconds"][warmup:]) / sum(steady),
+            "busy": None if "error" in kernels else kernels["busy_seconds"] / kernels["wall_seconds"],
+            "phase_busy": sum(t["work_seconds"][warmup:warmup + iters]) / sum(steady),
             "host_per_replay": replay[len(replay) // 2] if replay else None,
             "host_per_replay_mean": sum(replay) / len(replay) if replay else None,
             "host_per_replay_p90": replay[int(len(replay) * 0.9)] if replay else None,
@@ -203,8 +224,9 @@ def combine(runs):
     if not ok:
         return runs[0]
     row = dict(ok[len(ok) // 2])
+    busy = sorted(r["busy"] for r in ok if r["busy"] is not None)
     row.update(runs=runs, min_seconds=ok[0]["seconds"], max_seconds=ok[-1]["seconds"],
-               busy=sorted(r["busy"] for r in ok)[len(ok) // 2])
+               busy=busy[len(busy) // 2] if busy else None)
     return row
 
 
@@ -218,7 +240,7 @@ def fmt_row(name, r, ref):
         spread = (f"  {r['min_seconds'] * 1e3:.3f}-{r['max_seconds'] * 1e3:.3f} ms over "
                   f"{len(r['runs']) - failed} runs" + (f" ({failed} failed)" if failed else ""))
     return (f"{name:34} {r['seconds'] * 1e3:9.3f} {1 / r['seconds']:9.1f} {speedup:>13} "
-            f"{r['busy'] * 100:8.1f}%{spread}")
+            f"{'n/a' if r['busy'] is None else format(r['busy'] * 100, '8.1f') + '%':>9}{spread}")
 
 
 def main():

@@ -42,9 +42,35 @@ Progress::Progress(Session &session, int64_t firstStep)
     if (session.options.tensorboard)
       events_ = EventWriter::start(session.options.outDir);
   }
+  if (session.options.kernelTimeSteps > 0) {
+    try {
+      trace_ = std::make_unique<backend::KernelTrace>();
+    } catch (const std::exception &e) {
+      traceFailed(e.what());
+    }
+  }
+}
+
+void Progress::traceFailed(const std::string &why) {
+  std::string line = why.substr(0, why.find('\n'));
+  kernelTime_ = {{"error", line}};
+  trace_.reset();
+  if (session_.isRankZero())
+    std::cerr << "ganc: warning: --kernel-time: the CUDA profiler failed (" << line
+              << "); training goes on, timing.json has no kernel time" << std::endl;
 }
 
 void Progress::beginStep() {
+  const int64_t step = firstStep_ + static_cast<int64_t>(stepSeconds_.size());
+  const TrainOptions &o = session_.options;
+  if (trace_ && !trace_->running() && step == std::max(firstStep_, o.steps - o.kernelTimeSteps)) {
+    try {
+      trace_->start();
+      traceSteps_ = o.steps - step;
+    } catch (const std::exception &e) {
+      traceFailed(e.what());
+    }
+  }
   stepStart_ = Clock::now();
   stepWork_ = 0;
 }
@@ -170,6 +196,20 @@ Status Progress::endStep(int64_t done, int64_t images) {
   workSeconds_.push_back(stepWork_);
   imagesSinceLog_ += images;
   const TrainOptions &o = session_.options;
+  if (trace_ && trace_->running() && done == o.steps) {
+    try {
+      const backend::KernelTrace::Result r = trace_->stop();
+      if (r.activities == 0)
+        traceFailed("it recorded no GPU activity");
+      else
+        kernelTime_ = {{"steps", traceSteps_},
+                       {"wall_seconds", r.wallSeconds},
+                       {"busy_seconds", r.busySeconds},
+                       {"gpu_activities", r.activities}};
+    } catch (const std::exception &e) {
+      traceFailed(e.what());
+    }
+  }
   if (done % o.logEvery != 0 && done != o.steps)
     return Status::ok();
   for (const PendingLoss &p : pending_) {
@@ -321,6 +361,7 @@ Status Progress::finish() {
   out << ", \"replay_launch_seconds\": ";
   writeList(out, replayLaunchSeconds_);
   out << ", \"graph_nodes\": " << nlohmann::json(session_.executor->graphNodes()).dump();
+  out << ", \"kernel_time\": " << kernelTime_.dump();
   out << ", \"skipped_steps\": {" << skipped.str() << "}";
   out << ", \"wall_seconds\": " << wall << "}\n";
   if (!out)

@@ -6,6 +6,8 @@
 #include "runtime/Setup.h"
 #include "runtime/TensorBoard.h"
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -51,6 +53,8 @@ private:
   using Clock = std::chrono::steady_clock;
   Status writeSummary(double wallSeconds) const;
   Status writeProfile() const;
+  /// The kernel trace failed: the reason goes to timing.json and a warning, training goes on.
+  void traceFailed(const std::string &why);
   struct PhaseProfile {
     int64_t runs = 0; // every run, timed or not (a GPU times replays, not warm-ups)
     std::vector<double> backward, reduced, step;
@@ -97,6 +101,10 @@ private:
   Clock::time_point start_, lastLog_, stepStart_, phaseStart_;
   double stepWork_ = 0;
   backend::PhaseTimer timer_;
+  /// --kernel-time: the profiler over the run's last steps, its result (JSON) or why not.
+  std::unique_ptr<backend::KernelTrace> trace_;
+  nlohmann::json kernelTime_;
+  int64_t traceSteps_ = 0;
   std::vector<double> stepSeconds_, workSeconds_, runHostSeconds_, replayHostSeconds_,
       replayLaunchSeconds_;
 };

@@ -38,6 +38,9 @@ struct TrainOptions {
   /// Rank 0 writes the phases' timing here for `ganc simulate` (CPU ranks): per phase, the
   /// forward and backward seconds, when each bucket was ready, the optimizer's seconds.
   std::string profile;
+  /// On CUDA: the last this many steps run under the CUDA profiler; timing.json's
+  /// `kernel_time` says how long the GPU was busy in them (0: no trace).
+  int64_t kernelTimeSteps = 0;
   std::string device = "cpu";
   /// The collectives' backend: "auto" (Gloo on CPU, NCCL on CUDA), "nccl" (CUDA only) or
   /// "gloo" (on CUDA too, eagerly: Gloo copies device tensors through the host, which a CUDA

@@ -78,6 +78,9 @@ const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
   --dump-grads DIR        rank 0 writes every all-reduced gradient (parity tests)
   --profile FILE          rank 0 writes each phase's timing (compute, when each bucket was
                           ready, the optimizer) for `ganc simulate` (CPU ranks)
+  --kernel-time N         CUDA: the last N steps run under the CUDA profiler; timing.json's
+                          kernel_time holds how long the GPU was busy in them (the union of
+                          its kernels, copies and memsets) and their wall time
 ranks come from RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun's contract).
 )";
 
@@ -212,6 +215,10 @@ const std::map<std::string, OptionHandler> &trainOptions() {
        }},
       {"--dump-grads", [](R &r, S &f, O &o) { o.dumpDir = r.value(f); }},
       {"--profile", [](R &r, S &f, O &o) { o.profile = r.value(f); }},
+      {"--kernel-time",
+       [](R &r, S &f, O &o) {
+         o.kernelTimeSteps = r.number(f, std::numeric_limits<int64_t>::max(), 1);
+       }},
       {"--force", [](R &, S &, O &o) { o.force = true; }},
       {"--batch-size",
        [](R &r, S &f, O &o) {
@@ -296,6 +303,10 @@ bool parseTrain(const std::vector<std::string> &args, TrainOptions &o, std::stri
   if (o.distBackend == "gloo" && o.device == "cuda" && o.cudaGraphs) {
     error = "--dist-backend gloo on CUDA needs --cuda-graphs off: Gloo copies device tensors "
             "through the host, which a captured CUDA Graph cannot hold";
+    return false;
+  }
+  if (o.kernelTimeSteps > 0 && o.device != "cuda") {
+    error = "--kernel-time traces GPU kernels: it needs --device cuda";
     return false;
   }
   if (o.device == "cuda" && o.cudaGraphs && o.warmup < 1) {

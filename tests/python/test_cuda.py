@@ -260,9 +260,10 @@ def test_step_graphs_train_like_eager(ganc_bin, datasets, tmp_path, model, datas
 
 
 def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):
-    """timing.json on CUDA: the same fields as on CPU, the work timed on the GPU."""
+    """timing.json on CUDA: the same fields as on CPU, the work timed on the GPU; with
+    --kernel-time, the GPU's busy time over the last steps from the CUDA profiler."""
     out = str(tmp_path)
-    train_cuda(ganc_bin, "dcgan32", datasets["digits"], out, 10, "--warmup", "1")
+    train_cuda(ganc_bin, "dcgan32", datasets["digits"], out, 10, "--warmup", "1", "--kernel-time", "4")
     t = json.load(open(os.path.join(out, "train", "timing.json")))
     assert t["device"] == "cuda"
     assert len(t["step_seconds"]) == len(t["work_seconds"]) == len(t["overhead_seconds"]) == 10
@@ -273,8 +274,14 @@ def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):
     assert set(t["graph_nodes"]) == {"d", "g"}, t["graph_nodes"]
     for phase, nodes in t["graph_nodes"].items():
         assert nodes["kernel"] > 0 and nodes["total"] == sum(n for k, n in nodes.items() if k != "total"), nodes
+    # The profiler saw the 4 replayed steps' kernels (each phase's graph holds some), and the
+    # GPU was busy for part of their wall time.
+    kernels = t["kernel_time"]
+    assert kernels["steps"] == 4, kernels
+    assert kernels["gpu_activities"] >= 4 * sum(n["kernel"] for n in t["graph_nodes"].values()), kernels
+    assert 0 < kernels["busy_seconds"] <= kernels["wall_seconds"] <= sum(t["step_seconds"][-4:]) + 1, kernels
     report("timing/dcgan32", {k: t[k] for k in ("work_seconds", "step_seconds", "replay_host_seconds",
-                                                 "graph_nodes")})
+                                                 "graph_nodes", "kernel_time")})
 
 
 # Sharded optimizer state on CUDA at 2 ranks on the one GPU: NCCL will not put two ranks on

@@ -61,6 +61,7 @@ def test_timing_lists_every_field_on_cpu(ganc_bin, datasets, tmp_path):
     assert len(t["step_seconds"]) == len(t["work_seconds"]) == len(t["overhead_seconds"]) == 3
     assert len(t["run_host_seconds"]) == 2 * 3  # phases d and g at every step
     assert t["replay_host_seconds"] == t["replay_launch_seconds"] == [] and t["graph_nodes"] == {}
+    assert t["kernel_time"] is None  # no --kernel-time (CUDA only)
 
 
 def test_checkpoint_loads_into_python_modules(ganc_bin, datasets, tmp_path):
@@ -154,6 +155,8 @@ def test_the_start_up_line_says_what_runs(ganc_bin, datasets, tmp_path):
     (["--device", "cuda", "--dist-backend", "gloo", "--cuda-graphs", "step"],
      "--dist-backend gloo on CUDA needs --cuda-graphs off"),
     (["--cuda-graphs", "phase"], "--cuda-graphs takes on, off or step, not 'phase'"),
+    (["--kernel-time", "4"], "--kernel-time traces GPU kernels: it needs --device cuda"),
+    (["--device", "cuda", "--kernel-time", "0"], "--kernel-time takes an integer from 1 to"),
 ])
 def test_dist_backend_refusals_are_one_line(ganc_bin, datasets, tmp_path, args, says):
     """Combinations that cannot run are refused before any rank starts (no GPU needed)."""
