@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
+#include <map>
 #include <set>
 #include <stdexcept>
 
@@ -168,12 +169,26 @@ KernelTrace::Result KernelTrace::stop() {
   running_ = false;
   std::unique_ptr<profiler::ProfilerResult> trace = profiler::disableProfiler();
   std::vector<std::pair<double, double>> intervals;
-  for (const profiler::KinetoEvent &event : trace->events())
-    if (event.deviceType() == c10::DeviceType::CUDA)
-      intervals.emplace_back(static_cast<double>(event.startNs()),
-                             static_cast<double>(event.endNs()));
+  std::map<std::string, Activity> byName;
+  for (const profiler::KinetoEvent &event : trace->events()) {
+    if (event.deviceType() != c10::DeviceType::CUDA)
+      continue;
+    intervals.emplace_back(static_cast<double>(event.startNs()),
+                           static_cast<double>(event.endNs()));
+    Activity &a = byName[event.name()];
+    a.calls += 1;
+    a.seconds += static_cast<double>(event.endNs() - event.startNs()) / 1e9;
+  }
   result.activities = static_cast<int64_t>(intervals.size());
   result.busySeconds = unionLength(std::move(intervals)) / 1e9;
+  for (auto &[name, a] : byName) {
+    a.name = name;
+    result.top.push_back(std::move(a));
+  }
+  std::sort(result.top.begin(), result.top.end(),
+            [](const Activity &x, const Activity &y) { return x.seconds > y.seconds; });
+  if (result.top.size() > kTop)
+    result.top.resize(kTop);
   return result;
 }
 

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -61,11 +62,19 @@ private:
 /// gives an eager loop, measured the same way for captured graphs.
 class KernelTrace {
 public:
-  struct Result {
-    double wallSeconds = 0; // from a synchronised start to a synchronised stop
-    double busySeconds = 0; // the union of the GPU activities' intervals
-    int64_t activities = 0; // kernels, copies and memsets recorded
+  /// The GPU activities of one name (a kernel, "Memcpy DtoD", ...): how many, how long.
+  struct Activity {
+    std::string name;
+    int64_t calls = 0;
+    double seconds = 0;
   };
+  struct Result {
+    double wallSeconds = 0;    // from a synchronised start to a synchronised stop
+    double busySeconds = 0;    // the union of the GPU activities' intervals
+    int64_t activities = 0;    // kernels, copies and memsets recorded
+    std::vector<Activity> top; // by total time, the longest first (at most kTop)
+  };
+  static constexpr size_t kTop = 25;
   /// Sets the profiler up (CUPTI's start-up cost stays outside the window). Throws where the
   /// profiler cannot trace CUDA.
   KernelTrace();

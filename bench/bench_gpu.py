@@ -93,6 +93,27 @@ def _kernel_seconds(prof) -> float:
     return total / 1e6  # microseconds
 
 
+def _top_activities(prof, n=25):
+    """The GPU activities by name, longest total first: [{name, calls, seconds}], as ganc's
+    kernel_time.top."""
+    by_name = {}
+    for evt in prof.events():
+        if evt.device_type == torch.autograd.DeviceType.CUDA:
+            a = by_name.setdefault(evt.name, {"name": evt.name, "calls": 0, "seconds": 0.0})
+            a["calls"] += 1
+            a["seconds"] += evt.time_range.elapsed_us() / 1e6
+    return sorted(by_name.values(), key=lambda a: -a["seconds"])[:n]
+
+
+def fmt_top(side, top, steps=None, n=12):
+    """A side's longest GPU activities per step, one line each."""
+    steps = steps or TRACED
+    lines = [f"  {side}: GPU time per step by kernel, longest first"]
+    for a in top[:n]:
+        lines.append(f"    {a['seconds'] / steps * 1e3:8.3f} ms  {a['calls'] / steps:6.1f}x  {a['name'][:110]}")
+    return lines
+
+
 def _baseline(rank, port, model, style, data_path, iters, warmup, result_path):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -147,7 +168,7 @@ def _baseline(rank, port, model, style, data_path, iters, warmup, result_path):
                 iteration()
             torch.cuda.synchronize()
             wall = time.perf_counter() - t0
-        result = {"seconds": seconds, "busy": _kernel_seconds(prof) / wall}
+        result = {"seconds": seconds, "busy": _kernel_seconds(prof) / wall, "top": _top_activities(prof)}
     except Exception as e:  # torch.compile cannot do double backward: report, do not hide
         lines = [line for line in str(e).splitlines() if line.strip()]
         result = {"error": f"{type(e).__name__}: {lines[0] if lines else ''}"[:300],
@@ -200,6 +221,7 @@ def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_ev
         print(f"[bench] {model}: --kernel-time failed: {kernels['error']}", flush=True)
     return {"seconds": sum(steady) / len(steady),
             "busy": None if "error" in kernels else kernels["busy_seconds"] / kernels["wall_seconds"],
+            "top": kernels.get("top", []),
             "phase_busy": sum(t["work_seconds"][warmup:warmup + iters]) / sum(steady),
             "host_per_replay": replay[len(replay) // 2] if replay else None,
             "host_per_replay_mean": sum(replay) / len(replay) if replay else None,
@@ -324,6 +346,11 @@ def main():
                                  f"(a run waiting for the GPU after every step)")
                 elif "error" in host:
                     lines.append(f"ganc host timing run ({what}) fails: {host['error']}")
+            # Where the GPU time goes, for the sides whose kernels differ most: torch.compile's
+            # fused kernels against ganc's (eager DDP runs ganc's kernels, unfused, slower).
+            for key, name, _ in measured:
+                if key in ("compile", "ganc") and rows[name].get("top"):
+                    lines.extend(fmt_top(name, rows[name]["top"]))
             if g.get("graph_nodes"):
                 lines.append(f"captured graphs' nodes (what each launch submits): {fmt_nodes(g['graph_nodes'])}")
             if g.get("host_per_replay") is not None:

@@ -201,11 +201,16 @@ Status Progress::endStep(int64_t done, int64_t images) {
       const backend::KernelTrace::Result r = trace_->stop();
       if (r.activities == 0)
         traceFailed("it recorded no GPU activity");
-      else
+      else {
+        nlohmann::json top = nlohmann::json::array();
+        for (const backend::KernelTrace::Activity &a : r.top)
+          top.push_back({{"name", a.name}, {"calls", a.calls}, {"seconds", a.seconds}});
         kernelTime_ = {{"steps", traceSteps_},
                        {"wall_seconds", r.wallSeconds},
                        {"busy_seconds", r.busySeconds},
-                       {"gpu_activities", r.activities}};
+                       {"gpu_activities", r.activities},
+                       {"top", std::move(top)}};
+      }
     } catch (const std::exception &e) {
       traceFailed(e.what());
     }

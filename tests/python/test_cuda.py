@@ -280,6 +280,14 @@ def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):
     assert kernels["steps"] == 4, kernels
     assert kernels["gpu_activities"] >= 4 * sum(n["kernel"] for n in t["graph_nodes"].values()), kernels
     assert 0 < kernels["busy_seconds"] <= kernels["wall_seconds"] <= sum(t["step_seconds"][-4:]) + 1, kernels
+    # By name, longest first: the activities' own times add up to at least the busy time
+    # (overlaps count once there) when every name is listed.
+    top = kernels["top"]
+    assert top and all(a["calls"] > 0 and a["seconds"] > 0 for a in top), top
+    assert [a["seconds"] for a in top] == sorted((a["seconds"] for a in top), reverse=True), top
+    if len(top) < 25:
+        assert sum(a["calls"] for a in top) == kernels["gpu_activities"], kernels
+        assert sum(a["seconds"] for a in top) >= kernels["busy_seconds"] * (1 - 1e-9), kernels
     report("timing/dcgan32", {k: t[k] for k in ("work_seconds", "step_seconds", "replay_host_seconds",
                                                  "graph_nodes", "kernel_time")})
 
