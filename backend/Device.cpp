@@ -146,7 +146,6 @@ KernelTrace::KernelTrace() {
 #ifndef GANC_WITH_CUDA
   throw std::runtime_error("this ganc was built without CUDA");
 #endif
-  profiler::prepareProfiler(ProfilerConfig(ProfilerState::KINETO), kActivities);
 }
 
 KernelTrace::~KernelTrace() {
@@ -155,9 +154,12 @@ KernelTrace::~KernelTrace() {
 }
 
 void KernelTrace::start() {
-  synchronizeDevice();
+  // Prepared here, not earlier: a prepared profiler already has CUPTI record every kernel
+  // (and discards the records), which would slow the steps before the window.
+  profiler::prepareProfiler(ProfilerConfig(ProfilerState::KINETO), kActivities);
   profiler::enableProfiler(ProfilerConfig(ProfilerState::KINETO), kActivities);
   running_ = true;
+  synchronizeDevice();
   start_ = std::chrono::steady_clock::now();
 }
 

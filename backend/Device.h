@@ -75,11 +75,11 @@ public:
     std::vector<Activity> top; // by total time, the longest first (at most kTop)
   };
   static constexpr size_t kTop = 25;
-  /// Sets the profiler up (CUPTI's start-up cost stays outside the window). Throws where the
-  /// profiler cannot trace CUDA.
+  /// Throws where ganc was built without CUDA.
   KernelTrace();
   ~KernelTrace();
-  /// Waits for the GPU, starts tracing and the clock.
+  /// Starts tracing, waits for the GPU, starts the clock (the profiler's start-up cost stays
+  /// outside the window).
   void start();
   /// Waits for the GPU, stops tracing and the clock.
   Result stop();
