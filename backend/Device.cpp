@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
@@ -163,7 +164,7 @@ void KernelTrace::start() {
   start_ = std::chrono::steady_clock::now();
 }
 
-KernelTrace::Result KernelTrace::stop() {
+KernelTrace::Result KernelTrace::stop(const std::string &traceFile) {
   synchronizeDevice();
   Result result;
   result.wallSeconds =
@@ -191,6 +192,15 @@ KernelTrace::Result KernelTrace::stop() {
             [](const Activity &x, const Activity &y) { return x.seconds > y.seconds; });
   if (result.top.size() > kTop)
     result.top.resize(kTop);
+  if (!traceFile.empty()) {
+    try {
+      trace->save(traceFile);
+    } catch (const std::exception &e) {
+      result.traceError = e.what();
+    }
+    if (result.traceError.empty() && !std::ifstream(traceFile))
+      result.traceError = "cannot write " + traceFile;
+  }
   return result;
 }
 

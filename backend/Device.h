@@ -73,6 +73,7 @@ public:
     double busySeconds = 0;    // the union of the GPU activities' intervals
     int64_t activities = 0;    // kernels, copies and memsets recorded
     std::vector<Activity> top; // by total time, the longest first (at most kTop)
+    std::string traceError;    // why the trace file was not written, if it was asked for
   };
   static constexpr size_t kTop = 25;
   /// Throws where ganc was built without CUDA.
@@ -81,8 +82,9 @@ public:
   /// Starts tracing, waits for the GPU, starts the clock (the profiler's start-up cost stays
   /// outside the window).
   void start();
-  /// Waits for the GPU, stops tracing and the clock.
-  Result stop();
+  /// Waits for the GPU, stops tracing and the clock; writes the trace to `traceFile` (Chrome
+  /// trace JSON) unless it is empty.
+  Result stop(const std::string &traceFile = "");
   bool running() const { return running_; }
   /// The length of the union of [start, end) intervals (any unit).
   static double unionLength(std::vector<std::pair<double, double>> intervals);

@@ -114,7 +114,7 @@ def fmt_top(side, top, steps=None, n=12):
     return lines
 
 
-def _baseline(rank, port, model, style, data_path, iters, warmup, result_path):
+def _baseline(rank, port, model, style, data_path, iters, warmup, result_path, trace_path=None):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     try:
@@ -168,6 +168,8 @@ def _baseline(rank, port, model, style, data_path, iters, warmup, result_path):
                 iteration()
             torch.cuda.synchronize()
             wall = time.perf_counter() - t0
+        if trace_path:
+            prof.export_chrome_trace(trace_path)
         result = {"seconds": seconds, "busy": _kernel_seconds(prof) / wall, "top": _top_activities(prof)}
     except Exception as e:  # torch.compile cannot do double backward: report, do not hide
         lines = [line for line in str(e).splitlines() if line.strip()]
@@ -179,16 +181,18 @@ def _baseline(rank, port, model, style, data_path, iters, warmup, result_path):
         dist.destroy_process_group()
 
 
-def baseline(model, style, data, iters, warmup, tmp):
+def baseline(model, style, data, iters, warmup, tmp, traces=None):
     path = os.path.join(tmp, f"{model}_{style}.json")
     try:
-        mp.spawn(_baseline, args=(free_port(), model, style, data, iters, warmup, path), nprocs=1, join=True)
+        trace = os.path.join(traces, f"{model}_{style}.json") if traces else None
+        mp.spawn(_baseline, args=(free_port(), model, style, data, iters, warmup, path, trace), nprocs=1,
+                 join=True)
     except Exception as e:
         return {"error": str(e).splitlines()[-1] if str(e) else type(e).__name__}
     return json.load(open(path))
 
 
-def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_every=None):
+def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_every=None, traces=None):
     """One `ganc run`. `log_every=1` makes the host wait for the GPU at the end of every step
     (it reads the losses), so no graph launch waits for launch-queue space: the run that
     measures the host's own time per replayed phase."""
@@ -205,6 +209,8 @@ def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_ev
                         "--device", "cuda", "--steps", str(steps), "--out", out, "--sample-every", "0",
                         "--checkpoint-every", "0", "--log-every", str(log_every or steps), "--warmup", "3",
                         "--force", "--tensorboard", "off", "--kernel-time", str(TRACED),
+                        *(["--kernel-trace", os.path.join(traces, f"{model}_ganc_{graphs}_{layout}.json")]
+                          if traces else []),
                         "--cuda-graphs", graphs, "--memory-format", layout],
                        capture_output=True, text=True)
     if r.returncode != 0:
@@ -277,6 +283,9 @@ def main():
                         help="rounds: each round measures every side once, in the table's order; "
                         "rows give the median ms/step (ratios between medians) and the range")
     parser.add_argument("--json", help="also write every number here")
+    parser.add_argument("--traces", help="write the profiled steps of torch.compile and ganc replay here "
+                        "as Chrome traces (MODEL_compile.json from torch.profiler, MODEL_ganc_on_auto.json "
+                        "from ganc run --kernel-trace)")
     args = parser.parse_args()
     wanted = args.sides.split(",")
     unknown = [w for w in wanted if w not in SIDES]
@@ -286,6 +295,8 @@ def main():
         parser.error("--repeat: at least 1")
     if not torch.cuda.is_available():
         sys.exit("bench_gpu.py needs a CUDA GPU")
+    if args.traces:
+        os.makedirs(args.traces, exist_ok=True)
     device = torch.cuda.get_device_name(0)
     results = {"device": device, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
                "iters": args.iters, "warmup": args.warmup, "models": {}}
@@ -298,12 +309,15 @@ def main():
             if not os.path.exists(data):
                 subprocess.run([sys.executable, os.path.join(ROOT, "models", "make_data.py"), dataset, "-o", data,
                                 "--size", str(size)], check=True, stdout=subprocess.DEVNULL)
-            g = run_ganc(model, data, args.iters, args.warmup, tmp)
+            g = run_ganc(model, data, args.iters, args.warmup, tmp, traces=args.traces)
             def base(style):
-                return lambda: baseline(model, style, data, args.iters, args.warmup, tmp)
+                traces = args.traces if style == "compile" else None
+                return lambda: baseline(model, style, data, args.iters, args.warmup, tmp, traces)
 
             def own(graphs="on", layout="auto"):
-                return lambda: run_ganc(model, data, args.iters, args.warmup, tmp, graphs, layout)
+                traces = args.traces if (graphs, layout) == ("on", "auto") else None
+                return lambda: run_ganc(model, data, args.iters, args.warmup, tmp, graphs, layout,
+                                        traces=traces)
 
             sides = [("ddp", "eager DDP (per submodule)", base("ddp")),
                      ("ddp_cl", "eager DDP, channels-last", base("ddp_cl")),

@@ -198,7 +198,8 @@ Status Progress::endStep(int64_t done, int64_t images) {
   const TrainOptions &o = session_.options;
   if (trace_ && trace_->running() && done == o.steps) {
     try {
-      const backend::KernelTrace::Result r = trace_->stop();
+      const backend::KernelTrace::Result r =
+          trace_->stop(session_.isRankZero() ? o.kernelTraceFile : std::string());
       if (r.activities == 0)
         traceFailed("it recorded no GPU activity");
       else {
@@ -210,6 +211,10 @@ Status Progress::endStep(int64_t done, int64_t images) {
                        {"busy_seconds", r.busySeconds},
                        {"gpu_activities", r.activities},
                        {"top", std::move(top)}};
+        if (!r.traceError.empty())
+          std::cerr << "ganc: warning: --kernel-trace: " << r.traceError << std::endl;
+        else if (!o.kernelTraceFile.empty() && session_.isRankZero())
+          kernelTime_["trace_file"] = o.kernelTraceFile;
       }
     } catch (const std::exception &e) {
       traceFailed(e.what());

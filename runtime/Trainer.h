@@ -41,6 +41,8 @@ struct TrainOptions {
   /// On CUDA: the last this many steps run under the CUDA profiler; timing.json's
   /// `kernel_time` says how long the GPU was busy in them (0: no trace).
   int64_t kernelTimeSteps = 0;
+  /// With kernelTimeSteps: rank 0 writes the window's profiler trace here (Chrome trace JSON).
+  std::string kernelTraceFile;
   std::string device = "cpu";
   /// The collectives' backend: "auto" (Gloo on CPU, NCCL on CUDA), "nccl" (CUDA only) or
   /// "gloo" (on CUDA too, eagerly: Gloo copies device tensors through the host, which a CUDA

@@ -16,7 +16,8 @@
 #   OUT_DIR/junit.xml       the GPU tests' results
 #   OUT_DIR/distances.json  the distances the GPU tests measured (replay/eager, ganc/DDP)
 #   OUT_DIR/bench.json      every benchmark number (bench.txt: its table, after the host cost
-#                           of graph launches by size and shape, bench/graph_launch.py)
+#                           of graph launches by size and shape, bench/graph_launch.py;
+#                           traces.tgz: torch.compile's and ganc's profiled steps, Chrome traces)
 #   OUT_DIR/scaling.json    GPU profiles and ganc simulate's predictions (scaling.txt: tables,
 #                           scaling.md: the README's table)
 #
@@ -38,7 +39,7 @@ while [ $# -gt 0 ]; do
     --skip-scaling) RUN_SCALING=0; shift ;;
     --bench-args) BENCH_ARGS=$2; shift 2 ;;
     --test-args) TEST_ARGS=$2; shift 2 ;;
-    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,26p "$0"; exit 0 ;;
     -*) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
     *) OUT=$1; shift ;;
   esac
@@ -135,9 +136,14 @@ if [ $RUN_BENCH = 1 ]; then
   "$PY" "$ROOT/bench/graph_launch.py" | tee "$OUT/bench.txt"
   BENCH_RC=${PIPESTATUS[0]}
   eval "EXTRA=($BENCH_ARGS)"
-  "$PY" "$ROOT/bench/bench_gpu.py" --json "$OUT/bench.json" "${EXTRA[@]}" | tee -a "$OUT/bench.txt"
+  "$PY" "$ROOT/bench/bench_gpu.py" --json "$OUT/bench.json" --traces "$OUT/traces" "${EXTRA[@]}" \
+    | tee -a "$OUT/bench.txt"
   rc=${PIPESTATUS[0]}
   [ "$rc" = 0 ] || BENCH_RC=$rc
+  # torch.compile's and ganc's profiled steps as Chrome traces, in one file.
+  if [ -d "$OUT/traces" ]; then
+    tar czf "$OUT/traces.tgz" -C "$OUT" traces && rm -rf "$OUT/traces"
+  fi
 fi
 SCALING_RC=skipped
 if [ $RUN_SCALING = 1 ]; then

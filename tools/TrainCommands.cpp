@@ -81,6 +81,8 @@ const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
   --kernel-time N         CUDA: the last N steps run under the CUDA profiler; timing.json's
                           kernel_time holds how long the GPU was busy in them (the union of
                           its kernels, copies and memsets) and their wall time
+  --kernel-trace FILE     with --kernel-time: rank 0 writes that window's trace here (Chrome
+                          trace JSON, for Perfetto or chrome://tracing)
 ranks come from RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun's contract).
 )";
 
@@ -219,6 +221,7 @@ const std::map<std::string, OptionHandler> &trainOptions() {
        [](R &r, S &f, O &o) {
          o.kernelTimeSteps = r.number(f, std::numeric_limits<int64_t>::max(), 1);
        }},
+      {"--kernel-trace", [](R &r, S &f, O &o) { o.kernelTraceFile = r.value(f); }},
       {"--force", [](R &, S &, O &o) { o.force = true; }},
       {"--batch-size",
        [](R &r, S &f, O &o) {
@@ -303,6 +306,10 @@ bool parseTrain(const std::vector<std::string> &args, TrainOptions &o, std::stri
   if (o.distBackend == "gloo" && o.device == "cuda" && o.cudaGraphs) {
     error = "--dist-backend gloo on CUDA needs --cuda-graphs off: Gloo copies device tensors "
             "through the host, which a captured CUDA Graph cannot hold";
+    return false;
+  }
+  if (!o.kernelTraceFile.empty() && o.kernelTimeSteps == 0) {
+    error = "--kernel-trace FILE writes the --kernel-time window's trace: give --kernel-time N too";
     return false;
   }
   if (o.kernelTimeSteps > 0 && o.device != "cuda") {

@@ -263,7 +263,9 @@ def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):
     """timing.json on CUDA: the same fields as on CPU, the work timed on the GPU; with
     --kernel-time, the GPU's busy time over the last steps from the CUDA profiler."""
     out = str(tmp_path)
-    train_cuda(ganc_bin, "dcgan32", datasets["digits"], out, 10, "--warmup", "1", "--kernel-time", "4")
+    trace = os.path.join(out, "kernels.json")
+    train_cuda(ganc_bin, "dcgan32", datasets["digits"], out, 10, "--warmup", "1", "--kernel-time", "4",
+               "--kernel-trace", trace)
     t = json.load(open(os.path.join(out, "train", "timing.json")))
     assert t["device"] == "cuda"
     assert len(t["step_seconds"]) == len(t["work_seconds"]) == len(t["overhead_seconds"]) == 10
@@ -288,6 +290,10 @@ def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):
     if len(top) < 25:
         assert sum(a["calls"] for a in top) == kernels["gpu_activities"], kernels
         assert sum(a["seconds"] for a in top) >= kernels["busy_seconds"] * (1 - 1e-9), kernels
+    # --kernel-trace: the window as a Chrome trace, the kernels among its events.
+    assert kernels["trace_file"] == trace
+    events = json.load(open(trace))["traceEvents"]
+    assert any(e.get("cat") == "kernel" for e in events), {e.get("cat") for e in events}
     report("timing/dcgan32", {k: t[k] for k in ("work_seconds", "step_seconds", "replay_host_seconds",
                                                  "graph_nodes", "kernel_time")})
 

@@ -157,6 +157,7 @@ def test_the_start_up_line_says_what_runs(ganc_bin, datasets, tmp_path):
     (["--cuda-graphs", "phase"], "--cuda-graphs takes on, off or step, not 'phase'"),
     (["--kernel-time", "4"], "--kernel-time traces GPU kernels: it needs --device cuda"),
     (["--device", "cuda", "--kernel-time", "0"], "--kernel-time takes an integer from 1 to"),
+    (["--device", "cuda", "--kernel-trace", "t.json"], "--kernel-trace FILE writes the --kernel-time window's"),
 ])
 def test_dist_backend_refusals_are_one_line(ganc_bin, datasets, tmp_path, args, says):
     """Combinations that cannot run are refused before any rank starts (no GPU needed)."""
