@@ -183,6 +183,12 @@ KernelTrace::Result KernelTrace::stop(const std::string &traceFile) {
     a.seconds += static_cast<double>(event.endNs() - event.startNs()) / 1e9;
   }
   result.activities = static_cast<int64_t>(intervals.size());
+  std::vector<double> edgesNs;
+  for (double edge : kGapEdgesSeconds)
+    edgesNs.push_back(edge * 1e9);
+  result.gaps = idleGaps(intervals, edgesNs);
+  for (Gaps &g : result.gaps)
+    g.length /= 1e9;
   result.busySeconds = unionLength(std::move(intervals)) / 1e9;
   for (auto &[name, a] : byName) {
     a.name = name;
@@ -202,6 +208,31 @@ KernelTrace::Result KernelTrace::stop(const std::string &traceFile) {
       result.traceError = "cannot write " + traceFile;
   }
   return result;
+}
+
+const std::vector<double> KernelTrace::kGapEdgesSeconds = {2e-6, 10e-6, 100e-6};
+
+std::vector<KernelTrace::Gaps>
+KernelTrace::idleGaps(std::vector<std::pair<double, double>> intervals,
+                      const std::vector<double> &edges) {
+  std::vector<Gaps> buckets(edges.size() + 1);
+  std::sort(intervals.begin(), intervals.end());
+  bool started = false;
+  double end = 0;
+  for (const auto &[a, b] : intervals) {
+    if (b <= a)
+      continue; // empty: covers nothing
+    if (started && a > end) {
+      const double gap = a - end;
+      const size_t i =
+          static_cast<size_t>(std::upper_bound(edges.begin(), edges.end(), gap) - edges.begin());
+      buckets[i].count += 1;
+      buckets[i].length += gap;
+    }
+    end = started ? std::max(end, b) : b;
+    started = true;
+  }
+  return buckets;
 }
 
 double KernelTrace::unionLength(std::vector<std::pair<double, double>> intervals) {

@@ -62,6 +62,11 @@ private:
 /// gives an eager loop, measured the same way for captured graphs.
 class KernelTrace {
 public:
+  /// Idle gaps of one length range: how many, how long in all.
+  struct Gaps {
+    int64_t count = 0;
+    double length = 0;
+  };
   /// The GPU activities of one name (a kernel, "Memcpy DtoD", ...): how many, how long.
   struct Activity {
     std::string name;
@@ -74,8 +79,12 @@ public:
     int64_t activities = 0;    // kernels, copies and memsets recorded
     std::vector<Activity> top; // by total time, the longest first (at most kTop)
     std::string traceError;    // why the trace file was not written, if it was asked for
+    std::vector<Gaps> gaps;    // the GPU's idle gaps (seconds) by kGapEdgesSeconds
   };
   static constexpr size_t kTop = 25;
+  /// Idle gaps shorter than 2 us (back-to-back kernels), 10 us, 100 us, and longer: many
+  /// short ones are launch latency inside a graph, long ones a GPU waiting for the host.
+  static const std::vector<double> kGapEdgesSeconds;
   /// Throws where ganc was built without CUDA.
   KernelTrace();
   ~KernelTrace();
@@ -88,6 +97,11 @@ public:
   bool running() const { return running_; }
   /// The length of the union of [start, end) intervals (any unit).
   static double unionLength(std::vector<std::pair<double, double>> intervals);
+  /// The idle gaps between the union's pieces (from the first start to the last end), by
+  /// length: bucket i holds the gaps shorter than edges[i] (and not shorter than the edge
+  /// before), the last bucket those of edges.back() and longer.
+  static std::vector<Gaps> idleGaps(std::vector<std::pair<double, double>> intervals,
+                                    const std::vector<double> &edges);
 
 private:
   bool running_ = false;

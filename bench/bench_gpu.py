@@ -93,6 +93,26 @@ def _kernel_seconds(prof) -> float:
     return total / 1e6  # microseconds
 
 
+GAP_EDGES = (2e-6, 10e-6, 100e-6)  # as ganc's kernel_time.idle_gaps
+
+
+def _idle_gaps(prof):
+    """The GPU's idle gaps between its activities (first start to last end) by length, as
+    ganc's kernel_time.idle_gaps: [{shorter_than_seconds, count, seconds}]."""
+    spans = sorted((evt.time_range.start / 1e6, evt.time_range.end / 1e6) for evt in prof.events()
+                   if evt.device_type == torch.autograd.DeviceType.CUDA and evt.time_range.end > evt.time_range.start)
+    buckets = [{"shorter_than_seconds": e, "count": 0, "seconds": 0.0} for e in GAP_EDGES + (None,)]
+    end = None
+    for a, b in spans:
+        if end is not None and a > end:
+            gap = a - end
+            bucket = next(x for x in buckets if x["shorter_than_seconds"] is None or gap < x["shorter_than_seconds"])
+            bucket["count"] += 1
+            bucket["seconds"] += gap
+        end = b if end is None else max(end, b)
+    return buckets
+
+
 def _top_activities(prof, n=25):
     """The GPU activities by name, longest total first: [{name, calls, seconds}], as ganc's
     kernel_time.top."""
@@ -105,10 +125,14 @@ def _top_activities(prof, n=25):
     return sorted(by_name.values(), key=lambda a: -a["seconds"])[:n]
 
 
-def fmt_top(side, top, steps=None, n=12):
-    """A side's longest GPU activities per step, one line each."""
+def fmt_top(side, top, gaps=None, steps=None, n=12):
+    """A side's longest GPU activities per step, one line each, after its idle gaps."""
     steps = steps or TRACED
     lines = [f"  {side}: GPU time per step by kernel, longest first"]
+    if gaps:
+        bounds = ["< 2 us", "2-10 us", "10-100 us", ">= 100 us"]
+        lines.insert(0, f"  {side}: GPU idle per step, gaps by length: " + ", ".join(
+            f"{b} {g['count'] / steps:.1f}x {g['seconds'] / steps * 1e3:.3f} ms" for b, g in zip(bounds, gaps)))
     for a in top[:n]:
         lines.append(f"    {a['seconds'] / steps * 1e3:8.3f} ms  {a['calls'] / steps:6.1f}x  {a['name'][:110]}")
     return lines
@@ -170,7 +194,8 @@ def _baseline(rank, port, model, style, data_path, iters, warmup, result_path, t
             wall = time.perf_counter() - t0
         if trace_path:
             prof.export_chrome_trace(trace_path)
-        result = {"seconds": seconds, "busy": _kernel_seconds(prof) / wall, "top": _top_activities(prof)}
+        result = {"seconds": seconds, "busy": _kernel_seconds(prof) / wall, "top": _top_activities(prof),
+                  "idle_gaps": _idle_gaps(prof)}
     except Exception as e:  # torch.compile cannot do double backward: report, do not hide
         lines = [line for line in str(e).splitlines() if line.strip()]
         result = {"error": f"{type(e).__name__}: {lines[0] if lines else ''}"[:300],
@@ -228,6 +253,7 @@ def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_ev
     return {"seconds": sum(steady) / len(steady),
             "busy": None if "error" in kernels else kernels["busy_seconds"] / kernels["wall_seconds"],
             "top": kernels.get("top", []),
+            "idle_gaps": kernels.get("idle_gaps"),
             "phase_busy": sum(t["work_seconds"][warmup:warmup + iters]) / sum(steady),
             "host_per_replay": replay[len(replay) // 2] if replay else None,
             "host_per_replay_mean": sum(replay) / len(replay) if replay else None,
@@ -364,7 +390,7 @@ def main():
             # fused kernels against ganc's (eager DDP runs ganc's kernels, unfused, slower).
             for key, name, _ in measured:
                 if key in ("compile", "ganc") and rows[name].get("top"):
-                    lines.extend(fmt_top(name, rows[name]["top"]))
+                    lines.extend(fmt_top(name, rows[name]["top"], rows[name].get("idle_gaps")))
             if g.get("graph_nodes"):
                 lines.append(f"captured graphs' nodes (what each launch submits): {fmt_nodes(g['graph_nodes'])}")
             if g.get("host_per_replay") is not None:

@@ -211,6 +211,14 @@ Status Progress::endStep(int64_t done, int64_t images) {
                        {"busy_seconds", r.busySeconds},
                        {"gpu_activities", r.activities},
                        {"top", std::move(top)}};
+        nlohmann::json gaps = nlohmann::json::array();
+        const std::vector<double> &edges = backend::KernelTrace::kGapEdgesSeconds;
+        for (size_t i = 0; i < r.gaps.size(); ++i)
+          gaps.push_back({{"shorter_than_seconds",
+                           i < edges.size() ? nlohmann::json(edges[i]) : nlohmann::json()},
+                          {"count", r.gaps[i].count},
+                          {"seconds", r.gaps[i].length}});
+        kernelTime_["idle_gaps"] = std::move(gaps);
         if (!r.traceError.empty())
           std::cerr << "ganc: warning: --kernel-trace: " << r.traceError << std::endl;
         else if (!o.kernelTraceFile.empty() && session_.isRankZero())

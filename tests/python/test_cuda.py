@@ -290,6 +290,11 @@ def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):
     if len(top) < 25:
         assert sum(a["calls"] for a in top) == kernels["gpu_activities"], kernels
         assert sum(a["seconds"] for a in top) >= kernels["busy_seconds"] * (1 - 1e-9), kernels
+    # The idle gaps between the GPU's activities, by length: with the busy time they make up
+    # the span from the first activity to the last, which lies within the window.
+    gaps = kernels["idle_gaps"]
+    assert [g["shorter_than_seconds"] for g in gaps] == [2e-6, 10e-6, 100e-6, None], gaps
+    assert kernels["busy_seconds"] + sum(g["seconds"] for g in gaps) <= kernels["wall_seconds"] * 1.01, kernels
     # --kernel-trace: the window as a Chrome trace, the kernels among its events.
     assert kernels["trace_file"] == trace
     events = json.load(open(trace))["traceEvents"]
