@@ -24,18 +24,24 @@ int coveredCells(const std::vector<std::pair<double, double>> &intervals, int ho
   return covered;
 }
 
+/// Up to 12 intervals with whole-number ends in [0, horizon], empty ones among them.
+std::vector<std::pair<double, double>> randomIntervals(std::mt19937 &rng, int horizon) {
+  std::uniform_int_distribution<int> point(0, horizon), count(0, 12);
+  std::vector<std::pair<double, double>> intervals;
+  for (int i = count(rng); i > 0; --i) {
+    int a = point(rng), b = point(rng);
+    intervals.emplace_back(std::min(a, b), std::max(a, b));
+  }
+  return intervals;
+}
+
 } // namespace
 
 TEST(KernelTrace, UnionLengthCountsOverlapsOnce) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 500; ++trial) {
     const int horizon = 64;
-    std::uniform_int_distribution<int> point(0, horizon), count(0, 12);
-    std::vector<std::pair<double, double>> intervals;
-    for (int i = count(rng); i > 0; --i) {
-      int a = point(rng), b = point(rng);
-      intervals.emplace_back(std::min(a, b), std::max(a, b)); // empty ones too
-    }
+    std::vector<std::pair<double, double>> intervals = randomIntervals(rng, horizon);
     EXPECT_EQ(KernelTrace::unionLength(intervals), coveredCells(intervals, horizon))
         << "trial " << trial;
   }
@@ -48,12 +54,7 @@ TEST(KernelTrace, IdleGapsAreTheHolesBetweenTheUnionsPieces) {
   const std::vector<double> edges = {2, 5, 20};
   for (int trial = 0; trial < 500; ++trial) {
     const int horizon = 64;
-    std::uniform_int_distribution<int> point(0, horizon), count(0, 12);
-    std::vector<std::pair<double, double>> intervals;
-    for (int i = count(rng); i > 0; --i) {
-      int a = point(rng), b = point(rng);
-      intervals.emplace_back(std::min(a, b), std::max(a, b));
-    }
+    std::vector<std::pair<double, double>> intervals = randomIntervals(rng, horizon);
     // By brute force: the runs of uncovered cells between the first and the last covered one.
     std::vector<bool> covered(horizon, false);
     for (const auto &[a, b] : intervals)
