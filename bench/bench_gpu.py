@@ -40,6 +40,7 @@ range.
 import argparse
 import datetime
 import json
+import math
 import os
 import subprocess
 import sys
@@ -228,11 +229,14 @@ def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_ev
         subprocess.run([GANC, "compile", archive, "-o", plan], check=True)
     out = os.path.join(tmp, f"{model}_ganc_{graphs}_{layout}_{log_every}")
     # The timed steps, then TRACED more under the CUDA profiler (--kernel-time) for the busy
-    # fraction, measured as the baselines' is.
+    # fraction, measured as the baselines' is. A progress line reads the losses, which waits
+    # for the GPU: logging every gcd(warmup, warmup + iters) steps puts one at each end of the
+    # timed steps, as the baselines synchronise before and after theirs.
     steps = warmup + iters + TRACED
+    log_every = log_every or math.gcd(warmup, warmup + iters)
     r = subprocess.run([GANC, "run", "--nproc", "1", plan, "--model", archive, "--data", data,
                         "--device", "cuda", "--steps", str(steps), "--out", out, "--sample-every", "0",
-                        "--checkpoint-every", "0", "--log-every", str(log_every or steps), "--warmup", "3",
+                        "--checkpoint-every", "0", "--log-every", str(log_every), "--warmup", "3",
                         "--force", "--tensorboard", "off", "--kernel-time", str(TRACED),
                         *(["--kernel-trace", os.path.join(traces, f"{model}_ganc_{graphs}_{layout}.json")]
                           if traces else []),
