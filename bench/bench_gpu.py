@@ -80,38 +80,29 @@ MODELS = {
 TRACED = 16
 
 
-def _kernel_seconds(prof) -> float:
-    """How long the GPU ran anything (kernels, copies, memsets) in the profile: the union of
-    their intervals, so work overlapping on two streams (DDP's all-reduces during backward)
-    counts once, as ganc's --kernel-time counts it."""
-    spans = sorted((evt.time_range.start, evt.time_range.end) for evt in prof.events()
-                   if evt.device_type == torch.autograd.DeviceType.CUDA)
-    total, end = 0.0, float("-inf")
-    for a, b in spans:
-        if b > max(a, end):
-            total += b - max(a, end)
-        end = max(end, b)
-    return total / 1e6  # microseconds
-
-
 GAP_EDGES = (2e-6, 10e-6, 100e-6)  # as ganc's kernel_time.idle_gaps
 
 
-def _idle_gaps(prof):
-    """The GPU's idle gaps between its activities (first start to last end) by length, as
-    ganc's kernel_time.idle_gaps: [{shorter_than_seconds, count, seconds}]."""
+def _busy_and_gaps(prof):
+    """How long the GPU ran anything (kernels, copies, memsets) in the profile, in seconds:
+    the union of their intervals, so work overlapping on two streams (DDP's all-reduces during
+    backward) counts once, as ganc's --kernel-time counts it; and the idle gaps between them
+    (first start to last end) by length, as ganc's kernel_time.idle_gaps:
+    [{shorter_than_seconds, count, seconds}]."""
     spans = sorted((evt.time_range.start / 1e6, evt.time_range.end / 1e6) for evt in prof.events()
                    if evt.device_type == torch.autograd.DeviceType.CUDA and evt.time_range.end > evt.time_range.start)
     buckets = [{"shorter_than_seconds": e, "count": 0, "seconds": 0.0} for e in GAP_EDGES + (None,)]
-    end = None
+    busy, end = 0.0, None
     for a, b in spans:
         if end is not None and a > end:
             gap = a - end
             bucket = next(x for x in buckets if x["shorter_than_seconds"] is None or gap < x["shorter_than_seconds"])
             bucket["count"] += 1
             bucket["seconds"] += gap
-        end = b if end is None else max(end, b)
-    return buckets
+        if end is None or b > end:
+            busy += b - (a if end is None else max(a, end))
+            end = b
+    return busy, buckets
 
 
 def _top_activities(prof, n=25):
@@ -195,8 +186,8 @@ def _baseline(rank, port, model, style, data_path, iters, warmup, result_path, t
             wall = time.perf_counter() - t0
         if trace_path:
             prof.export_chrome_trace(trace_path)
-        result = {"seconds": seconds, "busy": _kernel_seconds(prof) / wall, "top": _top_activities(prof),
-                  "idle_gaps": _idle_gaps(prof)}
+        busy, gaps = _busy_and_gaps(prof)
+        result = {"seconds": seconds, "busy": busy / wall, "top": _top_activities(prof), "idle_gaps": gaps}
     except Exception as e:  # torch.compile cannot do double backward: report, do not hide
         lines = [line for line in str(e).splitlines() if line.strip()]
         result = {"error": f"{type(e).__name__}: {lines[0] if lines else ''}"[:300],
