@@ -191,43 +191,47 @@ nlohmann::json momentsJson(double count, double sum, double squares) {
 
 } // namespace
 
+void Progress::stopTrace() {
+  const TrainOptions &o = session_.options;
+  try {
+    const backend::KernelTrace::Result r =
+        trace_->stop(session_.isRankZero() ? o.kernelTraceFile : std::string());
+    if (r.activities == 0)
+      traceFailed("it recorded no GPU activity");
+    else {
+      nlohmann::json top = nlohmann::json::array();
+      for (const backend::KernelTrace::Activity &a : r.top)
+        top.push_back({{"name", a.name}, {"calls", a.calls}, {"seconds", a.seconds}});
+      kernelTime_ = {{"steps", traceSteps_},
+                     {"wall_seconds", r.wallSeconds},
+                     {"busy_seconds", r.busySeconds},
+                     {"gpu_activities", r.activities},
+                     {"top", std::move(top)}};
+      nlohmann::json gaps = nlohmann::json::array();
+      const std::vector<double> &edges = backend::KernelTrace::kGapEdgesSeconds;
+      for (size_t i = 0; i < r.gaps.size(); ++i)
+        gaps.push_back({{"shorter_than_seconds",
+                         i < edges.size() ? nlohmann::json(edges[i]) : nlohmann::json()},
+                        {"count", r.gaps[i].count},
+                        {"seconds", r.gaps[i].length}});
+      kernelTime_["idle_gaps"] = std::move(gaps);
+      if (!r.traceError.empty())
+        std::cerr << "ganc: warning: --kernel-trace: " << r.traceError << std::endl;
+      else if (!o.kernelTraceFile.empty() && session_.isRankZero())
+        kernelTime_["trace_file"] = o.kernelTraceFile;
+    }
+  } catch (const std::exception &e) {
+    traceFailed(e.what());
+  }
+}
+
 Status Progress::endStep(int64_t done, int64_t images) {
   stepSeconds_.push_back(secondsSince(stepStart_));
   workSeconds_.push_back(stepWork_);
   imagesSinceLog_ += images;
   const TrainOptions &o = session_.options;
-  if (trace_ && trace_->running() && done == o.steps) {
-    try {
-      const backend::KernelTrace::Result r =
-          trace_->stop(session_.isRankZero() ? o.kernelTraceFile : std::string());
-      if (r.activities == 0)
-        traceFailed("it recorded no GPU activity");
-      else {
-        nlohmann::json top = nlohmann::json::array();
-        for (const backend::KernelTrace::Activity &a : r.top)
-          top.push_back({{"name", a.name}, {"calls", a.calls}, {"seconds", a.seconds}});
-        kernelTime_ = {{"steps", traceSteps_},
-                       {"wall_seconds", r.wallSeconds},
-                       {"busy_seconds", r.busySeconds},
-                       {"gpu_activities", r.activities},
-                       {"top", std::move(top)}};
-        nlohmann::json gaps = nlohmann::json::array();
-        const std::vector<double> &edges = backend::KernelTrace::kGapEdgesSeconds;
-        for (size_t i = 0; i < r.gaps.size(); ++i)
-          gaps.push_back({{"shorter_than_seconds",
-                           i < edges.size() ? nlohmann::json(edges[i]) : nlohmann::json()},
-                          {"count", r.gaps[i].count},
-                          {"seconds", r.gaps[i].length}});
-        kernelTime_["idle_gaps"] = std::move(gaps);
-        if (!r.traceError.empty())
-          std::cerr << "ganc: warning: --kernel-trace: " << r.traceError << std::endl;
-        else if (!o.kernelTraceFile.empty() && session_.isRankZero())
-          kernelTime_["trace_file"] = o.kernelTraceFile;
-      }
-    } catch (const std::exception &e) {
-      traceFailed(e.what());
-    }
-  }
+  if (trace_ && trace_->running() && done == o.steps)
+    stopTrace();
   if (done % o.logEvery != 0 && done != o.steps)
     return Status::ok();
   for (const PendingLoss &p : pending_) {

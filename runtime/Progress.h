@@ -55,6 +55,9 @@ private:
   Status writeProfile() const;
   /// The kernel trace failed: the reason goes to timing.json and a warning, training goes on.
   void traceFailed(const std::string &why);
+  /// Ends the --kernel-time window (after the run's last step): its numbers become
+  /// timing.json's kernel_time; rank 0 writes the trace file, if one was asked for.
+  void stopTrace();
   struct PhaseProfile {
     int64_t runs = 0; // every run, timed or not (a GPU times replays, not warm-ups)
     std::vector<double> backward, reduced, step;
