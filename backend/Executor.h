@@ -37,6 +37,13 @@ struct ExecutorOptions {
   /// CUDA, with useGraphs: a step whose phases are all captured (and keep their RNG offsets
   /// on the device) is one launch of a graph made of their graphs (see beginStep).
   bool stepGraphs = false;
+  /// NCCL: issue the gradient collectives on the compute stream, each when its bucket is
+  /// complete, rather than on NCCL's own stream (overlapping the rest of backward). With one
+  /// rank nothing overlaps anyway, and a captured phase is then one straight line of nodes,
+  /// which CUDA 12.6 and later launch in near-constant host time however many nodes it has.
+  /// The runtime sets this at world size 1 (--comm-stream). Collectives waited for at once
+  /// (synchronised batch norm, the buffer broadcast) always run on the compute stream.
+  bool collectivesOnComputeStream = false;
   /// CUDA: eager iterations of each phase before it is captured (allocator, cuDNN and NCCL
   /// communicator set-up happen there, outside the graph; at least 1).
   int warmupIterations = 3;
@@ -77,9 +84,16 @@ struct RunStats {
   double stepSeconds = 0;
 };
 
-/// Each captured phase graph's nodes by kind ("kernel", "memset", "memcpy", "event_record",
-/// ..., and "total"), by phase key.
-using GraphNodeCounts = std::map<std::string, std::map<std::string, int64_t>>;
+/// A captured phase graph's shape: what one launch submits.
+struct GraphShape {
+  /// Nodes by kind ("kernel", "memset", "memcpy", "event_record", ..., and "total").
+  std::map<std::string, int64_t> nodes;
+  /// The paths the graph runs beside its first: its roots beyond one, plus each node's
+  /// dependents beyond one. 0: one straight line of nodes.
+  int64_t branches = 0;
+};
+/// Each captured phase graph's shape, by phase key.
+using GraphShapes = std::map<std::string, GraphShape>;
 
 /// One rank's executor of every phase in a plan.
 class PhaseExecutor {
@@ -106,9 +120,9 @@ public:
   /// Bytes of gradient buffers this rank holds for the reducers: every phase's buckets, or,
   /// sharded, the one scratch the phases share.
   virtual int64_t gradientBufferBytes() const = 0;
-  /// The captured graphs' node counts (what each replay's launch submits); empty where no
-  /// phase is captured (CPU, --cuda-graphs off, eager phases).
-  virtual GraphNodeCounts graphNodes() const { return {}; }
+  /// The captured graphs' shapes (what each replay's launch submits); empty where no phase
+  /// is captured (CPU, --cuda-graphs off, eager phases).
+  virtual GraphShapes graphShapes() const { return {}; }
   /// Host seconds the last run spent in the model's forward and backward and in all-reduce
   /// waits (on CPU that is the work; on CUDA the work is timed on the device instead).
   double lastWorkSeconds() const { return lastWorkSeconds_; }

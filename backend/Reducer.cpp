@@ -12,8 +12,10 @@ namespace ganc::backend {
 Expected<std::unique_ptr<PhaseReducer>>
 PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Tensor> &parameters,
                      c10::intrusive_ptr<c10d::Backend> group, c10::Device device, int zeroStage,
-                     const std::map<c10::ScalarType, at::Tensor> *scratch, bool keepGradients) {
+                     const std::map<c10::ScalarType, at::Tensor> *scratch, bool keepGradients,
+                     bool onComputeStream) {
   auto r = std::unique_ptr<PhaseReducer>(new PhaseReducer());
+  r->asyncCollectives_ = !onComputeStream;
   r->group_ = group;
   r->rank_ = group->getRank();
   r->world_ = group->getSize();
@@ -150,10 +152,14 @@ void PhaseReducer::launchReady() {
   while (nextLaunch_ < scheduleOrder_.size() && pending_[scheduleOrder_[nextLaunch_]] == 0) {
     const int b = scheduleOrder_[nextLaunch_];
     if (zero_ == 2) {
-      works_.push_back(group_->_reduce_scatter_base(gradShards_[b], buffers_[b]));
+      c10d::ReduceScatterOptions options;
+      options.asyncOp = asyncCollectives_;
+      works_.push_back(group_->_reduce_scatter_base(gradShards_[b], buffers_[b], options));
     } else {
       std::vector<at::Tensor> tensors{buffers_[b]};
-      works_.push_back(group_->allreduce(tensors));
+      c10d::AllreduceOptions options;
+      options.asyncOp = asyncCollectives_;
+      works_.push_back(group_->allreduce(tensors, options));
     }
     ++nextLaunch_;
   }
@@ -206,7 +212,9 @@ void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
       flags.push_back(reachedHere.count(name) ? 1.0F : 0.0F);
     reached = torch::tensor(flags).to(buffers_.front().device());
     std::vector<at::Tensor> tensors{reached};
-    works_.push_back(group_->allreduce(tensors));
+    c10d::AllreduceOptions options;
+    options.asyncOp = asyncCollectives_;
+    works_.push_back(group_->allreduce(tensors, options));
   }
   for (auto &work : works_)
     work->wait();
@@ -310,7 +318,9 @@ void PhaseReducer::gatherBucket(int bucket) {
     shard->bucketPieces[rank_].copy_(shard->param);
   at::Tensor own =
       buffers_[bucket].narrow(0, rank_ * shardElements_[bucket], shardElements_[bucket]);
-  works_.push_back(group_->_allgather_base(buffers_[bucket], own));
+  c10d::AllgatherOptions options;
+  options.asyncOp = asyncCollectives_;
+  works_.push_back(group_->_allgather_base(buffers_[bucket], own, options));
   gathering_.push_back(bucket);
 }
 

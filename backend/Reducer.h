@@ -32,12 +32,13 @@ public:
   /// then the gathered parameters), so it is carved from `scratch` (per dtype, at least
   /// scratchElements(phase) long), which the phases of a plan share: they run one after
   /// another. `keepGradients` keeps the averaged gradient shards apart, so they outlive the
-  /// all-gather (for gatherGradients).
+  /// all-gather (for gatherGradients). `onComputeStream`: NCCL runs the collectives on the
+  /// current stream instead of its own (ExecutorOptions::collectivesOnComputeStream).
   static Expected<std::unique_ptr<PhaseReducer>>
   create(const ir::Phase &phase, const std::map<std::string, at::Tensor> &parameters,
          c10::intrusive_ptr<c10d::Backend> group, c10::Device device, int zeroStage = 0,
-         const std::map<c10::ScalarType, at::Tensor> *scratch = nullptr,
-         bool keepGradients = false);
+         const std::map<c10::ScalarType, at::Tensor> *scratch = nullptr, bool keepGradients = false,
+         bool onComputeStream = false);
   /// Sharded: the scratch elements one run of `phase` needs, per dtype.
   static Expected<std::map<c10::ScalarType, int64_t>>
   scratchElements(const ir::Phase &phase, int64_t ranks, bool keepGradients);
@@ -135,6 +136,7 @@ private:
   RunTimeline *timeline_ = nullptr;
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
   int zero_ = 0;
+  bool asyncCollectives_ = true; // c10d's asyncOp: NCCL's own stream
   int rank_ = 0;
   int world_ = 1;
   std::map<std::string, Shard> shards_;

@@ -16,8 +16,11 @@ fused Adam with the spec's hyper-parameters everywhere), cuDNN benchmark mode on
 - ganc with one launch per step (`--cuda-graphs step`: a step's captured phases launched as
   one graph made of theirs);
 - ganc replay in the NCHW layout (`--memory-format contiguous`), the layout the baselines use;
+- ganc replay with the gradient all-reduces on NCCL's own stream (`--comm-stream side`, what
+  several ranks use to overlap them with backward);
 - ganc: `ganc run --device cuda`, every phase captured once and replayed, in its default
-  layout on CUDA (channels-last for convolutional models).
+  layout on CUDA (channels-last for convolutional models), the all-reduces in order on the
+  compute stream (`--comm-stream auto` at world size 1, where nothing overlaps).
 
 Prints ms per step (a step runs every phase due at it), steps/s, ganc's speed-up over each
 side, the GPU busy fraction (every side: how long the GPU ran kernels, copies or memsets,
@@ -26,7 +29,8 @@ profiler: torch.profiler for the baselines, `ganc run --kernel-time 16` for ganc
 Kineto/CUPTI trace) and ganc's host time per replayed
 phase, from a second ganc run that waits for the GPU after every step (`--log-every 1`): in
 the timed run, where the GPU is the bottleneck, a graph launch also waits for launch-queue
-space, which is not host work. `--json PATH` also writes every number.
+space, which is not host work; that run is repeated with one launch per step and with the
+all-reduces on a side stream. `--json PATH` also writes every number.
 
     python3 bench/bench_gpu.py [--iters 320] [--warmup 64] [--models dcgan64,stylegan2]
                                [--sides ganc,ganc_step,...] [--repeat N]
@@ -66,7 +70,7 @@ import baselines  # noqa: E402
 
 GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
 # --sides: the rows, in the table's order.
-SIDES = ["ddp", "ddp_cl", "flat", "compile", "ganc_eager", "ganc_nchw", "ganc_step", "ganc"]
+SIDES = ["ddp", "ddp_cl", "flat", "compile", "ganc_eager", "ganc_nchw", "ganc_side", "ganc_step", "ganc"]
 # model -> (data set, image size, phases eager DDP cannot run)
 MODELS = {
     "dcgan64": ("digits", 64, ()),
@@ -209,16 +213,17 @@ def baseline(model, style, data, iters, warmup, tmp, traces=None):
     return json.load(open(path))
 
 
-def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_every=None, traces=None):
+def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_every=None, traces=None,
+             comm="auto"):
     """One `ganc run`. `log_every=1` makes the host wait for the GPU at the end of every step
     (it reads the losses), so no graph launch waits for launch-queue space: the run that
-    measures the host's own time per replayed phase."""
+    measures the host's own time per replayed phase. `comm` is its --comm-stream."""
     gan, spec = zoo.build(model)
     archive, plan = os.path.join(tmp, model + ".pt"), os.path.join(tmp, model + ".plan")
     if not os.path.exists(plan):
         ganc.export(gan, archive, spec)
         subprocess.run([GANC, "compile", archive, "-o", plan], check=True)
-    out = os.path.join(tmp, f"{model}_ganc_{graphs}_{layout}_{log_every}")
+    out = os.path.join(tmp, f"{model}_ganc_{graphs}_{layout}_{log_every}_{comm}")
     # The timed steps, then TRACED more under the CUDA profiler (--kernel-time) for the busy
     # fraction, measured as the baselines' is. A progress line reads the losses, which waits
     # for the GPU: logging every gcd(warmup, warmup + iters) steps puts one at each end of the
@@ -231,7 +236,7 @@ def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_ev
                         "--force", "--tensorboard", "off", "--kernel-time", str(TRACED),
                         *(["--kernel-trace", os.path.join(traces, f"{model}_ganc_{graphs}_{layout}.json")]
                           if traces else []),
-                        "--cuda-graphs", graphs, "--memory-format", layout],
+                        "--cuda-graphs", graphs, "--memory-format", layout, "--comm-stream", comm],
                        capture_output=True, text=True)
     if r.returncode != 0:
         return {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"}
@@ -255,14 +260,16 @@ def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_ev
             "host_per_replay_p90": replay[int(len(replay) * 0.9)] if replay else None,
             "launch_per_replay": launch[len(launch) // 2] if launch else None,
             "launch_per_replay_mean": sum(launch) / len(launch) if launch else None,
-            "graph_nodes": t["graph_nodes"]}
+            "graph_nodes": t["graph_nodes"],
+            "graph_branches": t["graph_branches"]}
 
 
-def fmt_nodes(graph_nodes):
-    """Each captured phase's graph nodes: "d 212 (kernel 180, memset 20, ...)"."""
+def fmt_nodes(graph_nodes, graph_branches):
+    """Each captured phase's graph nodes and branches: "d 212 (kernel 180, memset 20, ...;
+    0 branches)"."""
     return "; ".join(f"{phase} {nodes['total']} (" +
                      ", ".join(f"{k} {n}" for k, n in sorted(nodes.items(), key=lambda kv: -kv[1])
-                               if k != "total") + ")"
+                               if k != "total") + f"; {graph_branches.get(phase, '?')} branches)"
                      for phase, nodes in graph_nodes.items())
 
 
@@ -335,10 +342,10 @@ def main():
                 traces = args.traces if style == "compile" else None
                 return lambda: baseline(model, style, data, args.iters, args.warmup, tmp, traces)
 
-            def own(graphs="on", layout="auto"):
-                traces = args.traces if (graphs, layout) == ("on", "auto") else None
+            def own(graphs="on", layout="auto", comm="auto"):
+                traces = args.traces if (graphs, layout, comm) == ("on", "auto", "auto") else None
                 return lambda: run_ganc(model, data, args.iters, args.warmup, tmp, graphs, layout,
-                                        traces=traces)
+                                        traces=traces, comm=comm)
 
             sides = [("ddp", "eager DDP (per submodule)", base("ddp")),
                      ("ddp_cl", "eager DDP, channels-last", base("ddp_cl")),
@@ -346,6 +353,7 @@ def main():
                      ("compile", "torch.compile reduce-overhead", base("compile")),
                      ("ganc_eager", "ganc eager (--cuda-graphs off)", own("off")),
                      ("ganc_nchw", "ganc replay, NCHW layout", own(layout="contiguous")),
+                     ("ganc_side", "ganc replay, collectives on a side stream", own(comm="side")),
                      ("ganc_step", "ganc, one launch per step", own("step")),
                      ("ganc", "ganc (CUDA Graph replay)", own())]
             rows = results["models"][model] = {}
@@ -369,9 +377,10 @@ def main():
             # Host time from runs that wait for the GPU after every step (--log-every 1), so no
             # launch waits for launch-queue space; per replayed phase, and with one launch per
             # step that launch shared by the step's phases.
-            for graphs, what in (("on", "phase graphs"), ("step", "one launch per step")):
+            for graphs, comm, what in (("on", "auto", "phase graphs"), ("step", "auto", "one launch per step"),
+                                       ("on", "side", "collectives on a side stream")):
                 host = rows[f"ganc host timing, {what} (--log-every 1)"] = run_ganc(
-                    model, data, args.iters, args.warmup, tmp, graphs, log_every=1)
+                    model, data, args.iters, args.warmup, tmp, graphs, log_every=1, comm=comm)
                 if host.get("host_per_replay") is not None:
                     lines.append(f"ganc host time per replayed phase, {what}: "
                                  f"{host['host_per_replay_mean'] * 1e6:.1f} us mean, "
@@ -381,13 +390,16 @@ def main():
                                  f"(a run waiting for the GPU after every step)")
                 elif "error" in host:
                     lines.append(f"ganc host timing run ({what}) fails: {host['error']}")
+                if comm == "side" and host.get("graph_nodes"):
+                    lines.append(f"  its graphs: {fmt_nodes(host['graph_nodes'], host['graph_branches'])}")
             # Where the GPU time goes, for the sides whose kernels differ most: torch.compile's
             # fused kernels against ganc's (eager DDP runs ganc's kernels, unfused, slower).
             for key, name, _ in measured:
                 if key in ("compile", "ganc") and rows[name].get("top"):
                     lines.extend(fmt_top(name, rows[name]["top"], rows[name].get("idle_gaps")))
             if g.get("graph_nodes"):
-                lines.append(f"captured graphs' nodes (what each launch submits): {fmt_nodes(g['graph_nodes'])}")
+                lines.append("captured graphs' nodes (what each launch submits): "
+                             f"{fmt_nodes(g['graph_nodes'], g['graph_branches'])}")
             if g.get("host_per_replay") is not None:
                 lines.append(f"in the timed run above: {g['host_per_replay'] * 1e6:.1f} us median, "
                              f"{g['host_per_replay_p90'] * 1e6:.1f} us p90, of which the graph launch "

@@ -61,7 +61,9 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
       for (int r = 0; r < syncGroup()->getSize(); ++r)
         gathered[0].push_back(torch::empty_like(stats));
       std::vector<at::Tensor> in{stats};
-      syncGroup()->allgather(gathered, in)->wait();
+      c10d::AllgatherOptions options;
+      options.asyncOp = false; // waited for at once: NCCL runs it on the compute stream
+      syncGroup()->allgather(gathered, in, options)->wait();
       at::Tensor all = torch::stack(gathered[0]); // [world, 3, C]
       at::Tensor means = all.select(1, 0), vars = all.select(1, 1), counts = all.select(1, 2);
       count = counts.sum(0);
@@ -106,7 +108,9 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
     if (distributed()) {
       at::Tensor sums = torch::stack({sumDy, sumDyXmu});
       std::vector<at::Tensor> io{sums};
-      syncGroup()->allreduce(io)->wait();
+      c10d::AllreduceOptions options;
+      options.asyncOp = false;
+      syncGroup()->allreduce(io, options)->wait();
       sumDy = sums[0];
       sumDyXmu = sums[1];
     }

@@ -382,7 +382,12 @@ Status Progress::finish() {
   writeList(out, replayHostSeconds_);
   out << ", \"replay_launch_seconds\": ";
   writeList(out, replayLaunchSeconds_);
-  out << ", \"graph_nodes\": " << nlohmann::json(session_.executor->graphNodes()).dump();
+  nlohmann::json nodes = nlohmann::json::object(), branches = nlohmann::json::object();
+  for (const auto &[phase, shape] : session_.executor->graphShapes()) {
+    nodes[phase] = shape.nodes;
+    branches[phase] = shape.branches;
+  }
+  out << ", \"graph_nodes\": " << nodes.dump() << ", \"graph_branches\": " << branches.dump();
   out << ", \"kernel_time\": " << kernelTime_.dump();
   out << ", \"skipped_steps\": {" << skipped.str() << "}";
   out << ", \"wall_seconds\": " << wall << "}\n";

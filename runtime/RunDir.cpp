@@ -206,6 +206,7 @@ Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &re
         {"non_finite", o.nonFinite},
         {"cuda_graphs", o.cudaGraphs ? (o.stepGraphs ? "step" : "on") : "off"},
         {"dist_backend", s.group.backend->getBackendName()},
+        {"comm_stream", o.commStream},
         {"deterministic", o.deterministic},
         {"memory_format", o.memoryFormat}}},
       {"overrides", overrides},

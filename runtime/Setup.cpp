@@ -112,6 +112,8 @@ Status createExecutor(Session &s) {
   options.stepGraphs = s.options.launchesSteps();
   options.keepGradients = !s.options.dumpDir.empty();
   options.warmupIterations = s.options.warmup;
+  options.collectivesOnComputeStream = s.options.commStream == "compute" ||
+                                       (s.options.commStream == "auto" && s.rank.worldSize == 1);
   options.profile = !s.options.profile.empty();
   for (const auto &phase : s.plan->phases)
     if (!phase->lossScaler.empty())

@@ -58,6 +58,11 @@ struct TrainOptions {
   bool launchesSteps() const {
     return cudaGraphs && stepGraphs && dumpDir.empty() && profile.empty();
   }
+  /// With NCCL, where the gradient collectives run: "side" (NCCL's own stream, overlapping
+  /// the rest of backward), "compute" (the compute stream, in order: a captured phase is one
+  /// straight line of nodes) or "auto" (compute with one rank, where nothing overlaps; side
+  /// with more).
+  std::string commStream = "auto";
   /// On CUDA: eager iterations of each phase before its capture.
   int warmup = 3;
   /// On CUDA: deterministic cuDNN algorithms (and PyTorch's deterministic kernels), so

@@ -60,6 +60,11 @@ const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
                           on: capture each phase and replay it (default); step: also launch
                           each step's phases as one graph once all are captured; off: run
                           every phase eagerly on the GPU
+  --comm-stream auto|side|compute
+                          NCCL: run the gradient collectives on NCCL's own stream,
+                          overlapping backward (side), or in order on the compute stream,
+                          which makes each captured phase one straight line of nodes
+                          (compute); auto: compute with one rank, side with more
   --warmup N              eager iterations of each phase before its capture (default 3,
                           at least 1: optimizer state is created there, outside the graph)
   --deterministic         CUDA: deterministic cuDNN and PyTorch kernels, no cuDNN benchmark
@@ -192,6 +197,10 @@ const std::map<std::string, OptionHandler> &trainOptions() {
          o.cudaGraphs = mode != "off";
          o.stepGraphs = mode == "step";
        }},
+      {"--comm-stream",
+       [](R &r, S &f, O &o) {
+         o.commStream = r.choice(f, {"auto", "side", "compute"});
+       }},
       {"--warmup", [](R &r, S &f, O &o) { o.warmup = static_cast<int>(r.number(f, 1000000)); }},
       {"--memory-format",
        [](R &r, S &f, O &o) {
@@ -306,6 +315,12 @@ bool parseTrain(const std::vector<std::string> &args, TrainOptions &o, std::stri
   if (o.distBackend == "gloo" && o.device == "cuda" && o.cudaGraphs) {
     error = "--dist-backend gloo on CUDA needs --cuda-graphs off: Gloo copies device tensors "
             "through the host, which a captured CUDA Graph cannot hold";
+    return false;
+  }
+  if (o.commStream != "auto" && (o.device != "cuda" || o.distBackend == "gloo")) {
+    error = "--comm-stream " + o.commStream +
+            " places NCCL's collectives on a CUDA stream: it needs --device cuda with NCCL "
+            "(Gloo runs collectives on its own threads)";
     return false;
   }
   if (!o.kernelTraceFile.empty() && o.kernelTimeSteps == 0) {

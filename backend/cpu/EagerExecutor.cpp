@@ -70,8 +70,9 @@ EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
           std::make_unique<torch::jit::GraphFunction>(phase->key(), graph->second, nullptr);
     else if (!phase->stage.empty())
       return Status::error("phase '" + phase->key() + "' has no stage-specialised graph");
-    auto reducer = PhaseReducer::create(*phase, e->parameters_, group, options.device, zeroStage,
-                                        &e->scratch_, options.keepGradients);
+    auto reducer =
+        PhaseReducer::create(*phase, e->parameters_, group, options.device, zeroStage, &e->scratch_,
+                             options.keepGradients, options.collectivesOnComputeStream);
     if (!reducer)
       return reducer.status();
     state.reducer = reducer.take();
@@ -117,7 +118,9 @@ void EagerExecutor::broadcastCoalesced(std::vector<at::Tensor> tensors) {
   for (auto &[type, group] : byType) {
     at::Tensor flat = torch::utils::flatten_dense_tensors(group);
     std::vector<at::Tensor> io{flat};
-    group_->broadcast(io)->wait();
+    c10d::BroadcastOptions options;
+    options.asyncOp = false; // waited for at once: NCCL runs it on the compute stream
+    group_->broadcast(io, options)->wait();
     auto pieces = torch::utils::unflatten_dense_tensors(flat, group);
     torch::NoGradGuard noGrad;
     for (size_t i = 0; i < group.size(); ++i)

@@ -109,13 +109,14 @@ public:
         fillAlways_ = true;
     }
     fillAlways_ = fillAlways_ || drawing != advanced_.size();
-    countNodes();
+    readShape();
     if (!has_graph_exec_)
       instantiate();
   }
 
-  /// The captured graph's nodes by kind (what a launch submits; timing.json's graph_nodes).
-  const std::map<std::string, int64_t> &nodes() const { return nodes_; }
+  /// The captured graph's nodes by kind and its branches (what a launch submits;
+  /// timing.json's graph_nodes and graph_branches).
+  const GraphShape &shape() const { return shape_; }
 
   /// Whether the graph keeps the generators' device offsets itself (a step graph can hold it).
   bool advancesOffsets() const { return !fillAlways_; }
@@ -152,14 +153,14 @@ public:
   }
 
 private:
-  /// Counts the kept graph's nodes by type. Only a statistic: where the runtime cannot list
-  /// them, the counts stay empty and training goes on.
-  void countNodes() {
+  /// Counts the kept graph's nodes by type, and its branches. Only a statistic: where the
+  /// runtime cannot list them, the shape stays empty and training goes on.
+  void readShape() {
     auto failed = [this](cudaError_t status) {
       if (status == cudaSuccess)
         return false;
       (void)cudaGetLastError();
-      nodes_.clear();
+      shape_ = GraphShape();
       return true;
     };
     size_t count = 0;
@@ -172,9 +173,31 @@ private:
       cudaGraphNodeType type{};
       if (failed(cudaGraphNodeGetType(nodes[i], &type)))
         return;
-      ++nodes_[nodeKind(type)];
+      ++shape_.nodes[nodeKind(type)];
     }
-    nodes_["total"] = static_cast<int64_t>(count);
+    shape_.nodes["total"] = static_cast<int64_t>(count);
+    // Branches: roots beyond the first, and every dependent of a node beyond its first.
+    size_t roots = 0, edges = 0;
+    if (failed(cudaGraphGetRootNodes(graph_, nullptr, &roots)) ||
+        failed(edgeList(nullptr, nullptr, &edges)))
+      return;
+    std::vector<cudaGraphNode_t> from(edges), to(edges);
+    if (edges > 0 && failed(edgeList(from.data(), to.data(), &edges)))
+      return;
+    std::map<cudaGraphNode_t, int64_t> dependents;
+    for (size_t i = 0; i < edges; ++i)
+      ++dependents[from[i]];
+    shape_.branches = roots > 1 ? static_cast<int64_t>(roots) - 1 : 0;
+    for (const auto &[node, n] : dependents)
+      shape_.branches += n - 1;
+  }
+
+  cudaError_t edgeList(cudaGraphNode_t *from, cudaGraphNode_t *to, size_t *count) const {
+#if CUDART_VERSION >= 13000
+    return cudaGraphGetEdges(graph_, from, to, nullptr, count);
+#else
+    return cudaGraphGetEdges(graph_, from, to, count);
+#endif
   }
 
   static const char *nodeKind(cudaGraphNodeType type) {
@@ -206,7 +229,7 @@ private:
 
   std::map<const at::CUDAGeneratorState *, uint64_t> advanced_;
   bool fillAlways_ = false;
-  std::map<std::string, int64_t> nodes_;
+  GraphShape shape_;
 };
 
 /// A step's phases as one executable graph: each phase's captured graph a child node,
@@ -440,12 +463,12 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
   return c.loss;
 }
 
-GraphNodeCounts CudaGraphExecutor::graphNodes() const {
-  GraphNodeCounts counts;
+GraphShapes CudaGraphExecutor::graphShapes() const {
+  GraphShapes shapes;
   for (const auto &[key, c] : phases_)
-    if (c->graph && !c->graph->nodes().empty())
-      counts[key] = c->graph->nodes();
-  return counts;
+    if (c->graph && !c->graph->shape().nodes.empty())
+      shapes[key] = c->graph->shape();
+  return shapes;
 }
 
 } // namespace ganc::backend

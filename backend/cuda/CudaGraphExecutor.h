@@ -34,7 +34,7 @@ public:
   const PhaseReducer &reducer(const std::string &phase) const override;
   void broadcastState() override { eager_->broadcastState(); }
   int64_t gradientBufferBytes() const override { return eager_->gradientBufferBytes(); }
-  GraphNodeCounts graphNodes() const override;
+  GraphShapes graphShapes() const override;
   const std::map<std::string, at::Tensor> &parameters() const override {
     return eager_->parameters();
   }

@@ -14,6 +14,8 @@ dropout and augmentation in its phases:
 - spread: with cuDNN's default (non-deterministic, benchmark) algorithms, ganc's distance
   from eager DDP is no larger than eager DDP's distance from itself on a second run;
 - a phase with a host sync falls back to eager with its reason printed once;
+- the gradient all-reduces on NCCL's own stream or on the compute stream train bit for bit
+  alike, and on the compute stream each captured phase is one straight line of nodes;
 - 2 ranks sharing the GPU over Gloo (NCCL takes one GPU per rank): against eager DDP with 2
   ranks on it over Gloo, and sharded optimizer state (zero 1 and 2) against unsharded, with
   the checkpoint's gathered state; ganc's synchronised batch norm against eager DDP with
@@ -259,6 +261,31 @@ def test_step_graphs_train_like_eager(ganc_bin, datasets, tmp_path, model, datas
     assert losses[0] == losses[1]
 
 
+# --comm-stream: the gradient collectives on NCCL's own stream (side) or in order on the
+# compute stream (compute; auto at world size 1). The models: plain all-reduces (DCGAN-32),
+# and a loss scaler, accumulation and clipping beside them (dcgan32_all_f64).
+COMM_MODELS = [("dcgan32", "digits", 10), ("dcgan32_all_f64", "digits", 10)]
+
+
+@pytest.mark.parametrize("model,dataset,steps", COMM_MODELS, ids=[m[0] for m in COMM_MODELS])
+def test_collectives_on_either_stream_train_alike(ganc_bin, datasets, tmp_path, model, dataset, steps):
+    """The same training bit for bit with the collectives on either stream; on the compute
+    stream every captured phase is one straight line of nodes (no branches)."""
+    runs, branches = {}, {}
+    for stream in ("side", "compute"):
+        runs[stream], _ = train_cuda(ganc_bin, model, datasets[dataset], str(tmp_path / stream), steps,
+                                     "--comm-stream", stream, "--warmup", "1", "--deterministic", dump=False)
+        branches[stream] = json.load(open(os.path.join(runs[stream], "timing.json")))["graph_branches"]
+    got, ref = checkpoint_tensors(runs["compute"]), checkpoint_tensors(runs["side"])
+    assert set(got) == set(ref)
+    differ = sorted(k for k in ref if not torch.equal(got[k], ref[k]))
+    losses = [open(os.path.join(runs[s], "loss_history.csv")).read() for s in ("compute", "side")]
+    report(f"comm_stream/{model}", {"branches": branches, "differ": differ[:5], "losses_equal": losses[0] == losses[1]})
+    assert not differ, f"{len(differ)} tensors differ, first {differ[0]}"
+    assert losses[0] == losses[1]
+    assert branches["compute"] and all(b == 0 for b in branches["compute"].values()), branches
+
+
 def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):
     """timing.json on CUDA: the same fields as on CPU, the work timed on the GPU; with
     --kernel-time, the GPU's busy time over the last steps from the CUDA profiler."""
@@ -276,6 +303,7 @@ def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):
     assert set(t["graph_nodes"]) == {"d", "g"}, t["graph_nodes"]
     for phase, nodes in t["graph_nodes"].items():
         assert nodes["kernel"] > 0 and nodes["total"] == sum(n for k, n in nodes.items() if k != "total"), nodes
+    assert set(t["graph_branches"]) == {"d", "g"} and all(b >= 0 for b in t["graph_branches"].values()), t
     # The profiler saw the 4 replayed steps' kernels (each phase's graph holds some), and the
     # GPU was busy for part of their wall time.
     kernels = t["kernel_time"]
@@ -300,7 +328,7 @@ def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):
     events = json.load(open(trace))["traceEvents"]
     assert any(e.get("cat") == "kernel" for e in events), {e.get("cat") for e in events}
     report("timing/dcgan32", {k: t[k] for k in ("work_seconds", "step_seconds", "replay_host_seconds",
-                                                 "graph_nodes", "kernel_time")})
+                                                 "graph_nodes", "graph_branches", "kernel_time")})
 
 
 # Sharded optimizer state on CUDA at 2 ranks on the one GPU: NCCL will not put two ranks on

@@ -60,7 +60,7 @@ def test_timing_lists_every_field_on_cpu(ganc_bin, datasets, tmp_path):
     assert t["device"] == "cpu"
     assert len(t["step_seconds"]) == len(t["work_seconds"]) == len(t["overhead_seconds"]) == 3
     assert len(t["run_host_seconds"]) == 2 * 3  # phases d and g at every step
-    assert t["replay_host_seconds"] == t["replay_launch_seconds"] == [] and t["graph_nodes"] == {}
+    assert t["replay_host_seconds"] == t["replay_launch_seconds"] == [] and t["graph_nodes"] == t["graph_branches"] == {}
     assert t["kernel_time"] is None  # no --kernel-time (CUDA only)
 
 
@@ -156,6 +156,11 @@ def test_the_start_up_line_says_what_runs(ganc_bin, datasets, tmp_path):
      "--dist-backend gloo on CUDA needs --cuda-graphs off"),
     (["--cuda-graphs", "phase"], "--cuda-graphs takes on, off or step, not 'phase'"),
     (["--kernel-time", "4"], "--kernel-time traces GPU kernels: it needs --device cuda"),
+    (["--comm-stream", "compute"], "--comm-stream compute places NCCL's collectives on a CUDA stream: it "
+                                   "needs --device cuda with NCCL"),
+    (["--device", "cuda", "--dist-backend", "gloo", "--cuda-graphs", "off", "--comm-stream", "side"],
+     "--comm-stream side places NCCL's collectives on a CUDA stream: it needs --device cuda with NCCL"),
+    (["--comm-stream", "nccl"], "--comm-stream takes auto, side or compute, not 'nccl'"),
     (["--device", "cuda", "--kernel-time", "0"], "--kernel-time takes an integer from 1 to"),
     (["--device", "cuda", "--kernel-trace", "t.json"], "--kernel-trace FILE writes the --kernel-time window's"),
 ])
@@ -184,3 +189,4 @@ def test_dist_backend_is_recorded(ganc_bin, datasets, tmp_path):
         assert "(cpu, Gloo)" in r.stdout
         options = json.load(open(out / "run.json"))["options"]
         assert options["dist_backend"] == "gloo" and options["cuda_graphs"] == graphs
+        assert options["comm_stream"] == "auto"
