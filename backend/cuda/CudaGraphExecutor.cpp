@@ -194,7 +194,9 @@ private:
 
   cudaError_t edgeList(cudaGraphNode_t *from, cudaGraphNode_t *to, size_t *count) const {
 #if CUDART_VERSION >= 13000
-    return cudaGraphGetEdges(graph_, from, to, nullptr, count);
+    // Edges with data (programmatic launch ports) are refused as a lossy query without it.
+    std::vector<cudaGraphEdgeData> data(from ? *count : 0);
+    return cudaGraphGetEdges(graph_, from, to, from ? data.data() : nullptr, count);
 #else
     return cudaGraphGetEdges(graph_, from, to, count);
 #endif
