@@ -152,14 +152,11 @@ void PhaseReducer::launchReady() {
   while (nextLaunch_ < scheduleOrder_.size() && pending_[scheduleOrder_[nextLaunch_]] == 0) {
     const int b = scheduleOrder_[nextLaunch_];
     if (zero_ == 2) {
-      c10d::ReduceScatterOptions options;
-      options.asyncOp = asyncCollectives_;
-      works_.push_back(group_->_reduce_scatter_base(gradShards_[b], buffers_[b], options));
+      works_.push_back(group_->_reduce_scatter_base(
+          gradShards_[b], buffers_[b], collectiveOptions<c10d::ReduceScatterOptions>()));
     } else {
       std::vector<at::Tensor> tensors{buffers_[b]};
-      c10d::AllreduceOptions options;
-      options.asyncOp = asyncCollectives_;
-      works_.push_back(group_->allreduce(tensors, options));
+      works_.push_back(group_->allreduce(tensors, collectiveOptions<c10d::AllreduceOptions>()));
     }
     ++nextLaunch_;
   }
@@ -212,9 +209,7 @@ void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
       flags.push_back(reachedHere.count(name) ? 1.0F : 0.0F);
     reached = torch::tensor(flags).to(buffers_.front().device());
     std::vector<at::Tensor> tensors{reached};
-    c10d::AllreduceOptions options;
-    options.asyncOp = asyncCollectives_;
-    works_.push_back(group_->allreduce(tensors, options));
+    works_.push_back(group_->allreduce(tensors, collectiveOptions<c10d::AllreduceOptions>()));
   }
   for (auto &work : works_)
     work->wait();
@@ -318,9 +313,8 @@ void PhaseReducer::gatherBucket(int bucket) {
     shard->bucketPieces[rank_].copy_(shard->param);
   at::Tensor own =
       buffers_[bucket].narrow(0, rank_ * shardElements_[bucket], shardElements_[bucket]);
-  c10d::AllgatherOptions options;
-  options.asyncOp = asyncCollectives_;
-  works_.push_back(group_->_allgather_base(buffers_[bucket], own, options));
+  works_.push_back(
+      group_->_allgather_base(buffers_[bucket], own, collectiveOptions<c10d::AllgatherOptions>()));
   gathering_.push_back(bucket);
 }
 

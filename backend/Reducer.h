@@ -119,6 +119,12 @@ private:
   void writeGradient(const std::string &parameter, const at::Tensor &grad);
   void zeroGradient(const std::string &parameter);
   void launchReady();
+  /// Options of a collective this reducer issues: on NCCL's own stream or the current one.
+  template <typename Options> Options collectiveOptions() const {
+    Options options;
+    options.asyncOp = asyncCollectives_;
+    return options;
+  }
 
   c10::intrusive_ptr<c10d::Backend> group_;
   double scale_ = 1.0;
