@@ -98,17 +98,20 @@ PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Ten
   }
   r->conditional_ = phase.conditional;
   r->pending_.assign(r->buffers_.size(), 0);
+  r->staged_.resize(r->buffers_.size());
   return r;
 }
 
 void PhaseReducer::prepare(const std::map<std::string, at::Tensor> &parameters) {
   // Every .grad starts undefined, so AccumulateGrad steals backward's fresh gradient instead
-  // of adding into a zeroed buffer; markReady then writes it into the bucket already scaled
-  // by 1/world (one pass, as DDP's mul_out into its bucket views). Nothing is zeroed here.
+  // of adding into a zeroed buffer; the bucket's writes then put it in its slot scaled by
+  // 1/world (DDP's mul_out into its bucket views, the same products). Nothing is zeroed here.
   for (const auto &[name, tensor] : parameters) {
     at::Tensor p = tensor;
     p.mutable_grad() = at::Tensor();
   }
+  for (Staged &staged : staged_)
+    staged = Staged();
   pending_ = slotsPerBucket_;
   for (auto &[name, slot] : slots_)
     ready_[name] = false;
@@ -128,22 +131,52 @@ bool PhaseReducer::markReady(const std::string &parameter, const at::Tensor &ten
   if (zero_) {
     // The gradient goes into every rank's piece of the bucket and is then let go: the
     // averaged gradient this rank keeps is its shard's, after the collective.
-    writeGradient(parameter, grad);
+    stagePieces(parameter, grad);
     p.mutable_grad() = at::Tensor();
   } else {
-    if (grad.defined() && !grad.is_same(slot->second.view))
-      at::mul_out(slot->second.view, grad, at::native::wrapped_scalar_tensor(scale_));
-    p.mutable_grad() = slot->second.view;
+    stage(slot->second, p);
   }
   ready = true;
   if (timeline_)
     timeline_->mark(timeline_->parameter(slot->second.used));
   if (--pending_[slot->second.bucket] == 0) {
+    writeBucket(slot->second.bucket);
     if (timeline_)
       timeline_->mark(timeline_->bucket(slot->second.bucket));
     launchReady();
   }
   return true;
+}
+
+void PhaseReducer::stage(const Slot &slot, const at::Tensor &parameter) {
+  at::Tensor p = parameter;
+  const at::Tensor grad = p.grad();
+  if (grad.defined() && !grad.is_same(slot.view)) {
+    Staged &staged = staged_[slot.bucket];
+    staged.grads.push_back(grad);
+    staged.views.push_back(slot.view);
+    staged.parameters.push_back(p);
+  } else {
+    p.mutable_grad() = slot.view;
+  }
+}
+
+void PhaseReducer::writeBucket(int bucket) {
+  Staged staged = std::move(staged_[bucket]);
+  staged_[bucket] = Staged();
+  if (staged.grads.empty())
+    return;
+  // One multi-tensor copy for the bucket's gradients (sharded: their pieces), then one
+  // multi-tensor scale by 1/world (skipped at world size 1, where it is exact): a kernel or
+  // two per bucket on a GPU, where a copy per parameter would be one kernel launch (and one
+  // graph node) each. Either way every element is grad * (1/world) in the gradient's own
+  // precision, as DDP's mul_out.
+  torch::NoGradGuard noGrad;
+  at::_foreach_copy_(staged.views, staged.grads);
+  if (scale_ != 1.0)
+    at::_foreach_mul_(staged.views, at::Scalar(scale_));
+  for (size_t i = 0; i < staged.parameters.size(); ++i)
+    staged.parameters[i].mutable_grad() = staged.views[i];
 }
 
 void PhaseReducer::launchReady() {
@@ -179,15 +212,14 @@ void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
       reachedHere.insert(name);
     if (zero_) {
       if (grad.defined())
-        writeGradient(name, grad);
+        stagePieces(name, grad);
       else
         zeroGradient(name);
       p.mutable_grad() = at::Tensor();
+    } else if (grad.defined()) {
+      stage(slot, p);
     } else {
-      if (grad.defined())
-        at::mul_out(slot.view, grad, at::native::wrapped_scalar_tensor(scale_));
-      else
-        slot.view.zero_();
+      slot.view.zero_();
       p.mutable_grad() = slot.view;
     }
     if (timeline_)
@@ -195,6 +227,7 @@ void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
   }
   for (size_t b = 0; b < pending_.size(); ++b)
     if (pending_[b] != 0) {
+      writeBucket(static_cast<int>(b));
       if (timeline_)
         timeline_->mark(timeline_->bucket(b));
       pending_[b] = 0;
@@ -285,7 +318,7 @@ Status PhaseReducer::createShards(const ir::Phase &phase,
   return Status::ok();
 }
 
-void PhaseReducer::writeGradient(const std::string &parameter, const at::Tensor &grad) {
+void PhaseReducer::stagePieces(const std::string &parameter, const at::Tensor &grad) {
   Shard &shard = shards_.at(parameter);
   // The pieces are the parameter's memory order: a gradient with other strides is first
   // laid out like the parameter.
@@ -294,10 +327,11 @@ void PhaseReducer::writeGradient(const std::string &parameter, const at::Tensor 
     g = at::empty_strided(shard.parameter.sizes(), shard.parameter.strides(), g.options())
             .copy_(grad);
   const at::Tensor flat = flatView(g);
-  const at::Tensor scale = at::native::wrapped_scalar_tensor(scale_);
-  for (int q = 0; q < world_; ++q)
-    at::mul_out(shard.bucketPieces[q],
-                flat.narrow(0, shard.pieces[q].begin, shard.pieces[q].length), scale);
+  Staged &staged = staged_[shard.bucket];
+  for (int q = 0; q < world_; ++q) {
+    staged.grads.push_back(flat.narrow(0, shard.pieces[q].begin, shard.pieces[q].length));
+    staged.views.push_back(shard.bucketPieces[q]);
+  }
 }
 
 void PhaseReducer::zeroGradient(const std::string &parameter) {

@@ -17,11 +17,12 @@
 namespace ganc::backend {
 
 /// Runs the all-reduces of one phase exactly as its plan says. Each bucket is one flat
-/// buffer. When backward completes a parameter's gradient, it is written into the
-/// parameter's slot scaled by 1/world (as DDP does) and the parameter's `.grad` becomes a view
-/// of that slot; when the last slot of a bucket is written, the bucket is all-reduced with
-/// SUM, in the plan's schedule order, while the rest of backward goes on. The optimizer then
-/// reads the averaged gradients straight from the buckets.
+/// buffer. When backward completes the last gradient of a bucket, the bucket's gradients are
+/// written into their parameters' slots scaled by 1/world (as DDP does, but a bucket at a
+/// time: multi-tensor kernels, not one per parameter), each parameter's `.grad` becomes a view
+/// of its slot, and the bucket is all-reduced with SUM, in the plan's schedule order, while
+/// the rest of backward goes on. The optimizer then reads the averaged gradients straight
+/// from the buckets.
 class PhaseReducer {
 public:
   /// `parameters` maps every module parameter name to its tensor; `device` is where the
@@ -66,8 +67,8 @@ public:
   const at::Tensor &gradient(size_t i) const { return slots_.at(usedNames_[i]).view; }
   /// The flat bucket buffers, in bucket order (read by tests and the CUDA backend).
   const std::vector<at::Tensor> &buffers() const { return buffers_; }
-  /// Marks on `timeline` (null: none) when each used parameter's gradient is written (as
-  /// usedNames()) and when each bucket is complete (by bucket index).
+  /// Marks on `timeline` (null: none) when each used parameter's gradient is ready (as
+  /// usedNames()) and when each bucket is written (by bucket index).
   void setTimeline(RunTimeline *timeline) { timeline_ = timeline; }
 
   // Sharded optimizer state (ZeRO). Each bucket is laid out by rank (ir::Bucket): backward's
@@ -116,7 +117,15 @@ private:
   };
   Status createShards(const ir::Phase &phase, const std::map<std::string, at::Tensor> &parameters,
                       c10::ScalarType dtype, size_t b);
-  void writeGradient(const std::string &parameter, const at::Tensor &grad);
+  /// Holds `parameter`'s fresh gradient (its .grad) for its bucket's write; a gradient
+  /// already in its slot only points .grad there.
+  void stage(const Slot &slot, const at::Tensor &parameter);
+  /// Sharded: holds the pieces of `parameter`'s gradient for its bucket's write into every
+  /// rank's piece of the bucket.
+  void stagePieces(const std::string &parameter, const at::Tensor &grad);
+  /// Writes the held gradients of `bucket` into their slots (or pieces), scaled by 1/world,
+  /// and points their parameters' .grad at the slots.
+  void writeBucket(int bucket);
   void zeroGradient(const std::string &parameter);
   void launchReady();
   /// Options of a collective this reducer issues: on NCCL's own stream or the current one.
@@ -132,6 +141,12 @@ private:
   std::vector<int> scheduleOrder_; // bucket indices in launch order
   std::vector<int> slotsPerBucket_;
   std::vector<int> pending_; // gradients still to come, per bucket
+  /// Per bucket: the gradients backward has completed, not yet written into the bucket,
+  /// where each goes, and (unsharded) the parameters whose .grad then points there.
+  struct Staged {
+    std::vector<at::Tensor> grads, views, parameters;
+  };
+  std::vector<Staged> staged_;
   std::map<std::string, Slot> slots_;
   std::map<std::string, bool> ready_;
   std::vector<std::string> usedNames_;

@@ -11,11 +11,11 @@
 namespace ganc::backend {
 
 /// The points of one phase run: its start, the end of its last backward, the optimizer
-/// step's start and end, when each bucket's last gradient and each used parameter's gradient
-/// were written. The executor and the reducer mark them as they issue the run; what a mark
-/// means is the device's: on the CPU, the host clock when it is made; on a GPU, when the
-/// device reaches that point of its stream (a CUDA event, recorded into the graph when the
-/// phase is captured, so every replay records it again).
+/// step's start and end, when each bucket's gradients were written into it (its last one
+/// ready) and when each used parameter's gradient was ready. The executor and the reducer mark them
+/// as they issue the run; what a mark means is the device's: on the CPU, the host clock when it is
+/// made; on a GPU, when the device reaches that point of its stream (a CUDA event, recorded into
+/// the graph when the phase is captured, so every replay records it again).
 class RunTimeline {
 public:
   enum Fixed : size_t { Start, BackwardEnd, StepStart, StepEnd, FixedPoints };
