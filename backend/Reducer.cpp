@@ -111,7 +111,7 @@ void PhaseReducer::prepare(const std::map<std::string, at::Tensor> &parameters) 
     p.mutable_grad() = at::Tensor();
   }
   for (Staged &staged : staged_)
-    staged = Staged();
+    staged.clear();
   pending_ = slotsPerBucket_;
   for (auto &[name, slot] : slots_)
     ready_[name] = false;
@@ -162,8 +162,7 @@ void PhaseReducer::stage(const Slot &slot, const at::Tensor &parameter) {
 }
 
 void PhaseReducer::writeBucket(int bucket) {
-  Staged staged = std::move(staged_[bucket]);
-  staged_[bucket] = Staged();
+  Staged &staged = staged_[bucket];
   if (staged.grads.empty())
     return;
   // One multi-tensor copy for the bucket's gradients (sharded: their pieces), then one
@@ -177,6 +176,7 @@ void PhaseReducer::writeBucket(int bucket) {
     at::_foreach_mul_(staged.views, at::Scalar(scale_));
   for (size_t i = 0; i < staged.parameters.size(); ++i)
     staged.parameters[i].mutable_grad() = staged.views[i];
+  staged.clear();
 }
 
 void PhaseReducer::launchReady() {

@@ -145,6 +145,11 @@ private:
   /// where each goes, and (unsharded) the parameters whose .grad then points there.
   struct Staged {
     std::vector<at::Tensor> grads, views, parameters;
+    void clear() { // keeps the capacity: the next run stages as many
+      grads.clear();
+      views.clear();
+      parameters.clear();
+    }
   };
   std::vector<Staged> staged_;
   std::map<std::string, Slot> slots_;
