@@ -242,7 +242,9 @@ class StyleGAN2(nn.Module):
         grads = torch.autograd.grad([(img * noise).sum()], [ws], create_graph=True)[0]
         assert grads is not None
         lengths = grads.square().sum(dim=2).mean(dim=1).sqrt()
-        pl_mean = self.pl_mean.lerp(lengths.mean().detach(), self.pl_decay)
+        # The running mean stays in the buffer's precision: under autocast the lengths are
+        # bfloat16 or float16, and lerp takes no mixed dtypes.
+        pl_mean = self.pl_mean.lerp(lengths.mean().detach().to(self.pl_mean.dtype), self.pl_decay)
         self.pl_mean.copy_(pl_mean)
         penalty = (lengths - pl_mean).square().mean()
         return penalty * self.pl_weight * self.g_reg_interval
