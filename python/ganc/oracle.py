@@ -95,8 +95,13 @@ class Inputs:
 
     def _start_epoch(self):
         self.sampler.set_epoch(self.epoch)
+        # A loader of its own generator: each new iterator draws a base seed from the loader's
+        # generator, which by default is the global one that random ops inside the phases draw
+        # from (an epoch boundary would shift their draws; ganc's phase generator has no such
+        # draw).
         loader = torch.utils.data.DataLoader(range(len(self.data)), batch_size=self.spec["batch_size"],
-                                             sampler=self.sampler, drop_last=True)
+                                             sampler=self.sampler, drop_last=True,
+                                             generator=torch.Generator())
         self._batches = iter(loader)
 
     def batch(self):

@@ -238,13 +238,17 @@ FEATURE_SEEDS = [1, 4, 7, 45]
 # Draws on other models, each chosen for what the MLP GAN lacks (checked below): a penalty by
 # double backward in a low-precision phase under a loss scaler, accumulating micro-batches,
 # with clipping (WGAN-GP's critic phase, lazy R1's own phase, StyleGAN2's path length and R1,
-# whose running mean is a float32 buffer), and batch norm in float16 (DCGAN-32). Besides these,
-# 7 WGAN-GP, 8 R1 GAN, 6 StyleGAN2 and 4 DCGAN-32 draws were bitwise equal to eager DDP.
+# whose running mean is a float32 buffer), batch norm in float16 (DCGAN-32), and random ops
+# inside a phase that accumulates 3 micro-batches, so that its data crosses an epoch (dropout and
+# augmentation in DCGAN-32's D). Besides these, 7 WGAN-GP, 8 R1 GAN, 6 StyleGAN2, 4 DCGAN-32 and
+# draws on 9 more zoo models (spectral norm, EMA, branches, two generators, labels, frozen
+# layers, progressive stages) were bitwise equal to eager DDP.
 FEATURE_DRAWS = [("mlp", "ring", seed, "ddp") for seed in FEATURE_SEEDS] + [
     ("wgan_gp", "ring", 59, "ddp"),
     ("r1gan", "ring", 7, "manual"),
     ("stylegan2", "digits", 14, {"Greg": "manual", "Dreg": "manual"}),
     ("dcgan32", "digits", 59, "ddp"),
+    ("dcgan32_augment", "digits", 1, "ddp"),
 ]
 
 
@@ -259,7 +263,7 @@ def low_precision(spec, phase):
     return phase.get("precision", spec.get("precision", "float32")) in ("bfloat16", "float16")
 
 
-def test_the_random_combinations_hold_every_feature():
+def test_the_random_combinations_hold_every_feature(datasets):
     import zoo
     specs = [random_features(random.Random(seed), zoo.build("mlp")[1]) for seed in FEATURE_SEEDS]
     phases = [phase for spec in specs for phase in spec["phases"]]
@@ -276,7 +280,8 @@ def test_the_random_combinations_hold_every_feature():
     assert {o["lr_schedule"]["type"] for o in optimizers if "lr_schedule" in o} == {"step", "cosine", "linear"}
     # The other models' draws: the phases named here run low precision under a loss scaler,
     # the first of them accumulating; the model clips (StyleGAN2: both regularisers instead).
-    chosen_for = {"wgan_gp": ["d"], "r1gan": ["dreg"], "stylegan2": ["Greg", "Dreg"], "dcgan32": ["d"]}
+    chosen_for = {"wgan_gp": ["d"], "r1gan": ["dreg"], "stylegan2": ["Greg", "Dreg"], "dcgan32": ["d"],
+                  "dcgan32_augment": ["d"]}
     for model, _, seed, _ in FEATURE_DRAWS[len(FEATURE_SEEDS):]:
         spec = random_features(random.Random(seed), zoo.build(model)[1])
         phases = {phase["name"]: phase for phase in spec["phases"]}
@@ -284,6 +289,11 @@ def test_the_random_combinations_hold_every_feature():
         assert all(low_precision(spec, phases[n]) and phases[n].get("loss_scaler") for n in names), (model, spec)
         assert phases[names[0]].get("accumulate", 1) > 1, (model, spec)
         assert model == "stylegan2" or any("clip_grad_norm" in o for o in spec["optimizers"].values()), (model, spec)
+        if model == "dcgan32_augment":
+            # Over STEPS steps D reads more batches than a rank's epoch of the digits holds.
+            d = phases["d"]
+            per_epoch = (len(torch.load(datasets["digits"])["images"]) // 2) // spec["batch_size"]
+            assert d.get("interval", 1) == 1 and STEPS * d["accumulate"] > per_epoch, (spec, per_epoch)
 
 
 @pytest.mark.parametrize("model,dataset,seed,reducer", FEATURE_DRAWS)
