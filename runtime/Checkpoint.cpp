@@ -38,6 +38,41 @@ std::vector<at::Tensor> gatherStates(Session &s, at::Generator &generator) {
   return gathered[0];
 }
 
+/// With `buffers: local` each rank's buffers are its own (batch norm statistics, a running
+/// mean a loss reads, spectral norm's power-iteration vectors), and a rank's next steps depend
+/// on them: every rank's buffers, gathered to every rank (on the CPU) in one all-gather per
+/// dtype. Empty where every rank holds rank 0's (one rank, or `buffers: broadcast`).
+std::vector<c10::Dict<std::string, at::Tensor>> gatherLocalBuffers(Session &s) {
+  std::vector<c10::Dict<std::string, at::Tensor>> perRank;
+  if (s.rank.worldSize == 1 || s.spec().buffers != "local")
+    return perRank;
+  std::map<c10::ScalarType, std::vector<std::pair<std::string, at::Tensor>>> byType;
+  for (const auto &b : s.module().named_buffers(true))
+    byType[b.value.scalar_type()].emplace_back(b.name, b.value);
+  perRank.resize(static_cast<size_t>(s.rank.worldSize));
+  for (const auto &[dtype, buffers] : byType) {
+    std::vector<at::Tensor> flat;
+    for (const auto &[name, b] : buffers)
+      flat.push_back(b.detach().reshape(-1));
+    at::Tensor mine = torch::cat(flat);
+    std::vector<std::vector<at::Tensor>> gathered(1);
+    for (int r = 0; r < s.rank.worldSize; ++r)
+      gathered[0].push_back(torch::empty_like(mine));
+    std::vector<at::Tensor> input{mine};
+    s.group.backend->allgather(gathered, input)->wait();
+    for (int r = 0; r < s.rank.worldSize; ++r) {
+      at::Tensor all = gathered[0][static_cast<size_t>(r)].cpu();
+      int64_t offset = 0;
+      for (const auto &[name, b] : buffers) {
+        perRank[static_cast<size_t>(r)].insert(name,
+                                               all.narrow(0, offset, b.numel()).view(b.sizes()));
+        offset += b.numel();
+      }
+    }
+  }
+  return perRank;
+}
+
 /// A sharded optimizer's state as an unsharded run keeps it: every rank's pieces of each
 /// moment gathered to rank 0 and put back together in each parameter's shape and memory
 /// order (one gather per kind of state and dtype). Rank 0 gets the whole state; the others an
@@ -118,6 +153,7 @@ Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
   // On CUDA phase methods draw from the noise generator itself.
   std::vector<at::Tensor> phase =
       s.device.is_cuda() ? std::vector<at::Tensor>() : gatherStates(s, inputs.phaseRandom());
+  std::vector<c10::Dict<std::string, at::Tensor>> localBuffers = gatherLocalBuffers(s);
   // Sharded optimizer state is saved whole, as an unsharded run saves it: a checkpoint
   // resumes on any number of ranks, sharded or not.
   c10::impl::GenericDict optimizers = makeDict();
@@ -158,6 +194,14 @@ Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
     add(b.name, b.value);
   for (auto &[owner, dict] : stateDicts)
     ckpt.insert(owner, dict);
+  // The state dicts above hold rank 0's buffers (what a Python module loads); with local
+  // buffers every rank's are kept too, by full name, so that each rank resumes its own.
+  if (!localBuffers.empty()) {
+    c10::List<c10::Dict<std::string, at::Tensor>> ranks;
+    for (auto &buffers : localBuffers)
+      ranks.push_back(buffers);
+    ckpt.insert("rank_buffers", ranks);
+  }
   ckpt.insert("optimizers", optimizers);
   c10::impl::GenericDict scalers = makeDict();
   for (const auto &[name, scaler] : s.lossScalers)
@@ -229,10 +273,16 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
   }
   for (auto &[name, scaler] : s.lossScalers)
     scaler.loadStateDict(ckpt.at("loss_scalers").toGenericDict().at(name).toGenericDict());
-  // On another number of ranks, the ranks the checkpoint had continue their noise; a new rank
-  // starts its own (seed + rank) stream, and the data position carries over as the samples
-  // the epoch has used. Weights and optimizer state continue exactly.
+  // On another number of ranks, the ranks the checkpoint had continue their noise and their
+  // local buffers; a new rank starts its own (seed + rank) stream with rank 0's buffers, and
+  // the data position carries over as the samples the epoch has used. Weights and optimizer
+  // state continue exactly.
   if (s.rank.rank < savedWorld) {
+    if (ckpt.contains("rank_buffers") && s.spec().buffers == "local") {
+      auto mine = ckpt.at("rank_buffers").toList().get(s.rank.rank).toGenericDict();
+      for (const auto &b : s.module().named_buffers(true))
+        b.value.copy_(mine.at(b.name).toTensor());
+    }
     inputs.noise().set_state(rng.at("noise").toTensorList().get(s.rank.rank));
     if (rng.contains("phase") && !s.device.is_cuda())
       inputs.phaseRandom().set_state(rng.at("phase").toTensorList().get(s.rank.rank));

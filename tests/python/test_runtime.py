@@ -14,10 +14,11 @@ from conftest import TIMING_FIELDS, archive, compile_plan, train_args
 # the switch to 32x32 at step 6. dcgan32_scaled: resumed at step 5, with its loss scaler
 # backed off by the overflowing first steps (its scale and growth tracker are checkpointed).
 # dcgan32_augment: dropout and augmentation inside the phases (the generator they draw from
-# is checkpointed per rank).
+# is checkpointed per rank). stylegan2: each rank's path-length mean (a local buffer the Greg
+# loss reads, run again at step 8) is checkpointed per rank.
 @pytest.mark.parametrize("model,steps,split", [("dcgan32", 8, 4), ("pggan_quick", 8, 4),
                                                ("dcgan32_scaled", 10, 5), ("dcgan32_augment", 8, 4),
-                                               ("mlp_schedules", 8, 3)])
+                                               ("mlp_schedules", 8, 3), ("stylegan2", 9, 5)])
 def test_resume_continues_exactly(ganc_bin, datasets, tmp_path, model, steps, split):
     plan = compile_plan(ganc_bin, model, str(tmp_path))
     data = datasets["ring" if model.startswith("mlp") else "digits"]
@@ -38,6 +39,16 @@ def test_resume_continues_exactly(ganc_bin, datasets, tmp_path, model, steps, sp
     for sub in ("generator", "discriminator"):
         for name, t in a[sub].items():
             assert torch.equal(t, b[sub][name]), f"{sub}.{name} differs after resume"
+    # With local buffers, every rank's (rank 0's are also the state dicts' above).
+    assert len(a["rank_buffers"]) == len(b["rank_buffers"]) == 2
+    for rank, (mine, theirs) in enumerate(zip(a["rank_buffers"], b["rank_buffers"])):
+        assert mine.keys() == theirs.keys()
+        for name, t in mine.items():
+            assert torch.equal(t, theirs[name]), f"rank {rank}'s {name} differs after resume"
+    if model == "stylegan2":
+        ranks = a["rank_buffers"]
+        assert not torch.equal(ranks[0]["pl_mean"], ranks[1]["pl_mean"]), "the ranks' path-length means are alike"
+        assert torch.equal(ranks[0]["pl_mean"], a["model"]["pl_mean"])
     for sub, opt in a["optimizers"].items():
         for name, state in opt["state"].items():
             for key, t in state.items():
