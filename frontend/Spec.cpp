@@ -606,6 +606,11 @@ Status parseInto(const json &j, Spec &spec) {
     GANC_TRY(need(names.insert(phase.name).second, "phase '" + phase.name + "' is declared twice"));
     spec.phases.push_back(phase);
   }
+  for (const auto &[name, scaler] : spec.lossScalers)
+    GANC_TRY(need(std::any_of(spec.phases.begin(), spec.phases.end(),
+                              [&](const PhaseSpec &p) { return p.lossScaler == name; }),
+                  "loss scaler '" + name +
+                      "' is used by no phase (name it in a phase's 'loss_scaler', or remove it)"));
   GANC_TRY(parseOptimizers(j.value("optimizers", json::object()), spec));
   GANC_TRY(field(j, "buffers", spec.buffers, ""));
   GANC_TRY(need(spec.buffers == "broadcast" || spec.buffers == "local",

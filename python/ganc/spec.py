@@ -315,6 +315,9 @@ def validate(spec: dict, module=None) -> dict:
         if module is not None:
             _require(hasattr(module, phase["method"]),
                      f"{where}: method {phase['method']!r} does not exist on the module")
+    for name in scalers:
+        _require(any(phase.get("loss_scaler") == name for phase in phases),
+                 f"spec: loss scaler {name!r} is used by no phase (name it in a phase's 'loss_scaler', or remove it)")
     opts = spec.setdefault("optimizers", {})
     _require(isinstance(opts, dict), "spec: 'optimizers' must map group names to settings")
     for group, opt in opts.items():

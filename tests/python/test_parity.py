@@ -227,6 +227,8 @@ def random_features(rng, base):
             optimizer["lr_schedule"] = rng.choice([{"type": "step", "step_size": 2, "gamma": 0.5},
                                                    {"type": "cosine", "t_max": 5},
                                                    {"type": "linear", "start_factor": 0.5, "total_iters": 3}])
+    if not any(phase.get("loss_scaler") for phase in spec["phases"]):
+        spec.pop("loss_scalers", None)  # one no phase uses is refused
     return spec
 
 
