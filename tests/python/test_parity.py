@@ -242,7 +242,7 @@ FEATURE_SEEDS = [1, 4, 7, 45]
 # with clipping (WGAN-GP's critic phase, lazy R1's own phase, StyleGAN2's path length and R1,
 # whose running mean is a float32 buffer), batch norm in float16 (DCGAN-32), and random ops
 # inside a phase that accumulates 3 micro-batches, so that its data crosses an epoch (dropout and
-# augmentation in DCGAN-32's D). Besides these, 7 WGAN-GP, 8 R1 GAN, 6 StyleGAN2, 4 DCGAN-32 and
+# augmentation in DCGAN-32's D). Besides these, 9 WGAN-GP, 7 R1 GAN, 6 StyleGAN2, 3 DCGAN-32 and
 # draws on 9 more zoo models (spectral norm, EMA, branches, two generators, labels, frozen
 # layers, progressive stages) were bitwise equal to eager DDP.
 FEATURE_DRAWS = [("mlp", "ring", seed, "ddp") for seed in FEATURE_SEEDS] + [
