@@ -40,34 +40,36 @@ std::vector<at::Tensor> gatherStates(Session &s, at::Generator &generator) {
 
 /// With `buffers: local` each rank's buffers are its own (batch norm statistics, a running
 /// mean a loss reads, spectral norm's power-iteration vectors), and a rank's next steps depend
-/// on them: every rank's buffers, gathered to every rank (on the CPU) in one all-gather per
-/// dtype. Empty where every rank holds rank 0's (one rank, or `buffers: broadcast`).
+/// on them: every rank's buffers, gathered to every rank (on the CPU) as bytes in one
+/// all-gather. Empty where every rank holds rank 0's (one rank, or `buffers: broadcast`).
 std::vector<c10::Dict<std::string, at::Tensor>> gatherLocalBuffers(Session &s) {
   std::vector<c10::Dict<std::string, at::Tensor>> perRank;
   if (s.rank.worldSize == 1 || s.spec().buffers != "local")
     return perRank;
-  std::map<c10::ScalarType, std::vector<std::pair<std::string, at::Tensor>>> byType;
-  for (const auto &b : s.module().named_buffers(true))
-    byType[b.value.scalar_type()].emplace_back(b.name, b.value);
   perRank.resize(static_cast<size_t>(s.rank.worldSize));
-  for (const auto &[dtype, buffers] : byType) {
-    std::vector<at::Tensor> flat;
-    for (const auto &[name, b] : buffers)
-      flat.push_back(b.detach().reshape(-1));
-    at::Tensor mine = torch::cat(flat);
-    std::vector<std::vector<at::Tensor>> gathered(1);
-    for (int r = 0; r < s.rank.worldSize; ++r)
-      gathered[0].push_back(torch::empty_like(mine));
-    std::vector<at::Tensor> input{mine};
-    s.group.backend->allgather(gathered, input)->wait();
-    for (int r = 0; r < s.rank.worldSize; ++r) {
-      at::Tensor all = gathered[0][static_cast<size_t>(r)].cpu();
-      int64_t offset = 0;
-      for (const auto &[name, b] : buffers) {
-        perRank[static_cast<size_t>(r)].insert(name,
-                                               all.narrow(0, offset, b.numel()).view(b.sizes()));
-        offset += b.numel();
-      }
+  std::vector<std::pair<std::string, at::Tensor>> buffers;
+  std::vector<at::Tensor> bytes;
+  for (const auto &b : s.module().named_buffers(true)) {
+    buffers.emplace_back(b.name, b.value.detach());
+    bytes.push_back(b.value.detach().contiguous().view(-1).view(at::kByte));
+  }
+  if (buffers.empty())
+    return perRank;
+  at::Tensor mine = torch::cat(bytes);
+  std::vector<std::vector<at::Tensor>> gathered(1);
+  for (int r = 0; r < s.rank.worldSize; ++r)
+    gathered[0].push_back(torch::empty_like(mine));
+  std::vector<at::Tensor> input{mine};
+  s.group.backend->allgather(gathered, input)->wait();
+  for (int r = 0; r < s.rank.worldSize; ++r) {
+    at::Tensor all = gathered[0][static_cast<size_t>(r)].cpu();
+    int64_t offset = 0;
+    for (const auto &[name, b] : buffers) {
+      const int64_t size = b.numel() * static_cast<int64_t>(b.element_size());
+      // A copy of its own first: a view as a wider dtype needs an aligned offset.
+      perRank[static_cast<size_t>(r)].insert(
+          name, all.narrow(0, offset, size).clone().view(b.scalar_type()).view(b.sizes()));
+      offset += size;
     }
   }
   return perRank;
