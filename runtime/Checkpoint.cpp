@@ -24,53 +24,55 @@ std::pair<std::string, std::string> splitOwner(const std::string &name) {
   return {name.substr(0, dot), name.substr(dot + 1)};
 }
 
-/// Every rank's state of `generator`, gathered to every rank (on the CPU).
-std::vector<at::Tensor> gatherStates(Session &s, at::Generator &generator) {
-  // NCCL gathers device tensors only: the byte state travels through the device.
-  at::Tensor state = generator.get_state().to(s.device);
+/// Every rank's `mine` (the same size on every rank), gathered to every rank, on the CPU.
+/// NCCL gathers device tensors only: what is gathered travels through the device.
+std::vector<at::Tensor> allGatherToCpu(Session &s, const at::Tensor &mine) {
   std::vector<std::vector<at::Tensor>> gathered(1);
   for (int r = 0; r < s.rank.worldSize; ++r)
-    gathered[0].push_back(torch::empty_like(state));
-  std::vector<at::Tensor> input{state};
+    gathered[0].push_back(torch::empty_like(mine));
+  std::vector<at::Tensor> input{mine};
   s.group.backend->allgather(gathered, input)->wait();
   for (at::Tensor &t : gathered[0])
     t = t.cpu();
   return gathered[0];
 }
 
+/// Every rank's state of `generator`, gathered to every rank (on the CPU).
+std::vector<at::Tensor> gatherStates(Session &s, at::Generator &generator) {
+  return allGatherToCpu(s, generator.get_state().to(s.device));
+}
+
 /// With `buffers: local` each rank's buffers are its own (batch norm statistics, a running
 /// mean a loss reads, spectral norm's power-iteration vectors), and a rank's next steps depend
-/// on them: every rank's buffers, gathered to every rank (on the CPU) as bytes in one
-/// all-gather. Empty where every rank holds rank 0's (one rank, or `buffers: broadcast`).
-std::vector<c10::Dict<std::string, at::Tensor>> gatherLocalBuffers(Session &s) {
-  std::vector<c10::Dict<std::string, at::Tensor>> perRank;
+/// on them: every rank's buffers by full name, gathered as bytes in one all-gather. Empty where
+/// every rank holds rank 0's (one rank, or `buffers: broadcast`).
+c10::List<c10::Dict<std::string, at::Tensor>> gatherLocalBuffers(Session &s) {
+  c10::List<c10::Dict<std::string, at::Tensor>> perRank;
   if (s.rank.worldSize == 1 || s.spec().buffers != "local")
     return perRank;
-  perRank.resize(static_cast<size_t>(s.rank.worldSize));
   std::vector<std::pair<std::string, at::Tensor>> buffers;
   std::vector<at::Tensor> bytes;
   for (const auto &b : s.module().named_buffers(true)) {
     buffers.emplace_back(b.name, b.value.detach());
     bytes.push_back(b.value.detach().contiguous().view(-1).view(at::kByte));
   }
-  if (buffers.empty())
-    return perRank;
-  at::Tensor mine = torch::cat(bytes);
-  std::vector<std::vector<at::Tensor>> gathered(1);
-  for (int r = 0; r < s.rank.worldSize; ++r)
-    gathered[0].push_back(torch::empty_like(mine));
-  std::vector<at::Tensor> input{mine};
-  s.group.backend->allgather(gathered, input)->wait();
+  std::vector<at::Tensor> gathered;
+  if (!buffers.empty())
+    gathered = allGatherToCpu(s, torch::cat(bytes));
   for (int r = 0; r < s.rank.worldSize; ++r) {
-    at::Tensor all = gathered[0][static_cast<size_t>(r)].cpu();
+    c10::Dict<std::string, at::Tensor> rank;
     int64_t offset = 0;
     for (const auto &[name, b] : buffers) {
       const int64_t size = b.numel() * static_cast<int64_t>(b.element_size());
       // A copy of its own first: a view as a wider dtype needs an aligned offset.
-      perRank[static_cast<size_t>(r)].insert(
-          name, all.narrow(0, offset, size).clone().view(b.scalar_type()).view(b.sizes()));
+      rank.insert(name, gathered[static_cast<size_t>(r)]
+                            .narrow(0, offset, size)
+                            .clone()
+                            .view(b.scalar_type())
+                            .view(b.sizes()));
       offset += size;
     }
+    perRank.push_back(rank);
   }
   return perRank;
 }
@@ -155,7 +157,7 @@ Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
   // On CUDA phase methods draw from the noise generator itself.
   std::vector<at::Tensor> phase =
       s.device.is_cuda() ? std::vector<at::Tensor>() : gatherStates(s, inputs.phaseRandom());
-  std::vector<c10::Dict<std::string, at::Tensor>> localBuffers = gatherLocalBuffers(s);
+  c10::List<c10::Dict<std::string, at::Tensor>> localBuffers = gatherLocalBuffers(s);
   // Sharded optimizer state is saved whole, as an unsharded run saves it: a checkpoint
   // resumes on any number of ranks, sharded or not.
   c10::impl::GenericDict optimizers = makeDict();
@@ -198,12 +200,8 @@ Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
     ckpt.insert(owner, dict);
   // The state dicts above hold rank 0's buffers (what a Python module loads); with local
   // buffers every rank's are kept too, by full name, so that each rank resumes its own.
-  if (!localBuffers.empty()) {
-    c10::List<c10::Dict<std::string, at::Tensor>> ranks;
-    for (auto &buffers : localBuffers)
-      ranks.push_back(buffers);
-    ckpt.insert("rank_buffers", ranks);
-  }
+  if (!localBuffers.empty())
+    ckpt.insert("rank_buffers", localBuffers);
   ckpt.insert("optimizers", optimizers);
   c10::impl::GenericDict scalers = makeDict();
   for (const auto &[name, scaler] : s.lossScalers)
