@@ -1,13 +1,21 @@
 // ganc::sync_batch_norm: batch norm whose training statistics and backward sums are reduced
 // over every rank, as torch.nn.SyncBatchNorm defines them.
 //
-// Forward (training): each rank's per-channel mean and biased variance and its element count
-// are all-gathered; the global mean and variance combine them exactly (Chan et al.), the
-// output is normalised with them, and the running statistics move towards the global mean and
-// the unbiased global variance. Backward: the per-channel sums of dy and dy * (x - mean) are
-// all-reduced, so the input gradient is that of batch norm over the global batch; the weight
-// and bias gradients stay local (the bucketed all-reduce averages them like any parameter's).
-// Eval mode is plain batch norm with the running statistics.
+// Three implementations of one definition, chosen per call:
+// - one rank (or no process group): batch norm itself (aten::batch_norm, with its double
+//   backward), as torch.nn.SyncBatchNorm falls back to F.batch_norm at world size 1;
+// - CUDA: torch.nn.SyncBatchNorm's own kernels in its order (batch_norm_stats, all-gather,
+//   batch_norm_gather_stats_with_counts, batch_norm_elemt; batch_norm_backward_reduce,
+//   all-reduce, batch_norm_backward_elemt; torch/nn/modules/_functions.py), so the two agree
+//   bit for bit and the op costs what SyncBatchNorm's does;
+// - CPU, where those kernels do not exist: each rank's per-channel mean, biased variance and
+//   element count are all-gathered; the global mean and variance combine them exactly (Chan
+//   et al.), the output is normalised with them, and the running statistics move towards the
+//   global mean and the unbiased global variance. Backward: the per-channel sums of dy and
+//   dy * (x - mean) are all-reduced, so the input gradient is that of batch norm over the
+//   global batch.
+// In every case the weight and bias gradients stay local (the bucketed all-reduce averages
+// them like any parameter's). Eval mode is plain batch norm with the running statistics.
 #include "frontend/SyncBatchNorm.h"
 
 #include <torch/csrc/autograd/custom_function.h>
@@ -42,6 +50,97 @@ at::Tensor perChannel(const at::Tensor &v, const at::Tensor &x) {
   return v.reshape(shape);
 }
 
+/// Every rank's `local` ([n]) stacked in rank order ([world, n]); waited for at once (NCCL
+/// runs it on the compute stream, so it can be captured).
+at::Tensor allGather(const at::Tensor &local) {
+  std::vector<std::vector<at::Tensor>> gathered(1);
+  for (int r = 0; r < syncGroup()->getSize(); ++r)
+    gathered[0].push_back(torch::empty_like(local));
+  std::vector<at::Tensor> in{local};
+  c10d::AllgatherOptions options;
+  options.asyncOp = false;
+  syncGroup()->allgather(gathered, in, options)->wait();
+  return torch::stack(gathered[0]);
+}
+
+/// Sums `t` over the ranks, in place; waited for at once.
+void allReduce(at::Tensor &t) {
+  std::vector<at::Tensor> io{t};
+  c10d::AllreduceOptions options;
+  options.asyncOp = false;
+  syncGroup()->allreduce(io, options)->wait();
+}
+
+/// The layout batch norm's CUDA kernels take: channels-last as it is, anything else
+/// contiguous (what SyncBatchNorm does to its input and incoming gradient).
+at::Tensor batchNormLayout(const at::Tensor &t) {
+  if (t.is_contiguous(at::MemoryFormat::ChannelsLast) ||
+      t.is_contiguous(at::MemoryFormat::ChannelsLast3d))
+    return t;
+  return t.contiguous();
+}
+
+/// Called at the start of a backward: autograd records it only for a double backward
+/// (create_graph=True), which neither implementation has (nor has torch.nn.SyncBatchNorm).
+void refuseDoubleBackward() {
+  TORCH_CHECK(!at::GradMode::is_enabled(),
+              "ganc::sync_batch_norm has no double backward at more than one rank (a "
+              "gradient penalty through a synchronised batch norm)");
+}
+
+/// CUDA, more than one rank: torch.nn.SyncBatchNorm's forward and backward, step for step.
+struct SyncBatchNormCudaFunction : torch::autograd::Function<SyncBatchNormCudaFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext *ctx, const at::Tensor &input,
+                            const at::Tensor &weight, const at::Tensor &bias,
+                            const at::Tensor &runningMean, const at::Tensor &runningVar,
+                            double momentum, double eps) {
+    const at::Tensor x = batchNormLayout(input);
+    const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
+    const int64_t channels = x.size(1);
+    auto [localMean, localInvstd] = at::batch_norm_stats(x, eps);
+    at::Tensor count =
+        at::full({1}, static_cast<double>(x.numel() / channels), localMean.options());
+    // [world, 2C + 1] -> the ranks' means, inverse standard deviations and counts.
+    const at::Tensor all = allGather(at::cat({localMean, localInvstd, count}));
+    const std::vector<at::Tensor> parts = all.split(channels, 1);
+    at::Tensor counts = parts[2].view({-1});
+    if (runningMean.defined() && counts.scalar_type() != runningMean.scalar_type())
+      counts = counts.to(runningMean.scalar_type());
+    auto [mean, invstd] = at::batch_norm_gather_stats_with_counts(
+        x, parts[0], parts[1], runningMean, runningVar, momentum, eps, counts);
+    ctx->save_for_backward({x, w, mean, invstd, parts[2].to(at::kInt)});
+    return at::batch_norm_elemt(x, w, bias, mean, invstd, eps);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
+                                                 torch::autograd::variable_list grads) {
+    refuseDoubleBackward();
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &mean = saved[2], &invstd = saved[3], &counts = saved[4];
+    at::Tensor w = saved[1];
+    const at::Tensor dy = batchNormLayout(grads[0]);
+    const bool inputGrad = ctx->needs_input_grad(0);
+    auto [sumDy, sumDyXmu, gradWeight, gradBias] = at::batch_norm_backward_reduce(
+        dy, x, mean, invstd, w, inputGrad, ctx->needs_input_grad(1), ctx->needs_input_grad(2));
+    at::Tensor gradInput;
+    if (inputGrad) {
+      at::Tensor sums = at::cat({sumDy, sumDyXmu});
+      allReduce(sums);
+      const std::vector<at::Tensor> split = sums.split(sumDy.size(0));
+      if (w.defined() && w.scalar_type() != mean.scalar_type())
+        w = w.to(mean.scalar_type());
+      gradInput = at::batch_norm_backward_elemt(dy, x, mean, invstd, w, split[0], split[1], counts);
+    }
+    if (!w.defined() || !ctx->needs_input_grad(1))
+      gradWeight = at::Tensor();
+    if (!w.defined() || !ctx->needs_input_grad(2))
+      gradBias = at::Tensor();
+    return {gradInput,    gradWeight,   gradBias,    at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+/// CPU, more than one rank: the statistics combined from each rank's moments.
 struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext *ctx, const at::Tensor &input,
                             const at::Tensor &weight, const at::Tensor &bias,
@@ -55,16 +154,8 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
     at::Tensor var = x.var(dims, /*unbiased=*/false);
     const double localCount = static_cast<double>(x.numel() / x.size(1));
     at::Tensor count = torch::full({x.size(1)}, localCount, x.options());
-    if (distributed()) {
-      at::Tensor stats = torch::stack({mean, var, count});
-      std::vector<std::vector<at::Tensor>> gathered(1);
-      for (int r = 0; r < syncGroup()->getSize(); ++r)
-        gathered[0].push_back(torch::empty_like(stats));
-      std::vector<at::Tensor> in{stats};
-      c10d::AllgatherOptions options;
-      options.asyncOp = false; // waited for at once: NCCL runs it on the compute stream
-      syncGroup()->allgather(gathered, in, options)->wait();
-      at::Tensor all = torch::stack(gathered[0]); // [world, 3, C]
+    {
+      const at::Tensor all = allGather(torch::stack({mean, var, count})); // [world, 3, C]
       at::Tensor means = all.select(1, 0), vars = all.select(1, 1), counts = all.select(1, 2);
       count = counts.sum(0);
       mean = (means * counts).sum(0) / count;
@@ -90,10 +181,7 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
                                                  torch::autograd::variable_list grads) {
-    // Autograd records the backward only for a double backward (create_graph=True).
-    TORCH_CHECK(!at::GradMode::is_enabled(),
-                "ganc::sync_batch_norm has no double backward (a gradient penalty through a "
-                "synchronised batch norm)");
+    refuseDoubleBackward();
     auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &mean = saved[1], &invstd = saved[2], &weight = saved[3],
                      &count = saved[4];
@@ -105,12 +193,9 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
     at::Tensor gradWeight =
         weight.defined() ? (dy * xmu * perChannel(invstd, x)).sum(dims) : at::Tensor();
     at::Tensor gradBias = sumDy.clone();
-    if (distributed()) {
+    {
       at::Tensor sums = torch::stack({sumDy, sumDyXmu});
-      std::vector<at::Tensor> io{sums};
-      c10d::AllreduceOptions options;
-      options.asyncOp = false;
-      syncGroup()->allreduce(io, options)->wait();
+      allReduce(sums);
       sumDy = sums[0];
       sumDyXmu = sums[1];
     }
@@ -134,9 +219,12 @@ at::Tensor syncBatchNorm(const at::Tensor &input, const std::optional<at::Tensor
                          const std::optional<at::Tensor> &runningVar, bool training,
                          double momentum, double eps) {
   auto value = [](const std::optional<at::Tensor> &t) { return t ? *t : at::Tensor(); };
-  if (!training)
-    return at::batch_norm(input, weight, bias, runningMean, runningVar, false, momentum, eps,
+  if (!training || !distributed())
+    return at::batch_norm(input, weight, bias, runningMean, runningVar, training, momentum, eps,
                           /*cudnn_enabled=*/true);
+  if (input.is_cuda())
+    return SyncBatchNormCudaFunction::apply(input, value(weight), value(bias), value(runningMean),
+                                            value(runningVar), momentum, eps);
   return SyncBatchNormFunction::apply(input, value(weight), value(bias), value(runningMean),
                                       value(runningVar), momentum, eps);
 }

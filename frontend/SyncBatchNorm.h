@@ -13,7 +13,7 @@
 namespace ganc::frontend {
 
 /// The process group ganc::sync_batch_norm all-reduces over (one per process; the runtime
-/// sets it at start-up). Without one, or at world size 1, the op uses the local batch.
+/// sets it at start-up). Without one, or at world size 1, the op is batch norm itself.
 void setSyncBatchNormGroup(c10::intrusive_ptr<c10d::Backend> group);
 
 /// Replaces every aten::batch_norm of `graph` whose weight is a parameter under one of

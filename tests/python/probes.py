@@ -79,6 +79,18 @@ def overflowing_spec(name):
     return spec
 
 
+def r1_batch_norm_gan():
+    """Lazy R1 through a discriminator with batch norm, synchronised over the ranks: a
+    gradient penalty needs the batch norm's double backward, which ganc::sync_batch_norm has
+    at one rank (where it is batch norm) and not at more (nor has torch.nn.SyncBatchNorm)."""
+    import torch.nn as nn
+    from zoo.r1 import R1GAN, r1_spec
+    gan = R1GAN()
+    gan.discriminator.net.insert(1, nn.BatchNorm1d(gan.discriminator.net[0].out_features))
+    spec = dict(r1_spec("probe_r1_syncbn", 16, interval=2), ganc_spec=2, sync_batch_norm=["discriminator"])
+    return gan, spec
+
+
 def register() -> None:
     """Adds the probes to the zoo, so that make_archives.py exports them with the rest."""
     import zoo
@@ -87,3 +99,4 @@ def register() -> None:
     zoo.register("probe_aux", lambda: (ProbeGAN(), mlp_spec("probe_aux", 16)))
     zoo.register("probe_sync", lambda: (HostSyncGAN(), mlp_spec("probe_sync", 16)))
     zoo.register("probe_overflow", lambda: (OverflowingGAN(), overflowing_spec("probe_overflow")))
+    zoo.register("probe_r1_syncbn", r1_batch_norm_gan)

@@ -305,8 +305,49 @@ def test_random_feature_combinations_match_eager_ddp(ganc_bin, datasets, tmp_pat
     got_dir = run_ganc(ganc_bin, f"{model}_features", datasets[dataset], 2, str(tmp_path), path=path)
     ref_dir = str(tmp_path / "ddp")
     oracle.run(path, datasets[dataset], 2, STEPS, SEED, out_dir=ref_dir, reducer=reducer)
+    compare_bitwise(path, got_dir, ref_dir)
+
+
+def test_synchronised_batch_norm_at_one_rank_is_batch_norm(ganc_bin, datasets, tmp_path):
+    """At world size 1 ganc::sync_batch_norm is batch norm itself, as torch.nn.SyncBatchNorm
+    falls back to F.batch_norm there: dcgan32_all (G's batch norms synchronised, under
+    bfloat16 autocast, with a loss scaler, D accumulating and G clipped) trains bit for bit like
+    eager DDP with the model's BatchNorm at one rank."""
+    assert "ganc::sync_batch_norm(" in subprocess.run(
+        [ganc_bin, "compile", archive("dcgan32_all"), "--emit", "ir"], capture_output=True, text=True,
+        check=True).stdout
+    got_dir = run_ganc(ganc_bin, "dcgan32_all", datasets["digits"], 1, str(tmp_path))
+    ref_dir = str(tmp_path / "ddp")
+    oracle.run(archive("dcgan32_all"), datasets["digits"], 1, STEPS, SEED, out_dir=ref_dir)
+    compare_bitwise(archive("dcgan32_all"), got_dir, ref_dir)
+
+
+def test_gradient_penalty_through_synchronised_batch_norm(ganc_bin, datasets, tmp_path):
+    """Lazy R1 through a discriminator whose batch norm is synchronised (probe_r1_syncbn): at
+    one rank, where ganc::sync_batch_norm is batch norm, the penalty has batch norm's double
+    backward and trains bit for bit like eager DDP (R1 all-reduced by hand: DDP fails on lazy
+    R1); at two ranks the op has none, as torch.nn.SyncBatchNorm has none, and the run stops
+    at the penalty's first step with that reason."""
+    model = "probe_r1_syncbn"
+    got_dir = run_ganc(ganc_bin, model, datasets["ring"], 1, str(tmp_path))
+    ref_dir = str(tmp_path / "ddp")
+    oracle.run(archive(model), datasets["ring"], 1, STEPS, SEED, out_dir=ref_dir, reducer={"dreg": "manual"})
+    compare_bitwise(archive(model), got_dir, ref_dir)
+    result = subprocess.run([ganc_bin, "run", "--nproc", "2", os.path.join(tmp_path, "plan.ganc"), "--model",
+                             archive(model), "--data", datasets["ring"], "--steps", "2",
+                             "--out", str(tmp_path / "two"), "--sample-every", "0", "--checkpoint-every", "0"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert ("step 0: phase 'dreg': RuntimeError: ganc::sync_batch_norm has no double backward at more than "
+            "one rank") in result.stderr, result.stderr
+
+
+def compare_bitwise(path, got_dir, ref_dir):
+    """Every all-reduced gradient, final parameter and loss scaler of the run in `got_dir`
+    equal to the reference's, bit for bit."""
+    spec = ganc.load_spec(path)
     compared = 0
-    for step, phase, got, ref in gradient_dumps(ganc.load_spec(path), STEPS, got_dir, ref_dir):
+    for step, phase, got, ref in gradient_dumps(spec, STEPS, got_dir, ref_dir):
         for p in ref:
             # Exactly (no tolerance), NaN equal to NaN: a float16 step that overflowed leaves
             # inf and NaN in the gradients on both sides (and is skipped).
