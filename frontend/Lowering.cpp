@@ -59,11 +59,12 @@ public:
     GANC_TRY(foldStage(graph));
     if (!archive_.spec.syncBatchNorm.empty()) {
       resolveAttributes(graph->block(), graph->inputs()[0], true);
-      std::map<jit::Value *, std::string> parameters;
+      std::map<jit::Value *, std::string> tensors; // parameters and buffers
       for (const auto &[value, target] : targets_)
-        if (target.kind == AttrTarget::Kind::Parameter)
-          parameters[value] = target.path;
-      rewriteSyncBatchNorm(*graph, parameters, archive_.spec.syncBatchNorm, syncRewritten_);
+        if (target.kind == AttrTarget::Kind::Parameter || target.kind == AttrTarget::Kind::Buffer)
+          tensors[value] = target.path;
+      rewriteSyncBatchNorm(*graph, tensors, archive_.module, archive_.spec.syncBatchNorm,
+                           syncRewritten_);
     }
     jit::ConstantPropagation(graph);
     jit::EliminateDeadCode(graph);

@@ -50,6 +50,12 @@ at::Tensor perChannel(const at::Tensor &v, const at::Tensor &x) {
   return v.reshape(shape);
 }
 
+/// An optional tensor argument as a tensor (undefined when absent). Optional layer tensors
+/// (an affine=False layer's weight and bias, a layer's running statistics without
+/// track_running_stats) reach the autograd functions as std::optional: autograd refuses an
+/// undefined at::Tensor argument.
+at::Tensor orUndefined(const std::optional<at::Tensor> &t) { return t ? *t : at::Tensor(); }
+
 /// Every rank's `local` ([n]) stacked in rank order ([world, n]); waited for at once (NCCL
 /// runs it on the compute stream, so it can be captured).
 at::Tensor allGather(const at::Tensor &local) {
@@ -91,9 +97,16 @@ void refuseDoubleBackward() {
 /// CUDA, more than one rank: torch.nn.SyncBatchNorm's forward and backward, step for step.
 struct SyncBatchNormCudaFunction : torch::autograd::Function<SyncBatchNormCudaFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext *ctx, const at::Tensor &input,
-                            const at::Tensor &weight, const at::Tensor &bias,
-                            const at::Tensor &runningMean, const at::Tensor &runningVar,
-                            double momentum, double eps) {
+                            const std::optional<at::Tensor> &weightArg,
+                            const std::optional<at::Tensor> &bias,
+                            const std::optional<at::Tensor> &runningMean,
+                            const std::optional<at::Tensor> &runningVar, double momentum,
+                            double eps) {
+    const at::Tensor weight = orUndefined(weightArg);
+    // What backward computes (torch.nn.SyncBatchNorm's needs_input_grad).
+    ctx->saved_data["input_g"] = input.requires_grad();
+    ctx->saved_data["weight_g"] = weight.defined() && weight.requires_grad();
+    ctx->saved_data["bias_g"] = bias && bias->defined() && bias->requires_grad();
     const at::Tensor x = batchNormLayout(input);
     const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
     const int64_t channels = x.size(1);
@@ -104,8 +117,8 @@ struct SyncBatchNormCudaFunction : torch::autograd::Function<SyncBatchNormCudaFu
     const at::Tensor all = allGather(at::cat({localMean, localInvstd, count}));
     const std::vector<at::Tensor> parts = all.split(channels, 1);
     at::Tensor counts = parts[2].view({-1});
-    if (runningMean.defined() && counts.scalar_type() != runningMean.scalar_type())
-      counts = counts.to(runningMean.scalar_type());
+    if (runningMean && runningMean->defined() && counts.scalar_type() != runningMean->scalar_type())
+      counts = counts.to(runningMean->scalar_type());
     auto [mean, invstd] = at::batch_norm_gather_stats_with_counts(
         x, parts[0], parts[1], runningMean, runningVar, momentum, eps, counts);
     ctx->save_for_backward({x, w, mean, invstd, parts[2].to(at::kInt)});
@@ -119,9 +132,11 @@ struct SyncBatchNormCudaFunction : torch::autograd::Function<SyncBatchNormCudaFu
     const at::Tensor &x = saved[0], &mean = saved[2], &invstd = saved[3], &counts = saved[4];
     at::Tensor w = saved[1];
     const at::Tensor dy = batchNormLayout(grads[0]);
-    const bool inputGrad = ctx->needs_input_grad(0);
-    auto [sumDy, sumDyXmu, gradWeight, gradBias] = at::batch_norm_backward_reduce(
-        dy, x, mean, invstd, w, inputGrad, ctx->needs_input_grad(1), ctx->needs_input_grad(2));
+    const bool inputGrad = ctx->saved_data["input_g"].toBool();
+    const bool weightGrad = ctx->saved_data["weight_g"].toBool();
+    const bool biasGrad = ctx->saved_data["bias_g"].toBool();
+    auto [sumDy, sumDyXmu, gradWeight, gradBias] =
+        at::batch_norm_backward_reduce(dy, x, mean, invstd, w, inputGrad, weightGrad, biasGrad);
     at::Tensor gradInput;
     if (inputGrad) {
       at::Tensor sums = at::cat({sumDy, sumDyXmu});
@@ -131,9 +146,9 @@ struct SyncBatchNormCudaFunction : torch::autograd::Function<SyncBatchNormCudaFu
         w = w.to(mean.scalar_type());
       gradInput = at::batch_norm_backward_elemt(dy, x, mean, invstd, w, split[0], split[1], counts);
     }
-    if (!w.defined() || !ctx->needs_input_grad(1))
+    if (!weightGrad)
       gradWeight = at::Tensor();
-    if (!w.defined() || !ctx->needs_input_grad(2))
+    if (!biasGrad)
       gradBias = at::Tensor();
     return {gradInput,    gradWeight,   gradBias,    at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor()};
@@ -143,9 +158,14 @@ struct SyncBatchNormCudaFunction : torch::autograd::Function<SyncBatchNormCudaFu
 /// CPU, more than one rank: the statistics combined from each rank's moments.
 struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext *ctx, const at::Tensor &input,
-                            const at::Tensor &weight, const at::Tensor &bias,
-                            at::Tensor runningMean, at::Tensor runningVar, double momentum,
+                            const std::optional<at::Tensor> &weightArg,
+                            const std::optional<at::Tensor> &biasArg,
+                            const std::optional<at::Tensor> &runningMeanArg,
+                            const std::optional<at::Tensor> &runningVarArg, double momentum,
                             double eps) {
+    const at::Tensor weight = orUndefined(weightArg), bias = orUndefined(biasArg);
+    at::Tensor runningMean = orUndefined(runningMeanArg), runningVar = orUndefined(runningVarArg);
+    ctx->saved_data["has_bias"] = bias.defined();
     // Statistics in float32 at least (float64 inputs keep float64), as batch norm kernels do.
     const at::Tensor x =
         input.to(input.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);
@@ -205,7 +225,7 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
                            perChannel(scale, x);
     return {gradInput.to(grads[0].scalar_type()),
             gradWeight,
-            weight.defined() ? gradBias : at::Tensor(),
+            ctx->saved_data["has_bias"].toBool() ? gradBias : at::Tensor(),
             at::Tensor(),
             at::Tensor(),
             at::Tensor(),
@@ -218,15 +238,13 @@ at::Tensor syncBatchNorm(const at::Tensor &input, const std::optional<at::Tensor
                          const std::optional<at::Tensor> &runningMean,
                          const std::optional<at::Tensor> &runningVar, bool training,
                          double momentum, double eps) {
-  auto value = [](const std::optional<at::Tensor> &t) { return t ? *t : at::Tensor(); };
   if (!training || !distributed())
     return at::batch_norm(input, weight, bias, runningMean, runningVar, training, momentum, eps,
                           /*cudnn_enabled=*/true);
   if (input.is_cuda())
-    return SyncBatchNormCudaFunction::apply(input, value(weight), value(bias), value(runningMean),
-                                            value(runningVar), momentum, eps);
-  return SyncBatchNormFunction::apply(input, value(weight), value(bias), value(runningMean),
-                                      value(runningVar), momentum, eps);
+    return SyncBatchNormCudaFunction::apply(input, weight, bias, runningMean, runningVar, momentum,
+                                            eps);
+  return SyncBatchNormFunction::apply(input, weight, bias, runningMean, runningVar, momentum, eps);
 }
 
 } // namespace
@@ -241,8 +259,65 @@ void setSyncBatchNormGroup(c10::intrusive_ptr<c10d::Backend> group) {
   syncGroup() = std::move(group);
 }
 
+namespace {
+
+/// The descendant of `from` that a call in an inlined call chain entered: the one with the
+/// call's attribute name and class. A module iterated in a container (ModuleList, ModuleDict)
+/// or indexed in one is called without a call to the container, so it can be deeper than a
+/// child. Empty unless exactly one descendant fits.
+std::optional<torch::jit::NameModule> calledModule(const torch::jit::Module &from,
+                                                   const torch::jit::ModuleInstanceInfo &call) {
+  std::optional<torch::jit::NameModule> found;
+  for (const torch::jit::NameModule &sub : from.named_modules()) {
+    const size_t dot = sub.name.rfind('.');
+    const std::string last = dot == std::string::npos ? sub.name : sub.name.substr(dot + 1);
+    if (sub.name.empty() || last != call.instance_name() || !call.class_type() ||
+        sub.value.type()->name() != call.class_type()->name())
+      continue;
+    if (found)
+      return std::nullopt;
+    found = sub;
+  }
+  return found;
+}
+
+/// The path of the module an aten::batch_norm node belongs to, with a trailing '.'
+/// ("generator.main.1."): the module of the attribute its weight, running mean or running
+/// variance reads (a layer with affine=False has no weight), else the chain of module calls it
+/// was inlined from, resolved against `root` (a layer with neither weight nor running
+/// statistics); "" when unknown.
+std::string ownerPath(torch::jit::Node *node,
+                      const std::map<torch::jit::Value *, std::string> &paths,
+                      const torch::jit::Module &root) {
+  // aten::batch_norm(input, weight, bias, running_mean, running_var, ...).
+  for (size_t input : {1, 3, 4}) {
+    auto path = paths.find(node->inputs()[input]);
+    if (path != paths.end())
+      return path->second.substr(0, path->second.rfind('.') + 1);
+  }
+  std::optional<torch::jit::InlinedCallStackPtr> calls = node->callstack();
+  if (!calls)
+    return "";
+  std::string owner;
+  torch::jit::Module module = root;
+  for (const torch::jit::InlinedCallStackEntry &call : (*calls)->vec()) {
+    const std::optional<torch::jit::ModuleInstanceInfo> &entered = std::get<2>(call);
+    if (!entered || entered->instance_name() == "SELF")
+      continue; // a function, or another method of the same module
+    std::optional<torch::jit::NameModule> sub = calledModule(module, *entered);
+    if (!sub)
+      return "";
+    owner += sub->name + ".";
+    module = sub->value;
+  }
+  return owner;
+}
+
+} // namespace
+
 void rewriteSyncBatchNorm(torch::jit::Graph &graph,
                           const std::map<torch::jit::Value *, std::string> &paths,
+                          const torch::jit::Module &root,
                           const std::vector<std::string> &submodules,
                           std::set<std::string> &rewritten) {
   static const c10::Symbol kSync = c10::Symbol::fromQualString("ganc::sync_batch_norm");
@@ -257,11 +332,11 @@ void rewriteSyncBatchNorm(torch::jit::Graph &graph,
   };
   visit(graph.block());
   for (torch::jit::Node *node : found) {
-    auto path = paths.find(node->inputs()[1]);
-    if (path == paths.end())
+    const std::string owner = ownerPath(node, paths, root);
+    if (owner.empty())
       continue;
     for (const std::string &sub : submodules) {
-      if (path->second.compare(0, sub.size() + 1, sub + ".") != 0)
+      if (owner.compare(0, sub.size() + 1, sub + ".") != 0)
         continue;
       torch::jit::WithInsertPoint guard(node);
       // aten::batch_norm(input, weight, bias, mean, var, training, momentum, eps, cudnn).

@@ -5,6 +5,7 @@
 #include "ir/Status.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <set>
@@ -16,12 +17,15 @@ namespace ganc::frontend {
 /// sets it at start-up). Without one, or at world size 1, the op is batch norm itself.
 void setSyncBatchNormGroup(c10::intrusive_ptr<c10d::Backend> group);
 
-/// Replaces every aten::batch_norm of `graph` whose weight is a parameter under one of
-/// `submodules` ("generator" covers "generator.main.1.weight") by ganc::sync_batch_norm.
-/// `paths` maps each value of `graph` produced by a GetAttr chain to the attribute path it
-/// reads. Adds the submodules that had a batch norm rewritten to `rewritten`.
+/// Replaces every aten::batch_norm of `graph` that belongs to a module under one of
+/// `submodules` ("generator" covers "generator.main.1") by ganc::sync_batch_norm: by the
+/// parameter or buffer its weight or running statistics read, else by the module calls it was
+/// inlined from (resolved against `root`, the model). `paths` maps each value of `graph`
+/// produced by a GetAttr chain to the attribute path it reads. Adds the submodules that had a
+/// batch norm rewritten to `rewritten`.
 void rewriteSyncBatchNorm(torch::jit::Graph &graph,
                           const std::map<torch::jit::Value *, std::string> &paths,
+                          const torch::jit::Module &root,
                           const std::vector<std::string> &submodules,
                           std::set<std::string> &rewritten);
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from .augment import AugmentedDCGAN
+from .biggan import BigGAN, biggan_spec
 from .conditional import ConditionalDCGAN, conditional_spec
 from .cyclegan import CycleGAN, cyclegan_spec
 from .dcgan import DCGAN, training_step_spec, two_phase_spec
@@ -47,6 +48,9 @@ ZOO = {
     "r1gan": lambda: (R1GAN(), r1_spec("r1gan")),
     "mlp_ema": lambda: (EMAGAN(), ema_spec("mlp_ema")),
     "cdcgan32": lambda: (ConditionalDCGAN(), conditional_spec("cdcgan32")),
+    # BigGAN's generator pattern: conditional batch norm (affine=False BatchNorm2d scaled and
+    # shifted per class), synchronised over the ranks; projection D, hinge loss.
+    "biggan32": lambda: (BigGAN(), biggan_spec("biggan32")),
     "stylegan2": lambda: (StyleGAN2(), stylegan2_spec("stylegan2")),
     "pggan": lambda: (ProgressiveGAN(), progressive_spec("pggan")),
     # The same GAN with 3-step stages: every stage and both fade-ins within a short test run.

@@ -61,6 +61,9 @@ def main(out):
     # leaves float64 alone (on both sides), and dcgan32_amp tests it bit for bit against DDP.
     gan, spec = zoo.build("dcgan32_all")
     ganc.export(gan.double(), os.path.join(out, "dcgan32_all_f64.pt"), dict(spec, dtype="float64"))
+    # BigGAN's conditional batch norms (affine=False layers) synchronised, likewise.
+    gan, spec = zoo.build("biggan32")
+    ganc.export(gan.double(), os.path.join(out, "biggan32_f64.pt"), dict(spec, dtype="float64"))
     # One training-step feature at a time (dcgan32_amp has them all): accumulation alone,
     # clipping alone (G by its 2-norm, D by its max norm, both low enough to clip), autocast
     # alone.

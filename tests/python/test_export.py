@@ -185,6 +185,17 @@ def test_update_paths_and_optimizer_groups_are_resolved_against_the_model(tmp_pa
                                        "generator.main.1.bias"]
 
 
+def synchronised_in_g(ganc_bin, gan, spec, listed, tmp_path):
+    """Exports `gan` with `sync_batch_norm` = `listed` and compiles it: the archive, the plan and
+    how many batch norms phase g runs synchronised."""
+    name = "_".join(listed)
+    path, plan = str(tmp_path / f"{name}.pt"), str(tmp_path / f"{name}.plan")
+    ganc.export(gan, path, dict(spec, sync_batch_norm=listed))
+    subprocess.run([ganc_bin, "compile", path, "-o", plan], check=True, capture_output=True)
+    phase_g = open(plan).read().split("phase @g")[1].split("phase @")[0]
+    return path, plan, phase_g.count("ganc::sync_batch_norm(")
+
+
 def test_sync_batch_norm_paths_are_resolved_against_the_model(ganc_bin, tmp_path):
     """`sync_batch_norm` takes submodules by path, dotted ones too, in the Python validator as in
     `ganc compile`: one layer of the generator is rewritten where one is listed, all three
@@ -194,12 +205,7 @@ def test_sync_batch_norm_paths_are_resolved_against_the_model(ganc_bin, tmp_path
     gan, spec = zoo.build("dcgan32_syncbn")
     rewritten = {}
     for listed in (["generator"], ["generator.main.1"]):
-        path = str(tmp_path / f"{len(rewritten)}.pt")
-        ganc.export(gan, path, dict(spec, sync_batch_norm=listed))
-        plan = str(tmp_path / f"{len(rewritten)}.plan")
-        subprocess.run([ganc_bin, "compile", path, "-o", plan], check=True, capture_output=True)
-        phase_g = open(plan).read().split("phase @g")[1].split("phase @")[0]
-        rewritten[listed[0]] = phase_g.count("ganc::sync_batch_norm(")
+        path, _, rewritten[listed[0]] = synchronised_in_g(ganc_bin, gan, spec, listed, tmp_path)
     assert rewritten == {"generator": 3, "generator.main.1": 1}
     for listed, says in ((["generator.main.99"], "'generator.main.99' is not a submodule"),
                          (["discriminator.main.0"], "'discriminator.main.0' has no batch norm layer")):
@@ -211,6 +217,25 @@ def test_sync_batch_norm_paths_are_resolved_against_the_model(ganc_bin, tmp_path
         result = subprocess.run([ganc_bin, "compile", unchecked, "-o", str(tmp_path / "bad.plan")],
                                 capture_output=True, text=True)
         assert result.returncode == 2 and "'sync_batch_norm' names" in result.stderr, result.stderr
+
+
+def test_sync_batch_norm_finds_layers_without_weights(ganc_bin, datasets, tmp_path):
+    """Batch norms without a weight are synchronised too: BigGAN's conditional ones
+    (`affine=False`, found by their running statistics) and one with no running statistics
+    either (found by the module calls it was inlined from), by the generator or by the one
+    block listed; each trains at 2 ranks."""
+    import zoo
+    gan, spec = zoo.build("biggan32")
+    block = gan.generator.blocks[0]
+    block.bn1.bn = torch.nn.BatchNorm2d(block.bn1.bn.num_features, affine=False, track_running_stats=False)
+    rewritten = {}
+    for listed in (["generator"], ["generator.blocks.0"]):
+        path, plan, rewritten[listed[0]] = synchronised_in_g(ganc_bin, gan, spec, listed, tmp_path)
+        subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", path, "--data", datasets["digits"],
+                        "--steps", "2", "--out", str(tmp_path / "run"), "--force", "--sample-every", "0",
+                        "--checkpoint-every", "0"], check=True, capture_output=True, timeout=300)
+    # Three blocks of two conditional batch norms, and the plain one before the output layer.
+    assert rewritten == {"generator": 7, "generator.blocks.0": 2}
 
 
 def test_sample_submodule_is_resolved_against_the_model(ganc_bin, tmp_path):

@@ -86,6 +86,9 @@ MODELS = [
     # micro-batches, a shared loss scaler, G clipped; bfloat16 autocast, which float64 leaves
     # alone on both sides), against one process on both ranks' micro-batches concatenated.
     ("dcgan32_all_f64", "digits", [2], "global"),
+    # BigGAN's generator: conditional batch norms (BatchNorm2d(affine=False) scaled and shifted
+    # per class) and a plain one, all synchronised; hinge loss, projection D. Likewise.
+    ("biggan32_f64", "digits", [2], "global"),
 ]
 # Models whose loss scaler must overflow, skip a step and back off within STEPS steps.
 OVERFLOWING = {"dcgan32_scaled"}

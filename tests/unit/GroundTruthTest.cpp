@@ -141,4 +141,5 @@ INSTANTIATE_TEST_SUITE_P(Zoo, GroundTruth,
                                            "probe_nograd", "probe_aux", "probe_sync", "wgan_gp",
                                            "cyclegan", "r1gan", "sngan", "mlp_ema", "cdcgan32",
                                            "pggan", "stylegan2", "sndcgan32", "dcgan32_augment",
-                                           "dcgan32_freezed", "mlp_temperature", "mlp_branch"));
+                                           "dcgan32_freezed", "mlp_temperature", "mlp_branch",
+                                           "biggan32"));
