@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from .scriptable import ExportError, make_scriptable
+from .scriptable import ExportError, make_scriptable, sync_batch_norm_paths
 from .spec import SPEC_VERSION, SpecError, dumps, validate
 
 __all__ = ["export", "load_spec", "load_checkpoint", "example_inputs", "phase_methods_scripted"]
@@ -77,7 +77,7 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False) -> 
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):  # said before the scripting, not by torch.jit.save after it
         raise FileNotFoundError(f"ganc.export: {path}: the folder {folder} does not exist")
-    spec = validate(spec, gan)
+    spec = _list_sync_batch_norms(validate(spec, gan), gan)
     model = make_scriptable(gan)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     model.train()
@@ -103,6 +103,21 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False) -> 
     _restore(scripted, state)
     torch.jit.save(scripted, path, _extra_files={"ganc.json": dumps(spec)})
     return spec
+
+
+def _list_sync_batch_norms(spec: dict, gan: torch.nn.Module) -> dict:
+    """The spec with every torch.nn.SyncBatchNorm layer of `gan` in `sync_batch_norm` (those
+    not under a submodule it lists already): ganc runs them synchronised over the ranks, as
+    they ran under DDP."""
+    layers = sync_batch_norm_paths(gan)
+    if not layers:
+        return spec
+    if spec["ganc_spec"] == 1:
+        raise SpecError(f"spec: the model's torch.nn.SyncBatchNorm layers ({', '.join(layers)}) are "
+                        "synchronised through 'sync_batch_norm', a ganc_spec 2 field; set \"ganc_spec\": 2")
+    listed = list(spec.get("sync_batch_norm", []))
+    listed += [path for path in layers if not any(path == s or path.startswith(s + ".") for s in listed)]
+    return dict(spec, sync_batch_norm=listed)
 
 
 @contextlib.contextmanager

@@ -18,6 +18,11 @@ any layer whose forward reads `self.weight` once (Linear, Conv1d/2d/3d, ConvTran
 Embedding, ...). Any other parametrization is kept as it is (it must be scriptable itself);
 a chain of several parametrizations on one tensor, or one on another tensor than `weight`, is
 refused with the layer's path.
+
+`torch.nn.SyncBatchNorm` (a model written for DDP, `convert_sync_batchnorm`) is not scriptable
+either: its forward calls torch.distributed. It becomes the batch norm it computes on one rank,
+with the same state_dict, and `ganc.export` lists it in the spec's `sync_batch_norm`, which
+ganc runs over the ranks.
 """
 from __future__ import annotations
 
@@ -157,6 +162,20 @@ class _WeightNorm(nn.Module):
 _CLASSES = {}
 
 
+class _SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
+    """A torch.nn.SyncBatchNorm as the batch norm it computes on one rank (any input of at
+    least 2 dimensions, as SyncBatchNorm takes); ganc synchronises it (`sync_batch_norm`)."""
+
+    def _check_input_dim(self, input):
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
+
+
+def sync_batch_norm_paths(module: nn.Module) -> List[str]:
+    """The paths of `module`'s torch.nn.SyncBatchNorm layers, in module order."""
+    return [path for path, sub in module.named_modules() if isinstance(sub, nn.SyncBatchNorm)]
+
+
 def _with_weight(mixin, base):
     """The class `base` with `weight` computed by `mixin` (one per pair, reused)."""
     key = (mixin, base)
@@ -223,7 +242,8 @@ def _convert_parametrized(path: str, module: nn.Module) -> None:
 
 def make_scriptable(module: nn.Module) -> nn.Module:
     """A deep copy of `module` whose spectral-norm and weight-norm layers (both APIs) compute
-    their weight in scriptable code, with unchanged state_dict names and numerics. The module
+    their weight in scriptable code, with unchanged state_dict names and numerics, and whose
+    torch.nn.SyncBatchNorm layers are batch norm (see sync_batch_norm_paths). The module
     passed in is not modified."""
     # The hook API keeps the last computed weight as a plain attribute, a non-leaf tensor that
     # deepcopy refuses; the copy does not need it (its property computes the weight).
@@ -239,6 +259,9 @@ def make_scriptable(module: nn.Module) -> nn.Module:
         path = path or type(module).__name__
         if parametrize.is_parametrized(sub):
             _convert_parametrized(path, sub)
+        elif isinstance(sub, nn.SyncBatchNorm):
+            del sub.process_group
+            sub.__class__ = _SyncBatchNorm
         else:
             _convert_hook(path, sub)
     return module

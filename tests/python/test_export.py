@@ -15,6 +15,7 @@ from torch.nn.utils.parametrizations import spectral_norm as p_spectral_norm
 from torch.nn.utils.parametrizations import weight_norm as p_weight_norm
 
 import ganc
+from conftest import archive
 
 
 class Reparametrised(nn.Module):
@@ -236,6 +237,37 @@ def test_sync_batch_norm_finds_layers_without_weights(ganc_bin, datasets, tmp_pa
                         "--checkpoint-every", "0"], check=True, capture_output=True, timeout=300)
     # Three blocks of two conditional batch norms, and the plain one before the output layer.
     assert rewritten == {"generator": 7, "generator.blocks.0": 2}
+
+
+def test_torch_syncbatchnorm_layers_are_synchronised(ganc_bin, datasets, tmp_path):
+    """A model written for DDP with torch.nn.SyncBatchNorm (convert_sync_batchnorm) exports as
+    it is: each SyncBatchNorm becomes batch norm listed in `sync_batch_norm`, so it trains bit
+    for bit like dcgan32_syncbn (the same weights, `sync_batch_norm: ["generator"]`) at 2 ranks,
+    the user's model keeps its SyncBatchNorm layers, and a ganc_spec 1 spec is refused with
+    the layers named."""
+    import zoo
+    gan, spec = zoo.build("dcgan32")
+    gan.generator = nn.SyncBatchNorm.convert_sync_batchnorm(gan.generator)
+    layers = ["generator.main.1", "generator.main.4", "generator.main.7"]
+    with pytest.raises(ganc.SpecError, match="SyncBatchNorm layers \\(" + ", ".join(layers) + "\\).*ganc_spec"):
+        ganc.export(gan, str(tmp_path / "v1.pt"), spec)
+    path = str(tmp_path / "syncbatchnorm.pt")
+    assert ganc.export(gan, path, dict(spec, ganc_spec=2))["sync_batch_norm"] == layers
+    assert all(isinstance(gan.get_submodule(layer), nn.SyncBatchNorm) for layer in layers)
+    final = {}
+    for name, model in (("converted", path), ("listed", archive("dcgan32_syncbn"))):
+        plan = str(tmp_path / f"{name}.plan")
+        subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
+        subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", model, "--data", datasets["digits"],
+                        "--steps", "3", "--out", str(tmp_path / name), "--sample-every", "0",
+                        "--checkpoint-every", "3", "--keep-checkpoints", "0"],
+                       check=True, capture_output=True, timeout=300)
+        checkpoint = ganc.load_checkpoint(str(tmp_path / name / "checkpoint.pt"))
+        final[name] = {f"{owner}.{k}": t for owner in ("generator", "discriminator")
+                       for k, t in checkpoint[owner].items()}
+    assert final["converted"].keys() == final["listed"].keys()
+    assert any("running_var" in k for k in final["listed"])
+    assert all(torch.equal(final["converted"][k], final["listed"][k]) for k in final["listed"])
 
 
 def test_sample_submodule_is_resolved_against_the_model(ganc_bin, tmp_path):
