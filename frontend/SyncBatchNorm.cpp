@@ -1,21 +1,20 @@
 // ganc::sync_batch_norm: batch norm whose training statistics and backward sums are reduced
 // over every rank, as torch.nn.SyncBatchNorm defines them.
 //
-// Three implementations of one definition, chosen per call:
-// - one rank (or no process group): batch norm itself (aten::batch_norm, with its double
-//   backward), as torch.nn.SyncBatchNorm falls back to F.batch_norm at world size 1;
-// - CUDA: torch.nn.SyncBatchNorm's own kernels in its order (batch_norm_stats, all-gather,
-//   batch_norm_gather_stats_with_counts, batch_norm_elemt; batch_norm_backward_reduce,
-//   all-reduce, batch_norm_backward_elemt; torch/nn/modules/_functions.py), so the two agree
-//   bit for bit and the op costs what SyncBatchNorm's does;
-// - CPU, where those kernels do not exist: each rank's per-channel mean, biased variance and
-//   element count are all-gathered; the global mean and variance combine them exactly (Chan
-//   et al.), the output is normalised with them, and the running statistics move towards the
-//   global mean and the unbiased global variance. Backward: the per-channel sums of dy and
-//   dy * (x - mean) are all-reduced, so the input gradient is that of batch norm over the
-//   global batch.
-// In every case the weight and bias gradients stay local (the bucketed all-reduce averages
-// them like any parameter's). Eval mode is plain batch norm with the running statistics.
+// At one rank (or without a process group) it is batch norm itself (aten::batch_norm, with
+// its double backward), as torch.nn.SyncBatchNorm falls back to F.batch_norm at world size 1.
+// At more, it is torch.nn.SyncBatchNorm's forward and backward step for step
+// (torch/nn/modules/_functions.py): each rank's per-channel mean and inverse standard
+// deviation and its element count are all-gathered and merged rank by rank into the global
+// statistics, which normalise the output and move the running statistics (towards the global
+// mean and the unbiased global variance); backward all-reduces the per-channel sums of dy and
+// dy * (x - mean), so the input gradient is that of batch norm over the global batch. On CUDA
+// the five steps are SyncBatchNorm's own kernels (batch_norm_stats,
+// batch_norm_gather_stats_with_counts, batch_norm_elemt, batch_norm_backward_reduce,
+// batch_norm_backward_elemt), so the two agree bit for bit; on CPU, where those kernels do not
+// exist, ATen expressions of the same arithmetic, so the CPU tests run the same steps.
+// The weight and bias gradients stay local (the bucketed all-reduce averages them like any
+// parameter's). Eval mode is plain batch norm with the running statistics.
 #include "frontend/SyncBatchNorm.h"
 
 #include <torch/csrc/autograd/custom_function.h>
@@ -86,16 +85,114 @@ at::Tensor batchNormLayout(const at::Tensor &t) {
   return t.contiguous();
 }
 
-/// Called at the start of a backward: autograd records it only for a double backward
-/// (create_graph=True), which neither implementation has (nor has torch.nn.SyncBatchNorm).
-void refuseDoubleBackward() {
-  TORCH_CHECK(!at::GradMode::is_enabled(),
-              "ganc::sync_batch_norm has no double backward at more than one rank (a "
-              "gradient penalty through a synchronised batch norm)");
+/// The type batch norm's kernels accumulate in: float64 for float64 inputs, float32 otherwise.
+at::ScalarType accumulateType(const at::Tensor &x) {
+  return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
-/// CUDA, more than one rank: torch.nn.SyncBatchNorm's forward and backward, step for step.
-struct SyncBatchNormCudaFunction : torch::autograd::Function<SyncBatchNormCudaFunction> {
+/// The five steps of torch.nn.SyncBatchNorm: its CUDA kernels on CUDA tensors, the same
+/// arithmetic in ATen expressions on CPU ones.
+namespace kernels {
+
+/// batch_norm_stats: the per-channel mean and 1 / sqrt(biased variance + eps).
+std::tuple<at::Tensor, at::Tensor> stats(const at::Tensor &x, double eps) {
+  if (x.is_cuda())
+    return at::batch_norm_stats(x, eps);
+  const at::Tensor xa = x.to(accumulateType(x));
+  const std::vector<int64_t> dims = reducedDims(x);
+  return {xa.mean(dims), (xa.var(dims, /*unbiased=*/false) + eps).rsqrt()};
+}
+
+/// batch_norm_gather_stats_with_counts: the global mean and inverse standard deviation from
+/// the ranks' ([world, C]) and their element counts ([world]), merged rank by rank; the
+/// running statistics move towards the mean and the unbiased variance.
+std::tuple<at::Tensor, at::Tensor> gatherStats(const at::Tensor &x, const at::Tensor &means,
+                                               const at::Tensor &invstds,
+                                               const std::optional<at::Tensor> &runningMean,
+                                               const std::optional<at::Tensor> &runningVar,
+                                               double momentum, double eps,
+                                               const at::Tensor &counts) {
+  if (x.is_cuda())
+    return at::batch_norm_gather_stats_with_counts(x, means, invstds, runningMean, runningVar,
+                                                   momentum, eps, counts);
+  at::Tensor mean = at::zeros_like(means[0]), sumSquares = at::zeros_like(means[0]);
+  at::Tensor n = at::zeros({}, means.options());
+  for (int64_t r = 0; r < means.size(0); ++r) {
+    const at::Tensor count = counts[r].to(means.scalar_type());
+    const at::Tensor factor = 1 / (n + count);
+    sumSquares = sumSquares + ((1 / invstds[r]).pow(2) - eps) * count +
+                 (mean - means[r]).pow(2) * n * count * factor;
+    mean = n * factor * mean + count * factor * means[r];
+    n = n + count;
+  }
+  if (runningMean && runningMean->defined())
+    runningMean->mul_(1 - momentum).add_(mean.to(runningMean->scalar_type()), momentum);
+  if (runningVar && runningVar->defined())
+    runningVar->mul_(1 - momentum)
+        .add_((sumSquares / (n - 1)).to(runningVar->scalar_type()), momentum);
+  return {mean, (sumSquares / n + eps).rsqrt()};
+}
+
+/// batch_norm_elemt: (x - mean) * invstd * weight + bias, in x's type.
+at::Tensor elemt(const at::Tensor &x, const at::Tensor &weight,
+                 const std::optional<at::Tensor> &bias, const at::Tensor &mean,
+                 const at::Tensor &invstd, double eps) {
+  if (x.is_cuda())
+    return at::batch_norm_elemt(x, weight, bias, mean, invstd, eps);
+  at::Tensor y = (x.to(accumulateType(x)) - perChannel(mean, x)) * perChannel(invstd, x);
+  if (weight.defined())
+    y = y * perChannel(weight, x);
+  if (bias && bias->defined())
+    y = y + perChannel(*bias, x);
+  return y.to(x.scalar_type());
+}
+
+/// batch_norm_backward_reduce: the per-channel sums of dy and dy * (x - mean), and the weight
+/// and bias gradients they make (undefined where not wanted).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+backwardReduce(const at::Tensor &dy, const at::Tensor &x, const at::Tensor &mean,
+               const at::Tensor &invstd, const at::Tensor &weight, bool inputGrad, bool weightGrad,
+               bool biasGrad) {
+  if (x.is_cuda())
+    return at::batch_norm_backward_reduce(dy, x, mean, invstd, weight, inputGrad, weightGrad,
+                                          biasGrad);
+  const at::ScalarType type = accumulateType(x);
+  const std::vector<int64_t> dims = reducedDims(x);
+  const at::Tensor dya = dy.to(type);
+  const at::Tensor sumDy = dya.sum(dims);
+  const at::Tensor sumDyXmu = (dya * (x.to(type) - perChannel(mean, x))).sum(dims);
+  // The parameters' gradients in the parameters' type (weight and bias share it).
+  const at::ScalarType parameterType = weight.defined() ? weight.scalar_type() : type;
+  at::Tensor gradWeight, gradBias;
+  if (weightGrad)
+    gradWeight = (sumDyXmu * invstd).to(parameterType);
+  if (biasGrad)
+    gradBias = sumDy.to(parameterType);
+  return {sumDy, sumDyXmu, gradWeight, gradBias};
+}
+
+/// batch_norm_backward_elemt: the input gradient of batch norm over the global batch from the
+/// all-reduced sums and every rank's element count ([world], int).
+at::Tensor backwardElemt(const at::Tensor &dy, const at::Tensor &x, const at::Tensor &mean,
+                         const at::Tensor &invstd, const at::Tensor &weight,
+                         const at::Tensor &sumDy, const at::Tensor &sumDyXmu,
+                         const at::Tensor &counts) {
+  if (x.is_cuda())
+    return at::batch_norm_backward_elemt(dy, x, mean, invstd, weight, sumDy, sumDyXmu, counts);
+  const at::ScalarType type = accumulateType(x);
+  const at::Tensor total = counts.sum().to(type);
+  const at::Tensor scale = weight.defined() ? invstd * weight : invstd;
+  const at::Tensor gradInput =
+      (dy.to(type) - perChannel(sumDy / total, x) -
+       (x.to(type) - perChannel(mean, x)) * perChannel(sumDyXmu / total * invstd * invstd, x)) *
+      perChannel(scale, x);
+  return gradInput.to(x.scalar_type());
+}
+
+} // namespace kernels
+
+/// More than one rank: torch.nn.SyncBatchNorm's forward and backward, step for step.
+struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext *ctx, const at::Tensor &input,
                             const std::optional<at::Tensor> &weightArg,
                             const std::optional<at::Tensor> &bias,
@@ -110,7 +207,7 @@ struct SyncBatchNormCudaFunction : torch::autograd::Function<SyncBatchNormCudaFu
     const at::Tensor x = batchNormLayout(input);
     const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
     const int64_t channels = x.size(1);
-    auto [localMean, localInvstd] = at::batch_norm_stats(x, eps);
+    auto [localMean, localInvstd] = kernels::stats(x, eps);
     at::Tensor count =
         at::full({1}, static_cast<double>(x.numel() / channels), localMean.options());
     // [world, 2C + 1] -> the ranks' means, inverse standard deviations and counts.
@@ -119,15 +216,19 @@ struct SyncBatchNormCudaFunction : torch::autograd::Function<SyncBatchNormCudaFu
     at::Tensor counts = parts[2].view({-1});
     if (runningMean && runningMean->defined() && counts.scalar_type() != runningMean->scalar_type())
       counts = counts.to(runningMean->scalar_type());
-    auto [mean, invstd] = at::batch_norm_gather_stats_with_counts(
-        x, parts[0], parts[1], runningMean, runningVar, momentum, eps, counts);
+    auto [mean, invstd] =
+        kernels::gatherStats(x, parts[0], parts[1], runningMean, runningVar, momentum, eps, counts);
     ctx->save_for_backward({x, w, mean, invstd, parts[2].to(at::kInt)});
-    return at::batch_norm_elemt(x, w, bias, mean, invstd, eps);
+    return kernels::elemt(x, w, bias, mean, invstd, eps);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
                                                  torch::autograd::variable_list grads) {
-    refuseDoubleBackward();
+    // Autograd records the backward only for a double backward (create_graph=True), which
+    // this has not (nor has torch.nn.SyncBatchNorm).
+    TORCH_CHECK(!at::GradMode::is_enabled(),
+                "ganc::sync_batch_norm has no double backward at more than one rank (a "
+                "gradient penalty through a synchronised batch norm)");
     auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &mean = saved[2], &invstd = saved[3], &counts = saved[4];
     at::Tensor w = saved[1];
@@ -136,7 +237,7 @@ struct SyncBatchNormCudaFunction : torch::autograd::Function<SyncBatchNormCudaFu
     const bool weightGrad = ctx->saved_data["weight_g"].toBool();
     const bool biasGrad = ctx->saved_data["bias_g"].toBool();
     auto [sumDy, sumDyXmu, gradWeight, gradBias] =
-        at::batch_norm_backward_reduce(dy, x, mean, invstd, w, inputGrad, weightGrad, biasGrad);
+        kernels::backwardReduce(dy, x, mean, invstd, w, inputGrad, weightGrad, biasGrad);
     at::Tensor gradInput;
     if (inputGrad) {
       at::Tensor sums = at::cat({sumDy, sumDyXmu});
@@ -144,7 +245,7 @@ struct SyncBatchNormCudaFunction : torch::autograd::Function<SyncBatchNormCudaFu
       const std::vector<at::Tensor> split = sums.split(sumDy.size(0));
       if (w.defined() && w.scalar_type() != mean.scalar_type())
         w = w.to(mean.scalar_type());
-      gradInput = at::batch_norm_backward_elemt(dy, x, mean, invstd, w, split[0], split[1], counts);
+      gradInput = kernels::backwardElemt(dy, x, mean, invstd, w, split[0], split[1], counts);
     }
     if (!weightGrad)
       gradWeight = at::Tensor();
@@ -152,84 +253,6 @@ struct SyncBatchNormCudaFunction : torch::autograd::Function<SyncBatchNormCudaFu
       gradBias = at::Tensor();
     return {gradInput,    gradWeight,   gradBias,    at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
-
-/// CPU, more than one rank: the statistics combined from each rank's moments.
-struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext *ctx, const at::Tensor &input,
-                            const std::optional<at::Tensor> &weightArg,
-                            const std::optional<at::Tensor> &biasArg,
-                            const std::optional<at::Tensor> &runningMeanArg,
-                            const std::optional<at::Tensor> &runningVarArg, double momentum,
-                            double eps) {
-    const at::Tensor weight = orUndefined(weightArg), bias = orUndefined(biasArg);
-    at::Tensor runningMean = orUndefined(runningMeanArg), runningVar = orUndefined(runningVarArg);
-    ctx->saved_data["has_bias"] = bias.defined();
-    // Statistics in float32 at least (float64 inputs keep float64), as batch norm kernels do.
-    const at::Tensor x =
-        input.to(input.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);
-    const std::vector<int64_t> dims = reducedDims(x);
-    at::Tensor mean = x.mean(dims);
-    at::Tensor var = x.var(dims, /*unbiased=*/false);
-    const double localCount = static_cast<double>(x.numel() / x.size(1));
-    at::Tensor count = torch::full({x.size(1)}, localCount, x.options());
-    {
-      const at::Tensor all = allGather(torch::stack({mean, var, count})); // [world, 3, C]
-      at::Tensor means = all.select(1, 0), vars = all.select(1, 1), counts = all.select(1, 2);
-      count = counts.sum(0);
-      mean = (means * counts).sum(0) / count;
-      var = ((vars + (means - mean).pow(2)) * counts).sum(0) / count;
-    }
-    at::Tensor invstd = (var + eps).rsqrt();
-    {
-      torch::NoGradGuard noGrad;
-      if (runningMean.defined())
-        runningMean.mul_(1 - momentum).add_(mean.to(runningMean.scalar_type()), momentum);
-      if (runningVar.defined())
-        runningVar.mul_(1 - momentum)
-            .add_((var * count / (count - 1)).to(runningVar.scalar_type()), momentum);
-    }
-    at::Tensor y = (x - perChannel(mean, x)) * perChannel(invstd, x);
-    if (weight.defined())
-      y = y * perChannel(weight, x);
-    if (bias.defined())
-      y = y + perChannel(bias, x);
-    ctx->save_for_backward({x, mean, invstd, weight, count});
-    return y.to(input.scalar_type());
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
-                                                 torch::autograd::variable_list grads) {
-    refuseDoubleBackward();
-    auto saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &mean = saved[1], &invstd = saved[2], &weight = saved[3],
-                     &count = saved[4];
-    const at::Tensor dy = grads[0].to(x.scalar_type());
-    const std::vector<int64_t> dims = reducedDims(x);
-    const at::Tensor xmu = x - perChannel(mean, x);
-    at::Tensor sumDy = dy.sum(dims);
-    at::Tensor sumDyXmu = (dy * xmu).sum(dims);
-    at::Tensor gradWeight =
-        weight.defined() ? (dy * xmu * perChannel(invstd, x)).sum(dims) : at::Tensor();
-    at::Tensor gradBias = sumDy.clone();
-    {
-      at::Tensor sums = torch::stack({sumDy, sumDyXmu});
-      allReduce(sums);
-      sumDy = sums[0];
-      sumDyXmu = sums[1];
-    }
-    at::Tensor scale = weight.defined() ? invstd * weight : invstd;
-    at::Tensor gradInput = (dy - perChannel(sumDy / count, x) -
-                            xmu * perChannel(invstd * invstd * sumDyXmu / count, x)) *
-                           perChannel(scale, x);
-    return {gradInput.to(grads[0].scalar_type()),
-            gradWeight,
-            ctx->saved_data["has_bias"].toBool() ? gradBias : at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor()};
   }
 };
 
@@ -241,9 +264,6 @@ at::Tensor syncBatchNorm(const at::Tensor &input, const std::optional<at::Tensor
   if (!training || !distributed())
     return at::batch_norm(input, weight, bias, runningMean, runningVar, training, momentum, eps,
                           /*cudnn_enabled=*/true);
-  if (input.is_cuda())
-    return SyncBatchNormCudaFunction::apply(input, weight, bias, runningMean, runningVar, momentum,
-                                            eps);
   return SyncBatchNormFunction::apply(input, weight, bias, runningMean, runningVar, momentum, eps);
 }
 
