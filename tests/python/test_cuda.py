@@ -71,6 +71,9 @@ MODELS = [
     ("dcgan32_syncbn", "digits", 10, "ddp"),
     # All five training-step features in one captured phase each (bfloat16 autocast).
     ("dcgan32_all", "digits", 10, "ddp"),
+    # BigGAN's generator: conditional batch norms (affine=False), class embeddings, nearest
+    # upsampling; projection D, hinge loss.
+    ("biggan32", "digits", 10, "ddp"),
 ]
 IDS = [m[0] for m in MODELS]
 EAGER_MODELS = {"mlp_branch"}
@@ -366,9 +369,10 @@ def test_two_ranks_on_one_gpu_match_eager_ddp(ganc_bin, datasets, tmp_path, mode
 # one GPU over Gloo, where SyncBatchNorm all-gathers too. The reference runs the zoo's Python
 # class with the archive's weights, its generator's BatchNorms converted by
 # SyncBatchNorm.convert_sync_batchnorm. On CUDA ganc's op runs SyncBatchNorm's kernels in its
-# order: bitwise equal, in float64 and under bfloat16 autocast (dcgan32_all).
+# order: bitwise equal, in float64 and under bfloat16 autocast (dcgan32_all), and for layers
+# without a weight (biggan32's conditional batch norms).
 TORCH_SYNC_BN = [("dcgan32_syncbn_f64", "dcgan32_syncbn"), ("dcgan32_all_f64", "dcgan32_all"),
-                 ("dcgan32_all", "dcgan32_all")]
+                 ("dcgan32_all", "dcgan32_all"), ("biggan32", "biggan32")]
 
 
 @pytest.mark.parametrize("model,python_model", TORCH_SYNC_BN, ids=[m[0] for m in TORCH_SYNC_BN])
