@@ -1,6 +1,7 @@
 // Bucketed all-reduce of one phase's gradients, launched from post-accumulate hooks.
 #include "backend/Reducer.h"
 
+#include "frontend/Collectives.h"
 #include "frontend/Dtypes.h"
 
 #include <ATen/ScalarOps.h>
@@ -245,7 +246,7 @@ void PhaseReducer::finish(const std::map<std::string, at::Tensor> &parameters) {
     works_.push_back(group_->allreduce(tensors, collectiveOptions<c10d::AllreduceOptions>()));
   }
   for (auto &work : works_)
-    work->wait();
+    waitFor(work);
   works_.clear();
   if (zero_ == 1 && keepGradients_) // every rank has the whole averaged bucket
     for (size_t b = 0; b < buffers_.size(); ++b)
@@ -355,7 +356,7 @@ void PhaseReducer::gatherBucket(int bucket) {
 void PhaseReducer::finishGather() {
   torch::NoGradGuard noGrad;
   for (size_t i = 0; i < works_.size(); ++i) {
-    works_[i]->wait();
+    waitFor(works_[i]);
     for (Shard *shard : bucketShards_[gathering_[i]])
       for (int q = 0; q < world_; ++q)
         if (q != rank_)
@@ -376,7 +377,7 @@ std::vector<at::Tensor> PhaseReducer::gatherGradients() const {
   for (size_t b = 0; b < buffers_.size(); ++b) {
     at::Tensor gathered = torch::empty_like(buffers_[b]);
     at::Tensor input = gradShards_[b];
-    group_->_allgather_base(gathered, input)->wait();
+    waitFor(group_->_allgather_base(gathered, input));
     for (size_t i = 0; i < usedNames_.size(); ++i) {
       const Shard &shard = shards_.at(usedNames_[i]);
       if (shard.bucket != static_cast<int>(b))

@@ -17,6 +17,8 @@
 // parameter's). Eval mode is plain batch norm with the running statistics.
 #include "frontend/SyncBatchNorm.h"
 
+#include "frontend/Collectives.h"
+
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 #include <torch/torch.h>
@@ -64,7 +66,7 @@ at::Tensor allGather(const at::Tensor &local) {
   std::vector<at::Tensor> in{local};
   c10d::AllgatherOptions options;
   options.asyncOp = false;
-  syncGroup()->allgather(gathered, in, options)->wait();
+  waitFor(syncGroup()->allgather(gathered, in, options));
   return torch::stack(gathered[0]);
 }
 
@@ -73,7 +75,7 @@ void allReduce(at::Tensor &t) {
   std::vector<at::Tensor> io{t};
   c10d::AllreduceOptions options;
   options.asyncOp = false;
-  syncGroup()->allreduce(io, options)->wait();
+  waitFor(syncGroup()->allreduce(io, options));
 }
 
 /// The layout batch norm's CUDA kernels take: channels-last as it is, anything else

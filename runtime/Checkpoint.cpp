@@ -2,7 +2,7 @@
 #include "runtime/Checkpoint.h"
 
 #include "backend/Reducer.h"
-
+#include "frontend/Collectives.h"
 #include "frontend/TorchError.h"
 #include "ir/Files.h"
 #include "runtime/Dict.h"
@@ -31,7 +31,7 @@ std::vector<at::Tensor> allGatherToCpu(Session &s, const at::Tensor &mine) {
   for (int r = 0; r < s.rank.worldSize; ++r)
     gathered[0].push_back(torch::empty_like(mine));
   std::vector<at::Tensor> input{mine};
-  s.group.backend->allgather(gathered, input)->wait();
+  waitFor(s.group.backend->allgather(gathered, input));
   for (at::Tensor &t : gathered[0])
     t = t.cpu();
   return gathered[0];
@@ -118,7 +118,7 @@ c10::impl::GenericDict gatherOptimizerState(Session &s, const Optimizer &optimiz
     std::vector<at::Tensor> inputs{input};
     c10d::GatherOptions gather;
     gather.rootRank = 0;
-    s.group.backend->gather(outputs, inputs, gather)->wait();
+    waitFor(s.group.backend->gather(outputs, inputs, gather));
     if (!s.isRankZero())
       continue;
     std::vector<int64_t> offset(world, 0);

@@ -1,6 +1,7 @@
 // Loss history, progress lines and timing.json.
 #include "runtime/Progress.h"
 
+#include "frontend/Collectives.h"
 #include "ir/Files.h"
 
 #include <nlohmann/json.hpp>
@@ -176,7 +177,7 @@ void allReduceSum(Session &s, std::vector<double> &values) {
     return;
   std::vector<at::Tensor> reduced{
       at::tensor(values, at::TensorOptions().dtype(at::kDouble)).to(s.device)};
-  s.group.backend->allreduce(reduced)->wait();
+  waitFor(s.group.backend->allreduce(reduced));
   at::Tensor host = reduced[0].cpu();
   for (size_t i = 0; i < values.size(); ++i)
     values[i] = host[static_cast<int64_t>(i)].item<double>();

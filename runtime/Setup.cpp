@@ -2,6 +2,7 @@
 #include "runtime/Setup.h"
 
 #include "backend/Device.h"
+#include "frontend/Collectives.h"
 #include "ir/Files.h"
 #include "passes/Pass.h"
 #include "runtime/RunDir.h"
@@ -224,7 +225,7 @@ void Session::combineAcrossRanks(std::vector<at::Tensor> &found, std::vector<at:
     if (parts.empty())
       return at::Tensor();
     std::vector<at::Tensor> io{torch::cat(parts)};
-    group.backend->allreduce(io, c10d::AllreduceOptions{op})->wait();
+    waitFor(group.backend->allreduce(io, c10d::AllreduceOptions{op}));
     return io[0];
   };
   at::Tensor summed = allReduce(sums, c10d::ReduceOp::SUM);

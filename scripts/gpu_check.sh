@@ -109,6 +109,25 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm 
 
 export GANC_BUILD_DIR=$BUILD GANC_TEST_MODELS_DIR=$MODELS PYTHONPATH=$ROOT/python GANC=$BUILD/tools/ganc
 export GANC_GPU_REPORT=$OUT/report
+
+# --- Smoke: one short captured run before anything long. A run that dies here would fail every
+# test and benchmark the same way: stop at once, with a backtrace where cuda-gdb is there.
+SMOKE=$BUILD/smoke
+rm -rf "$SMOKE" && mkdir -p "$SMOKE"
+"$PY" "$ROOT/models/make_data.py" digits -o "$SMOKE/digits.pt" >/dev/null || stop "making the smoke data failed"
+"$GANC" compile "$MODELS/dcgan32.pt" -o "$SMOKE/dcgan32.plan" >/dev/null || stop "compiling dcgan32 failed"
+SMOKE_RUN=("$GANC" train "$SMOKE/dcgan32.plan" --model "$MODELS/dcgan32.pt" --data "$SMOKE/digits.pt"
+           --device cuda --steps 4 --warmup 1 --sample-every 0 --checkpoint-every 4 --out "$SMOKE/run")
+if ! "${SMOKE_RUN[@]}" >"$SMOKE/log.txt" 2>&1; then
+  tail -20 "$SMOKE/log.txt"
+  if command -v cuda-gdb >/dev/null; then
+    say "the smoke run failed; again under cuda-gdb for a backtrace"
+    rm -rf "$SMOKE/run"
+    cuda-gdb -q -batch -ex run -ex bt -ex "info threads" --args "${SMOKE_RUN[@]}" 2>&1 | tail -80
+  fi
+  stop "a 4-step dcgan32 run on the GPU failed (above): nothing else run"
+fi
+say "smoke: 4 captured dcgan32 steps on the GPU ran ($(tail -1 "$SMOKE/log.txt"))"
 TEST_RC=skipped
 if [ $RUN_TESTS = 1 ]; then
   say "GPU tests (tests/python/test_cuda.py $TEST_ARGS)"

@@ -1,6 +1,8 @@
 // The eager executor: the phase method under autograd, all-reduces launched from hooks.
 #include "backend/cpu/EagerExecutor.h"
 
+#include "frontend/Collectives.h"
+
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/utils/tensor_flatten.h>
@@ -120,7 +122,7 @@ void EagerExecutor::broadcastCoalesced(std::vector<at::Tensor> tensors) {
     std::vector<at::Tensor> io{flat};
     c10d::BroadcastOptions options;
     options.asyncOp = false; // waited for at once: NCCL runs it on the compute stream
-    group_->broadcast(io, options)->wait();
+    waitFor(group_->broadcast(io, options));
     auto pieces = torch::utils::unflatten_dense_tensors(flat, group);
     torch::NoGradGuard noGrad;
     for (size_t i = 0; i < group.size(); ++i)
