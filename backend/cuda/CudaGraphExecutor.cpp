@@ -291,9 +291,37 @@ struct CudaGraphExecutor::Captured {
   const ir::Phase *plan = nullptr;
   int warmupsLeft = 0;
   std::unique_ptr<PhaseGraph> graph;
-  at::Tensor loss; // the graph's output, overwritten by every replay
-  std::vector<std::pair<std::string, at::Tensor>> stats; // the logged values, likewise
+  /// The graph's outputs, overwritten by every replay: the loss and the logged values, read
+  /// by the host once the whole step is issued. Allocated outside the graphs' shared pool
+  /// (from the last warm-up's shapes), and the graph's last work copies into them: a phase
+  /// captured later than another but replayed before it (StyleGAN2's lazy Greg, first
+  /// captured after Dmain, runs before it) could otherwise get its outputs in memory the
+  /// earlier capture freed, which that graph's replay overwrites with its temporaries later in
+  /// the same step.
+  at::Tensor loss;
+  std::vector<std::pair<std::string, at::Tensor>> stats;
 };
+
+namespace {
+
+/// Tensors shaped like `from`'s, allocated on the current stream (outside any capture).
+std::vector<std::pair<std::string, at::Tensor>>
+emptyLike(const std::vector<std::pair<std::string, at::Tensor>> &from) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto &[name, t] : from)
+    out.emplace_back(name, at::empty_like(t));
+  return out;
+}
+
+/// Inside a capture: copies a run's output into the tensor kept for it, which must have its
+/// shape and dtype (a phase's outputs keep theirs from warm-up to capture).
+void copyOut(at::Tensor &kept, const at::Tensor &value, const std::string &what) {
+  if (!kept.defined() || kept.sizes() != value.sizes() || kept.dtype() != value.dtype())
+    throw std::runtime_error(what + " changed shape or dtype between warm-up and capture");
+  kept.copy_(value);
+}
+
+} // namespace
 
 Expected<std::unique_ptr<CudaGraphExecutor>>
 CudaGraphExecutor::create(const ir::Module &plan, torch::jit::Module module,
@@ -436,8 +464,16 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
         rng_->known.clear();
         try {
           c.graph->capture_begin(pool_);
-          c.loss = eager_->run(phase, inputs, step);
-          c.stats = eager_->lastStats();
+          const at::Tensor captured = eager_->run(phase, inputs, step);
+          copyOut(c.loss, captured, "the loss");
+          const auto &stats = eager_->lastStats();
+          if (stats.size() != c.stats.size())
+            throw std::runtime_error("the logged values changed between warm-up and capture");
+          for (size_t i = 0; i < stats.size(); ++i) {
+            if (stats[i].first != c.stats[i].first)
+              throw std::runtime_error("the logged values changed between warm-up and capture");
+            copyOut(c.stats[i].second, stats[i].second, "logged value '" + stats[i].first + "'");
+          }
           c.graph->advanceOffsetsOnDevice();
           c.graph->capture_end();
           c.graph->finishCapture();
@@ -449,8 +485,12 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
       }
     }
     join(current, side);
-    if (!c.graph)
+    if (!c.graph) {
+      // Where the capture will copy its outputs (see Captured): like this warm-up's.
+      c.loss = at::empty_like(loss);
+      c.stats = emptyLike(lastStats_);
       return loss;
+    }
     // Capture records the phase without running it: this iteration is the first replay.
     c.graph->launch(*rng_);
     lastStats_ = c.stats;
