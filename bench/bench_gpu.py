@@ -328,8 +328,14 @@ def main():
     device = torch.cuda.get_device_name(0)
     results = {"device": device, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
                "iters": args.iters, "warmup": args.warmup, "models": {}}
-    lines = [f"\n{device}, torch {torch.__version__}, NCCL world size 1, {results['date']}; "
-             f"{args.iters} steps after {args.warmup} warm-up steps"]
+    print(f"\n{device}, torch {torch.__version__}, NCCL world size 1, {results['date']}; "
+          f"{args.iters} steps after {args.warmup} warm-up steps", flush=True)
+
+    def write_json():
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1)
+
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models.split(","):
             dataset, size, _ = MODELS[model]
@@ -338,6 +344,8 @@ def main():
                 subprocess.run([sys.executable, os.path.join(ROOT, "models", "make_data.py"), dataset, "-o", data,
                                 "--size", str(size)], check=True, stdout=subprocess.DEVNULL)
             g = run_ganc(model, data, args.iters, args.warmup, tmp, traces=args.traces)
+            ms = f"{g['seconds'] * 1e3:.3f} ms/step" if "seconds" in g else "fails: " + g["error"]
+            print(f"[bench] {model}, round 1/{args.repeat}: ganc (CUDA Graph replay): {ms}", flush=True)
             def base(style):
                 traces = args.traces if style == "compile" else None
                 return lambda: baseline(model, style, data, args.iters, args.warmup, tmp, traces)
@@ -357,14 +365,19 @@ def main():
                      ("ganc_step", "ganc, one launch per step", own("step")),
                      ("ganc", "ganc (CUDA Graph replay)", own())]
             rows = results["models"][model] = {}
-            lines.append(f"\n{model}, batch {zoo.build(model)[1]['batch_size']}")
+            # Each model's table is printed (and the JSON written) as soon as it is measured,
+            # so a run stopped by a time limit keeps every finished model.
+            lines = [f"\n{model}, batch {zoo.build(model)[1]['batch_size']}"]
             lines.append(f"{'method':34} {'ms/step':>9} {'steps/s':>9} {'ganc speed-up':>13} {'GPU busy':>9}")
             measured = [(key, name, measure) for key, name, measure in sides if key in wanted]
             runs = {name: [] for _, name, _ in measured}
             for round_ in range(args.repeat):
                 for key, name, measure in measured:
-                    # Round 0's ganc row is the run measured above.
-                    runs[name].append(g if key == "ganc" and round_ == 0 else measure())
+                    # Round 0's ganc row is the run measured above (and printed there).
+                    if key == "ganc" and round_ == 0:
+                        runs[name].append(g)
+                        continue
+                    runs[name].append(measure())
                     r = runs[name][-1]
                     ms = f"{r['seconds'] * 1e3:.3f} ms/step" if "seconds" in r else "fails: " + r["error"]
                     print(f"[bench] {model}, round {round_ + 1}/{args.repeat}: {name}: {ms}",
@@ -374,24 +387,6 @@ def main():
             for _, name, _ in measured:
                 rows[name] = combine(runs[name])
                 lines.append(fmt_row(name, rows[name], g))
-            # Host time from runs that wait for the GPU after every step (--log-every 1), so no
-            # launch waits for launch-queue space; per replayed phase, and with one launch per
-            # step that launch shared by the step's phases.
-            for graphs, comm, what in (("on", "auto", "phase graphs"), ("step", "auto", "one launch per step"),
-                                       ("on", "side", "collectives on a side stream")):
-                host = rows[f"ganc host timing, {what} (--log-every 1)"] = run_ganc(
-                    model, data, args.iters, args.warmup, tmp, graphs, log_every=1, comm=comm)
-                if host.get("host_per_replay") is not None:
-                    lines.append(f"ganc host time per replayed phase, {what}: "
-                                 f"{host['host_per_replay_mean'] * 1e6:.1f} us mean, "
-                                 f"{host['host_per_replay'] * 1e6:.1f} us median, "
-                                 f"{host['host_per_replay_p90'] * 1e6:.1f} us p90; graph launches "
-                                 f"{host['launch_per_replay_mean'] * 1e6:.1f} us per phase "
-                                 f"(a run waiting for the GPU after every step)")
-                elif "error" in host:
-                    lines.append(f"ganc host timing run ({what}) fails: {host['error']}")
-                if comm == "side" and host.get("graph_nodes"):
-                    lines.append(f"  its graphs: {fmt_nodes(host['graph_nodes'], host['graph_branches'])}")
             # Where the GPU time goes, for the sides whose kernels differ most: torch.compile's
             # fused kernels against ganc's (eager DDP runs ganc's kernels, unfused, slower).
             for key, name, _ in measured:
@@ -405,10 +400,27 @@ def main():
                              f"{g['host_per_replay_p90'] * 1e6:.1f} us p90, of which the graph launch "
                              f"{g['launch_per_replay'] * 1e6:.1f} us (a launch also waits for queue space "
                              f"when the GPU is the bottleneck)")
-    print("\n".join(lines))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+            print("\n".join(lines), flush=True)
+            write_json()
+            # Host time from runs that wait for the GPU after every step (--log-every 1), so no
+            # launch waits for launch-queue space; per replayed phase, and with one launch per
+            # step that launch shared by the step's phases.
+            for graphs, comm, what in (("on", "auto", "phase graphs"), ("step", "auto", "one launch per step"),
+                                       ("on", "side", "collectives on a side stream")):
+                host = rows[f"ganc host timing, {what} (--log-every 1)"] = run_ganc(
+                    model, data, args.iters, args.warmup, tmp, graphs, log_every=1, comm=comm)
+                if host.get("host_per_replay") is not None:
+                    print(f"ganc host time per replayed phase, {what}: "
+                          f"{host['host_per_replay_mean'] * 1e6:.1f} us mean, "
+                          f"{host['host_per_replay'] * 1e6:.1f} us median, "
+                          f"{host['host_per_replay_p90'] * 1e6:.1f} us p90; graph launches "
+                          f"{host['launch_per_replay_mean'] * 1e6:.1f} us per phase "
+                          f"(a run waiting for the GPU after every step)", flush=True)
+                elif "error" in host:
+                    print(f"ganc host timing run ({what}) fails: {host['error']}", flush=True)
+                if comm == "side" and host.get("graph_nodes"):
+                    print(f"  its graphs: {fmt_nodes(host['graph_nodes'], host['graph_branches'])}", flush=True)
+            write_json()
 
 
 if __name__ == "__main__":
