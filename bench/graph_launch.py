@@ -9,7 +9,10 @@ count and shape:
 - straight: N kernels on one stream, each after the last;
 - forked: the same, with every 16th kernel on a side stream that the main stream waits for
   (the shape a captured phase has: each bucket's all-reduce on the communication stream);
-- memcpy: every other node a device-to-device copy instead of a kernel.
+- memcpy: every other node a device-to-device copy instead of a kernel;
+- foreach: every other node a multi-tensor kernel (`_foreach_add_` over 8 tensors), whose
+  parameter block is kilobytes (the fused optimizer's and the bucket copies' kernels are
+  such), where an elementwise kernel's is tens of bytes.
 
 For each, the median host time of `cudaGraphLaunch` (through torch.cuda.CUDAGraph.replay)
 with the GPU idle at the launch (synchronised after each) and the fitted cost per node.
@@ -29,6 +32,7 @@ def capture(nodes: int, shape: str):
     """The graph and the buffers its replays use (kept alive with it)."""
     x = torch.zeros(256, device="cuda")
     y = torch.zeros(256, device="cuda")
+    many = [torch.zeros(256, device="cuda") for _ in range(8)]
     side = torch.cuda.Stream()
     graph = torch.cuda.CUDAGraph()
     warm = torch.cuda.Stream()
@@ -36,6 +40,7 @@ def capture(nodes: int, shape: str):
     with torch.cuda.stream(warm):  # allocator and kernels warmed outside the capture
         x.add_(1.0)
         y.copy_(x)
+        torch._foreach_add_(many, 1.0)
     torch.cuda.current_stream().wait_stream(warm)
     with torch.cuda.graph(graph):
         for i in range(nodes):
@@ -46,9 +51,11 @@ def capture(nodes: int, shape: str):
                 torch.cuda.current_stream().wait_stream(side)
             elif shape == "memcpy" and i % 2 == 1:
                 y.copy_(x)  # contiguous, same dtype and device: cudaMemcpyAsync, a memcpy node
+            elif shape == "foreach" and i % 2 == 1:
+                torch._foreach_add_(many, 1.0)  # one multi_tensor_apply kernel
             else:
                 x.add_(1.0)
-    return graph, (x, y, side)
+    return graph, (x, y, many, side)
 
 
 def launch_seconds(captured, launches: int) -> float:
@@ -77,7 +84,7 @@ def main():
     print(f"{results['device']}, torch {torch.__version__}: host time of one graph launch, GPU idle "
           f"(median of {args.launches})")
     print(f"{'shape':10}" + "".join(f"{n:>9} nodes" for n in sizes) + "   per node")
-    for shape in ("straight", "forked", "memcpy"):
+    for shape in ("straight", "forked", "memcpy", "foreach"):
         seconds = [launch_seconds(capture(n, shape), args.launches) for n in sizes]
         # The least-squares slope: the launch's cost per node.
         slope = statistics.linear_regression(sizes, seconds).slope if len(set(sizes)) > 1 else 0.0
