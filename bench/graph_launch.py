@@ -12,7 +12,9 @@ count and shape:
 - memcpy: every other node a device-to-device copy instead of a kernel;
 - foreach: every other node a multi-tensor kernel (`_foreach_add_` over 8 tensors), whose
   parameter block is kilobytes (the fused optimizer's and the bucket copies' kernels are
-  such), where an elementwise kernel's is tens of bytes.
+  such), where an elementwise kernel's is tens of bytes;
+- alternating: two straight graphs launched in turn, A B A B, as a step's phase graphs are
+  (the other shapes launch one graph again and again).
 
 For each, the median host time of `cudaGraphLaunch` (through torch.cuda.CUDAGraph.replay)
 with the GPU idle at the launch (synchronised after each) and the fitted cost per node.
@@ -58,17 +60,27 @@ def capture(nodes: int, shape: str):
     return graph, (x, y, many, side)
 
 
-def launch_seconds(captured, launches: int) -> float:
-    graph, _ = captured
-    graph.replay()  # the first launch uploads the graph
+def launch_seconds(graphs, launches: int) -> float:
+    """The median host time of one launch, the graphs launched in turn."""
+    for graph in graphs:
+        graph.replay()  # the first launch uploads the graph
     torch.cuda.synchronize()
     times = []
-    for _ in range(launches):
+    for i in range(launches):
+        graph = graphs[i % len(graphs)]
         start = time.perf_counter()
         graph.replay()
         times.append(time.perf_counter() - start)
         torch.cuda.synchronize()
-    return sorted(times)[len(times) // 2]
+    return statistics.median(times)
+
+
+def measure(nodes: int, shape: str, launches: int) -> float:
+    if shape == "alternating":
+        captured = [capture(nodes, "straight") for _ in range(2)]
+    else:
+        captured = [capture(nodes, shape)]
+    return launch_seconds([graph for graph, _ in captured], launches)
 
 
 def main():
@@ -83,13 +95,14 @@ def main():
     results = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "shapes": {}}
     print(f"{results['device']}, torch {torch.__version__}: host time of one graph launch, GPU idle "
           f"(median of {args.launches})")
-    print(f"{'shape':10}" + "".join(f"{n:>9} nodes" for n in sizes) + "   per node")
-    for shape in ("straight", "forked", "memcpy", "foreach"):
-        seconds = [launch_seconds(capture(n, shape), args.launches) for n in sizes]
+    print(f"{'shape':12}" + "".join(f"{n:>9} nodes" for n in sizes) + "   per node")
+    for shape in ("straight", "forked", "memcpy", "foreach", "alternating"):
+        seconds = [measure(n, shape, args.launches) for n in sizes]
         # The least-squares slope: the launch's cost per node.
         slope = statistics.linear_regression(sizes, seconds).slope if len(set(sizes)) > 1 else 0.0
         results["shapes"][shape] = {"nodes": sizes, "seconds": seconds, "seconds_per_node": slope}
-        print(f"{shape:10}" + "".join(f"{s * 1e6:12.1f} us" for s in seconds) + f"  {slope * 1e6:8.3f} us")
+        print(f"{shape:12}" + "".join(f"{s * 1e6:12.1f} us" for s in seconds) + f"  {slope * 1e6:8.3f} us",
+              flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
