@@ -21,6 +21,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 
@@ -464,13 +465,10 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
         rng_->known.clear();
         try {
           c.graph->capture_begin(pool_);
-          const at::Tensor captured = eager_->run(phase, inputs, step);
-          copyOut(c.loss, captured, "the loss");
+          copyOut(c.loss, eager_->run(phase, inputs, step), "the loss");
           const auto &stats = eager_->lastStats();
-          if (stats.size() != c.stats.size())
-            throw std::runtime_error("the logged values changed between warm-up and capture");
-          for (size_t i = 0; i < stats.size(); ++i) {
-            if (stats[i].first != c.stats[i].first)
+          for (size_t i = 0; i < std::max(stats.size(), c.stats.size()); ++i) {
+            if (i >= stats.size() || i >= c.stats.size() || stats[i].first != c.stats[i].first)
               throw std::runtime_error("the logged values changed between warm-up and capture");
             copyOut(c.stats[i].second, stats[i].second, "logged value '" + stats[i].first + "'");
           }
