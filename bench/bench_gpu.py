@@ -18,6 +18,8 @@ fused Adam with the spec's hyper-parameters everywhere), cuDNN benchmark mode on
 - ganc replay in the NCHW layout (`--memory-format contiguous`), the layout the baselines use;
 - ganc replay with the gradient all-reduces on NCCL's own stream (`--comm-stream side`, what
   several ranks use to overlap them with backward);
+- ganc replay with the captured memset nodes kept (`--memset-nodes keep`; by default each
+  becomes a fill-kernel node, which the GPU starts with less idle around it);
 - ganc: `ganc run --device cuda`, every phase captured once and replayed, in its default
   layout on CUDA (channels-last for convolutional models), the all-reduces in order on the
   compute stream (`--comm-stream auto` at world size 1, where nothing overlaps).
@@ -29,8 +31,8 @@ profiler: torch.profiler for the baselines, `ganc run --kernel-time 16` for ganc
 Kineto/CUPTI trace) and ganc's host time per replayed
 phase, from a second ganc run that waits for the GPU after every step (`--log-every 1`): in
 the timed run, where the GPU is the bottleneck, a graph launch also waits for launch-queue
-space, which is not host work; that run is repeated with one launch per step and with the
-all-reduces on a side stream. `--json PATH` also writes every number.
+space, which is not host work; that run is repeated with one launch per step, with the
+all-reduces on a side stream and with the memset nodes kept. `--json PATH` also writes every number.
 
     python3 bench/bench_gpu.py [--iters 320] [--warmup 64] [--models dcgan64,stylegan2]
                                [--sides ganc,ganc_step,...] [--repeat N]
@@ -70,7 +72,8 @@ import baselines  # noqa: E402
 
 GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
 # --sides: the rows, in the table's order.
-SIDES = ["ddp", "ddp_cl", "flat", "compile", "ganc_eager", "ganc_nchw", "ganc_side", "ganc_step", "ganc"]
+SIDES = ["ddp", "ddp_cl", "flat", "compile", "ganc_eager", "ganc_nchw", "ganc_side", "ganc_memsets", "ganc_step",
+         "ganc"]
 # model -> (data set, image size, phases eager DDP cannot run)
 MODELS = {
     "dcgan64": ("digits", 64, ()),
@@ -214,16 +217,17 @@ def baseline(model, style, data, iters, warmup, tmp, traces=None):
 
 
 def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_every=None, traces=None,
-             comm="auto"):
+             comm="auto", memsets="kernel"):
     """One `ganc run`. `log_every=1` makes the host wait for the GPU at the end of every step
     (it reads the losses), so no graph launch waits for launch-queue space: the run that
-    measures the host's own time per replayed phase. `comm` is its --comm-stream."""
+    measures the host's own time per replayed phase. `comm` is its --comm-stream, `memsets`
+    its --memset-nodes."""
     gan, spec = zoo.build(model)
     archive, plan = os.path.join(tmp, model + ".pt"), os.path.join(tmp, model + ".plan")
     if not os.path.exists(plan):
         ganc.export(gan, archive, spec)
         subprocess.run([GANC, "compile", archive, "-o", plan], check=True)
-    out = os.path.join(tmp, f"{model}_ganc_{graphs}_{layout}_{log_every}_{comm}")
+    out = os.path.join(tmp, f"{model}_ganc_{graphs}_{layout}_{log_every}_{comm}_{memsets}")
     # The timed steps, then TRACED more under the CUDA profiler (--kernel-time) for the busy
     # fraction, measured as the baselines' is. A progress line reads the losses, which waits
     # for the GPU: logging every gcd(warmup, warmup + iters) steps puts one at each end of the
@@ -236,7 +240,8 @@ def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_ev
                         "--force", "--tensorboard", "off", "--kernel-time", str(TRACED),
                         *(["--kernel-trace", os.path.join(traces, f"{model}_ganc_{graphs}_{layout}.json")]
                           if traces else []),
-                        "--cuda-graphs", graphs, "--memory-format", layout, "--comm-stream", comm],
+                        "--cuda-graphs", graphs, "--memory-format", layout, "--comm-stream", comm,
+                        *(["--memset-nodes", memsets] if graphs != "off" else [])],
                        capture_output=True, text=True)
     if r.returncode != 0:
         return {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"}
@@ -261,7 +266,8 @@ def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_ev
             "launch_per_replay": launch[len(launch) // 2] if launch else None,
             "launch_per_replay_mean": sum(launch) / len(launch) if launch else None,
             "graph_nodes": t["graph_nodes"],
-            "graph_branches": t["graph_branches"]}
+            "graph_branches": t["graph_branches"],
+            "graph_memsets_as_kernels": t["graph_memsets_as_kernels"]}
 
 
 def fmt_nodes(graph_nodes, graph_branches):
@@ -350,10 +356,10 @@ def main():
                 traces = args.traces if style == "compile" else None
                 return lambda: baseline(model, style, data, args.iters, args.warmup, tmp, traces)
 
-            def own(graphs="on", layout="auto", comm="auto"):
-                traces = args.traces if (graphs, layout, comm) == ("on", "auto", "auto") else None
+            def own(graphs="on", layout="auto", comm="auto", memsets="kernel"):
+                traces = args.traces if (graphs, layout, comm, memsets) == ("on", "auto", "auto", "kernel") else None
                 return lambda: run_ganc(model, data, args.iters, args.warmup, tmp, graphs, layout,
-                                        traces=traces, comm=comm)
+                                        traces=traces, comm=comm, memsets=memsets)
 
             sides = [("ddp", "eager DDP (per submodule)", base("ddp")),
                      ("ddp_cl", "eager DDP, channels-last", base("ddp_cl")),
@@ -362,6 +368,7 @@ def main():
                      ("ganc_eager", "ganc eager (--cuda-graphs off)", own("off")),
                      ("ganc_nchw", "ganc replay, NCHW layout", own(layout="contiguous")),
                      ("ganc_side", "ganc replay, collectives on a side stream", own(comm="side")),
+                     ("ganc_memsets", "ganc replay, memset nodes kept", own(memsets="keep")),
                      ("ganc_step", "ganc, one launch per step", own("step")),
                      ("ganc", "ganc (CUDA Graph replay)", own())]
             rows = results["models"][model] = {}
@@ -394,7 +401,8 @@ def main():
                     lines.extend(fmt_top(name, rows[name]["top"], rows[name].get("idle_gaps")))
             if g.get("graph_nodes"):
                 lines.append("captured graphs' nodes (what each launch submits): "
-                             f"{fmt_nodes(g['graph_nodes'], g['graph_branches'])}")
+                             f"{fmt_nodes(g['graph_nodes'], g['graph_branches'])}; memset nodes made "
+                             f"kernels: {g.get('graph_memsets_as_kernels')}")
             if g.get("host_per_replay") is not None:
                 lines.append(f"in the timed run above: {g['host_per_replay'] * 1e6:.1f} us median, "
                              f"{g['host_per_replay_p90'] * 1e6:.1f} us p90, of which the graph launch "
@@ -405,10 +413,12 @@ def main():
             # Host time from runs that wait for the GPU after every step (--log-every 1), so no
             # launch waits for launch-queue space; per replayed phase, and with one launch per
             # step that launch shared by the step's phases.
-            for graphs, comm, what in (("on", "auto", "phase graphs"), ("step", "auto", "one launch per step"),
-                                       ("on", "side", "collectives on a side stream")):
+            for graphs, comm, memsets, what in (("on", "auto", "kernel", "phase graphs"),
+                                                ("step", "auto", "kernel", "one launch per step"),
+                                                ("on", "side", "kernel", "collectives on a side stream"),
+                                                ("on", "auto", "keep", "memset nodes kept")):
                 host = rows[f"ganc host timing, {what} (--log-every 1)"] = run_ganc(
-                    model, data, args.iters, args.warmup, tmp, graphs, log_every=1, comm=comm)
+                    model, data, args.iters, args.warmup, tmp, graphs, log_every=1, comm=comm, memsets=memsets)
                 if host.get("host_per_replay") is not None:
                     print(f"ganc host time per replayed phase, {what}: "
                           f"{host['host_per_replay_mean'] * 1e6:.1f} us mean, "
@@ -418,7 +428,7 @@ def main():
                           f"(a run waiting for the GPU after every step)", flush=True)
                 elif "error" in host:
                     print(f"ganc host timing run ({what}) fails: {host['error']}", flush=True)
-                if comm == "side" and host.get("graph_nodes"):
+                if (comm == "side" or memsets == "keep") and host.get("graph_nodes"):
                     print(f"  its graphs: {fmt_nodes(host['graph_nodes'], host['graph_branches'])}", flush=True)
             write_json()
 

@@ -14,20 +14,36 @@ count and shape:
   parameter block is kilobytes (the fused optimizer's and the bucket copies' kernels are
   such), where an elementwise kernel's is tens of bytes;
 - alternating: two straight graphs launched in turn, A B A B, as a step's phase graphs are
-  (the other shapes launch one graph again and again).
+  (the other shapes launch one graph again and again);
+- memset: every other node a 4-byte cudaMemsetAsync, a memset node (PyTorch's reductions
+  clear their semaphores so, cuDNN its workspaces; ganc makes such nodes kernels by default,
+  `--memset-nodes`).
 
 For each, the median host time of `cudaGraphLaunch` (through torch.cuda.CUDAGraph.replay)
-with the GPU idle at the launch (synchronised after each) and the fitted cost per node.
+with the GPU idle at the launch (synchronised after each) and the fitted cost per node; then
+the GPU time of one replay (CUDA events around back-to-back replays) and its cost per node,
+which says what a node of each kind costs the device (the idle between nodes included).
 
     python3 bench/graph_launch.py [--nodes 1,32,128,512] [--launches 200] [--json PATH]
 """
 import argparse
+import ctypes
 import json
 import statistics
 import sys
 import time
 
 import torch
+
+
+def cuda_memset_async():
+    """cudaMemsetAsync from the CUDA runtime torch loaded (torch has no call that makes a
+    memset node by itself)."""
+    major = int(torch.version.cuda.split(".")[0])
+    runtime = ctypes.CDLL(f"libcudart.so.{major}")  # the library already loaded, by its soname
+    runtime.cudaMemsetAsync.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p]
+    runtime.cudaMemsetAsync.restype = ctypes.c_int
+    return runtime.cudaMemsetAsync
 
 
 def capture(nodes: int, shape: str):
@@ -55,6 +71,9 @@ def capture(nodes: int, shape: str):
                 y.copy_(x)  # contiguous, same dtype and device: cudaMemcpyAsync, a memcpy node
             elif shape == "foreach" and i % 2 == 1:
                 torch._foreach_add_(many, 1.0)  # one multi_tensor_apply kernel
+            elif shape == "memset" and i % 2 == 1:
+                status = cuda_memset_async()(y.data_ptr(), 0, 4, torch.cuda.current_stream().cuda_stream)
+                assert status == 0, f"cudaMemsetAsync failed: error {status}"
             else:
                 x.add_(1.0)
     return graph, (x, y, many, side)
@@ -75,12 +94,25 @@ def launch_seconds(graphs, launches: int) -> float:
     return statistics.median(times)
 
 
-def measure(nodes: int, shape: str, launches: int) -> float:
+def gpu_seconds(graphs, launches: int) -> float:
+    """The GPU time of one launch: back-to-back launches between two CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(launches):
+        graphs[i % len(graphs)].replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / launches
+
+
+def measure(nodes: int, shape: str, launches: int):
+    """(host seconds of a launch, GPU seconds of a launch)."""
     if shape == "alternating":
         captured = [capture(nodes, "straight") for _ in range(2)]
     else:
         captured = [capture(nodes, shape)]
-    return launch_seconds([graph for graph, _ in captured], launches)
+    graphs = [graph for graph, _ in captured]
+    return launch_seconds(graphs, launches), gpu_seconds(graphs, launches)
 
 
 def main():
@@ -96,13 +128,22 @@ def main():
     print(f"{results['device']}, torch {torch.__version__}: host time of one graph launch, GPU idle "
           f"(median of {args.launches})")
     print(f"{'shape':12}" + "".join(f"{n:>9} nodes" for n in sizes) + "   per node")
-    for shape in ("straight", "forked", "memcpy", "foreach", "alternating"):
-        seconds = [measure(n, shape, args.launches) for n in sizes]
+    gpu_lines = []
+    for shape in ("straight", "forked", "memcpy", "foreach", "alternating", "memset"):
+        measured = [measure(n, shape, args.launches) for n in sizes]
+        seconds, gpu = [m[0] for m in measured], [m[1] for m in measured]
         # The least-squares slope: the launch's cost per node.
-        slope = statistics.linear_regression(sizes, seconds).slope if len(set(sizes)) > 1 else 0.0
-        results["shapes"][shape] = {"nodes": sizes, "seconds": seconds, "seconds_per_node": slope}
+        def per_node(values):
+            return statistics.linear_regression(sizes, values).slope if len(set(sizes)) > 1 else 0.0
+        slope = per_node(seconds)
+        results["shapes"][shape] = {"nodes": sizes, "seconds": seconds, "seconds_per_node": slope,
+                                    "gpu_seconds": gpu, "gpu_seconds_per_node": per_node(gpu)}
         print(f"{shape:12}" + "".join(f"{s * 1e6:12.1f} us" for s in seconds) + f"  {slope * 1e6:8.3f} us",
               flush=True)
+        gpu_lines.append(f"{shape:12}" + "".join(f"{s * 1e6:12.1f} us" for s in gpu) +
+                         f"  {per_node(gpu) * 1e6:8.3f} us")
+    print(f"GPU time of one launch (back-to-back launches, {args.launches} timed by CUDA events)")
+    print("\n".join(gpu_lines), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

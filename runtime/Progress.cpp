@@ -383,12 +383,15 @@ Status Progress::finish() {
   writeList(out, replayHostSeconds_);
   out << ", \"replay_launch_seconds\": ";
   writeList(out, replayLaunchSeconds_);
-  nlohmann::json nodes = nlohmann::json::object(), branches = nlohmann::json::object();
+  nlohmann::json nodes = nlohmann::json::object(), branches = nlohmann::json::object(),
+                 memsets = nlohmann::json::object();
   for (const auto &[phase, shape] : session_.executor->graphShapes()) {
     nodes[phase] = shape.nodes;
     branches[phase] = shape.branches;
+    memsets[phase] = shape.memsetsAsKernels;
   }
-  out << ", \"graph_nodes\": " << nodes.dump() << ", \"graph_branches\": " << branches.dump();
+  out << ", \"graph_nodes\": " << nodes.dump() << ", \"graph_branches\": " << branches.dump()
+      << ", \"graph_memsets_as_kernels\": " << memsets.dump();
   out << ", \"kernel_time\": " << kernelTime_.dump();
   out << ", \"skipped_steps\": {" << skipped.str() << "}";
   out << ", \"wall_seconds\": " << wall << "}\n";

@@ -207,6 +207,7 @@ Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &re
         {"cuda_graphs", o.cudaGraphs ? (o.stepGraphs ? "step" : "on") : "off"},
         {"dist_backend", s.group.backend->getBackendName()},
         {"comm_stream", o.commStream},
+        {"memset_nodes", o.memsetNodes},
         {"deterministic", o.deterministic},
         {"memory_format", o.memoryFormat}}},
       {"overrides", overrides},

@@ -63,6 +63,10 @@ struct TrainOptions {
   /// straight line of nodes) or "auto" (compute with one rank, where nothing overlaps; side
   /// with more).
   std::string commStream = "auto";
+  /// On CUDA, with cudaGraphs: "kernel" (each captured memset node of up to 1 MiB becomes a
+  /// kernel node writing the same bytes, which the GPU runs with less idle around it) or
+  /// "keep" (the graphs as captured).
+  std::string memsetNodes = "kernel";
   /// On CUDA: eager iterations of each phase before its capture.
   int warmup = 3;
   /// On CUDA: deterministic cuDNN algorithms (and PyTorch's deterministic kernels), so

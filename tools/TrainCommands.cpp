@@ -65,6 +65,11 @@ const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
                           overlapping backward (side), or in order on the compute stream,
                           which makes each captured phase one straight line of nodes
                           (compute); auto: compute with one rank, side with more
+  --memset-nodes kernel|keep
+                          CUDA Graphs: each captured memset node (up to 1 MiB) becomes a
+                          kernel node writing the same bytes, which the GPU starts with less
+                          idle around it (kernel, the default), or the graphs stay as
+                          captured (keep)
   --warmup N              eager iterations of each phase before its capture (default 3,
                           at least 1: optimizer state is created there, outside the graph)
   --deterministic         CUDA: deterministic cuDNN and PyTorch kernels, no cuDNN benchmark
@@ -201,6 +206,10 @@ const std::map<std::string, OptionHandler> &trainOptions() {
        [](R &r, S &f, O &o) {
          o.commStream = r.choice(f, {"auto", "side", "compute"});
        }},
+      {"--memset-nodes",
+       [](R &r, S &f, O &o) {
+         o.memsetNodes = r.choice(f, {"kernel", "keep"});
+       }},
       {"--warmup", [](R &r, S &f, O &o) { o.warmup = static_cast<int>(r.number(f, 1000000)); }},
       {"--memory-format",
        [](R &r, S &f, O &o) {
@@ -321,6 +330,11 @@ bool parseTrain(const std::vector<std::string> &args, TrainOptions &o, std::stri
     error = "--comm-stream " + o.commStream +
             " places NCCL's collectives on a CUDA stream: it needs --device cuda with NCCL "
             "(Gloo runs collectives on its own threads)";
+    return false;
+  }
+  if (o.memsetNodes != "kernel" && (o.device != "cuda" || !o.cudaGraphs)) {
+    error = "--memset-nodes " + o.memsetNodes +
+            " changes captured CUDA Graphs: it needs --device cuda with --cuda-graphs on or step";
     return false;
   }
   if (!o.kernelTraceFile.empty() && o.kernelTimeSteps == 0) {

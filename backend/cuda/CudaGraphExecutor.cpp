@@ -11,6 +11,9 @@
 // graphs, a step whose phases are all captured is one launch for all of them (StepGraph).
 #include "backend/cuda/CudaGraphExecutor.h"
 
+#ifdef GANC_WITH_CUDA_KERNELS
+#include "backend/cuda/FillKernel.h"
+#endif
 #include "frontend/TorchError.h"
 
 #include <ATen/cuda/CUDAContext.h>
@@ -98,8 +101,9 @@ public:
 
   /// After capture_end: the replay can skip the fills only if the graph advances exactly the
   /// offsets the capture recorded (otherwise every replay writes them, as PyTorch's does).
-  /// A kept graph is instantiated here (PyTorch defers that to its first replay).
-  void finishCapture() {
+  /// With `memsetsAsKernels`, the memset nodes become kernel nodes first. A kept graph is
+  /// instantiated here (PyTorch defers that to its first replay).
+  void finishCapture(bool memsetsAsKernels) {
     size_t drawing = 0;
     for (const auto &[state, increment] : captured_generator_states_) {
       if (increment == 0)
@@ -110,7 +114,9 @@ public:
         fillAlways_ = true;
     }
     fillAlways_ = fillAlways_ || drawing != advanced_.size();
+    const int64_t replaced = memsetsAsKernels ? memsetsToKernels() : 0;
     readShape();
+    shape_.memsetsAsKernels = replaced;
     if (!has_graph_exec_)
       instantiate();
   }
@@ -154,6 +160,110 @@ public:
   }
 
 private:
+  /// Memset nodes up to this size become kernels; a larger one's bandwidth outweighs the idle
+  /// around its node.
+  static constexpr size_t kMaxMemsetBytes = size_t{1} << 20;
+
+  /// The memset-to-kernel pass: replaces each memset node of the captured graph (PyTorch's
+  /// reductions clear their semaphores with cudaMemsetAsync, cuDNN its workspaces) with a
+  /// kernel node writing the same bytes, with the same dependencies and dependents. In
+  /// DCGAN-64's phase graphs on an H100 (41 memsets per step) the GPU idled 1.5 us before and
+  /// 2.4 us after each memset node, against 0.4 us between two kernel nodes: 178 of the 265 us
+  /// of idle per step. A node whose edges carry data (programmatic launches), or that the
+  /// runtime refuses to replace, stays as it was. Returns how many were replaced.
+  int64_t memsetsToKernels() {
+#ifdef GANC_WITH_CUDA_KERNELS
+    size_t count = 0;
+    if (!ok(cudaGraphGetNodes(graph_, nullptr, &count)) || count == 0)
+      return 0;
+    std::vector<cudaGraphNode_t> nodes(count);
+    if (!ok(cudaGraphGetNodes(graph_, nodes.data(), &count)))
+      return 0;
+    int64_t replaced = 0;
+    for (cudaGraphNode_t node : nodes) {
+      cudaGraphNodeType type{};
+      cudaMemsetParams memset{};
+      if (!ok(cudaGraphNodeGetType(node, &type)) || type != cudaGraphNodeTypeMemset ||
+          !ok(cudaGraphMemsetNodeGetParams(node, &memset)) ||
+          memset.width * memset.elementSize * memset.height > kMaxMemsetBytes)
+        continue;
+      std::vector<cudaGraphNode_t> before, after;
+      if (!plainEdges(node, /*dependencies=*/true, before) ||
+          !plainEdges(node, /*dependencies=*/false, after))
+        continue;
+      cudaGraphNode_t kernel = nullptr;
+      if (!ok(addFillKernelNode(&kernel, graph_, before.data(), before.size(), memset)))
+        continue;
+      const std::vector<cudaGraphNode_t> from(after.size(), kernel);
+      if (!after.empty() && !ok(addEdges(from, after))) {
+        (void)cudaGraphDestroyNode(kernel); // back to the graph as captured
+        continue;
+      }
+      // Both nodes write the same bytes before every dependent: the graph is right either way.
+      if (ok(cudaGraphDestroyNode(node)))
+        ++replaced;
+    }
+    return replaced;
+#else
+    return 0; // built without a CUDA compiler: no fill kernel
+#endif
+  }
+
+  /// Clears a failed call's error; true on success.
+  static bool ok(cudaError_t status) {
+    if (status == cudaSuccess)
+      return true;
+    (void)cudaGetLastError();
+    return false;
+  }
+
+  /// A node's dependencies (or dependents) into `out`; false if any of those edges carries data
+  /// (or the runtime cannot list them).
+  static bool plainEdges(cudaGraphNode_t node, bool dependencies,
+                         std::vector<cudaGraphNode_t> &out) {
+#if CUDART_VERSION >= 13000
+    auto list = [&](cudaGraphNode_t *nodes, cudaGraphEdgeData *data, size_t *n) {
+      return dependencies ? cudaGraphNodeGetDependencies(node, nodes, data, n)
+                          : cudaGraphNodeGetDependentNodes(node, nodes, data, n);
+    };
+    size_t n = 0;
+    if (!ok(list(nullptr, nullptr, &n)))
+      return false;
+    out.assign(n, nullptr);
+    std::vector<cudaGraphEdgeData> data(n);
+    if (n > 0 && !ok(list(out.data(), data.data(), &n)))
+      return false;
+    out.resize(n);
+    for (size_t i = 0; i < n; ++i)
+      if (data[i].type != cudaGraphDependencyTypeDefault || data[i].from_port != 0 ||
+          data[i].to_port != 0)
+        return false;
+    return true;
+#else
+    size_t n = 0;
+    auto list = [&](cudaGraphNode_t *nodes, size_t *count) {
+      return dependencies ? cudaGraphNodeGetDependencies(node, nodes, count)
+                          : cudaGraphNodeGetDependentNodes(node, nodes, count);
+    };
+    if (!ok(list(nullptr, &n)))
+      return false;
+    out.assign(n, nullptr);
+    if (n > 0 && !ok(list(out.data(), &n)))
+      return false;
+    out.resize(n);
+    return true;
+#endif
+  }
+
+  cudaError_t addEdges(const std::vector<cudaGraphNode_t> &from,
+                       const std::vector<cudaGraphNode_t> &to) const {
+#if CUDART_VERSION >= 13000
+    return cudaGraphAddDependencies(graph_, from.data(), to.data(), nullptr, from.size());
+#else
+    return cudaGraphAddDependencies(graph_, from.data(), to.data(), from.size());
+#endif
+  }
+
   /// Counts the kept graph's nodes by type, and its branches. Only a statistic: where the
   /// runtime cannot list them, the shape stays empty and training goes on.
   void readShape() {
@@ -474,7 +584,7 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
           }
           c.graph->advanceOffsetsOnDevice();
           c.graph->capture_end();
-          c.graph->finishCapture();
+          c.graph->finishCapture(options_.memsetsAsKernels);
         } catch (const std::exception &e) {
           throw std::runtime_error("capturing phase '" + phase + "' as a CUDA Graph failed (" +
                                    frontend::firstLine(e) +

@@ -72,6 +72,7 @@ def test_timing_lists_every_field_on_cpu(ganc_bin, datasets, tmp_path):
     assert len(t["step_seconds"]) == len(t["work_seconds"]) == len(t["overhead_seconds"]) == 3
     assert len(t["run_host_seconds"]) == 2 * 3  # phases d and g at every step
     assert t["replay_host_seconds"] == t["replay_launch_seconds"] == [] and t["graph_nodes"] == t["graph_branches"] == {}
+    assert t["graph_memsets_as_kernels"] == {}
     assert t["kernel_time"] is None  # no --kernel-time (CUDA only)
 
 
@@ -172,6 +173,10 @@ def test_the_start_up_line_says_what_runs(ganc_bin, datasets, tmp_path):
     (["--device", "cuda", "--dist-backend", "gloo", "--cuda-graphs", "off", "--comm-stream", "side"],
      "--comm-stream side places NCCL's collectives on a CUDA stream: it needs --device cuda with NCCL"),
     (["--comm-stream", "nccl"], "--comm-stream takes auto, side or compute, not 'nccl'"),
+    (["--memset-nodes", "keep"], "--memset-nodes keep changes captured CUDA Graphs: it needs --device cuda with "
+                                 "--cuda-graphs on or step"),
+    (["--device", "cuda", "--cuda-graphs", "off", "--memset-nodes", "keep"], "--memset-nodes keep changes captured"),
+    (["--device", "cuda", "--memset-nodes", "fill"], "--memset-nodes takes kernel or keep, not 'fill'"),
     (["--device", "cuda", "--kernel-time", "0"], "--kernel-time takes an integer from 1 to"),
     (["--device", "cuda", "--kernel-trace", "t.json"], "--kernel-trace FILE writes the --kernel-time window's"),
 ])

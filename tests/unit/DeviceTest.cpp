@@ -1,10 +1,13 @@
 // The device-side measurements' arithmetic (--kernel-time): how long a set of possibly
 // overlapping GPU activities kept the GPU busy, and the idle gaps between them by length,
-// against a grid counted cell by cell.
+// against a grid counted cell by cell. And the fill kernel's plan for a memset node (the
+// memset-to-kernel pass), against cudaMemset2D's definition written out element by element.
 #include "backend/Device.h"
+#include "backend/FillPlan.h"
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -90,4 +93,72 @@ TEST(KernelTrace, IdleGapsAreTheHolesBetweenTheUnionsPieces) {
       EXPECT_EQ(got[i].length, lengths[i]) << "trial " << trial << ", bucket " << i;
     }
   }
+}
+
+namespace {
+
+/// cudaMemset2D's definition: each of `width` elements of `elementSize` bytes in each of
+/// `height` rows `pitch` bytes apart holds the low bytes of `value` (little-endian).
+void memsetReference(char *dst, size_t pitch, unsigned value, unsigned elementSize, size_t width,
+                     size_t height) {
+  for (size_t row = 0; row < height; ++row)
+    for (size_t i = 0; i < width; ++i)
+      for (unsigned b = 0; b < elementSize; ++b)
+        dst[row * pitch + i * elementSize + b] = static_cast<char>((value >> (8 * b)) & 0xff);
+}
+
+} // namespace
+
+TEST(FillPlan, WritesWhatTheMemsetWrites) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> offset(0, 7), width(1, 40), height(1, 4), slack(0, 9);
+  std::uniform_int_distribution<uint32_t> value;
+  const unsigned sizes[] = {1, 2, 4};
+  int wide = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const unsigned size = sizes[trial % 3];
+    const size_t w = width(rng), h = height(rng);
+    // A pitch of whole elements, at least a row (CUDA asks no more of a 2-D memset).
+    const size_t pitch = (w + slack(rng)) * size;
+    const uint32_t v = value(rng);
+    alignas(16) char got[1024], want[1024];
+    std::memset(got, 0xAB, sizeof got);
+    std::memset(want, 0xAB, sizeof want);
+    const size_t at = offset(rng) * size; // element-aligned, as a device pointer of that type is
+    ASSERT_LE(at + (h - 1) * pitch + w * size, sizeof got);
+    memsetReference(want + at, pitch, v, size, w, h);
+    const auto plan =
+        ganc::backend::planFill(reinterpret_cast<uintptr_t>(got + at), pitch, v, size, w, h);
+    ASSERT_TRUE(plan.has_value());
+    ganc::backend::fillOnHost(got + at, *plan);
+    ASSERT_EQ(0, std::memcmp(got, want, sizeof got))
+        << "element size " << size << ", width " << w << ", height " << h << ", pitch " << pitch
+        << ", offset " << at << ", value " << v << ": written as " << plan->wordBytes
+        << "-byte words";
+    wide += plan->wordBytes == 4 && size < 4;
+  }
+  EXPECT_GT(wide, 100); // the widened path (bytes and halves written four bytes at a time) ran
+}
+
+TEST(FillPlan, WidensAlignedRowsAndRefusesWhatCudaWouldNot) {
+  alignas(4) static char buffer[64];
+  const auto base = reinterpret_cast<uintptr_t>(buffer);
+  // PyTorch's reduction semaphores: cudaMemsetAsync(ptr, 0, 16), one row of 16 bytes.
+  auto plan = ganc::backend::planFill(base, 0, 0, 1, 16, 1);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->wordBytes, 4u);
+  EXPECT_EQ(plan->width, 4u);
+  EXPECT_EQ(plan->word, 0u);
+  // A byte value repeated in every byte of the word; a half in both halves.
+  EXPECT_EQ(ganc::backend::planFill(base, 0, 0x1ff, 1, 8, 1)->word, 0xffffffffu);
+  EXPECT_EQ(ganc::backend::planFill(base, 0, 0x12345, 2, 2, 1)->word, 0x23452345u);
+  // An unaligned start or a row that ends mid-word keeps the element's own size.
+  EXPECT_EQ(ganc::backend::planFill(base + 1, 0, 7, 1, 8, 1)->wordBytes, 1u);
+  EXPECT_EQ(ganc::backend::planFill(base, 0, 7, 2, 3, 1)->wordBytes, 2u);
+  EXPECT_EQ(ganc::backend::planFill(base, 6, 7, 2, 2, 2)->wordBytes, 2u); // pitch 6
+  // Nothing to write, or an element size cudaMemset has not: no plan (the node stays).
+  EXPECT_FALSE(ganc::backend::planFill(base, 0, 0, 1, 0, 1));
+  EXPECT_FALSE(ganc::backend::planFill(base, 0, 0, 1, 4, 0));
+  EXPECT_FALSE(ganc::backend::planFill(base, 0, 0, 3, 4, 1));
+  EXPECT_FALSE(ganc::backend::planFill(base, 0, 0, 8, 4, 1));
 }

@@ -1,0 +1,56 @@
+// How the fill kernel writes what a memset node writes (the phase graphs' memset-to-kernel
+// pass, backend/cuda/FillKernel.cu): plain C++, so the arithmetic is tested on any machine.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+
+namespace ganc::backend {
+
+/// A memset as a grid of words: `height` rows `pitch` bytes apart from `dst`, each `width`
+/// words of `wordBytes` (1, 2 or 4) set to the low `wordBytes` bytes of `word`.
+struct FillPlan {
+  unsigned wordBytes = 1;
+  uint32_t word = 0;
+  size_t width = 0;
+  size_t height = 0;
+  size_t pitch = 0;
+};
+
+/// The plan for cudaMemset2D's arguments (value: the element's, its low `elementSize` bytes;
+/// width in elements): four-byte words where every row starts and ends on a four-byte
+/// boundary, else the element itself. Nothing (no plan) for an element size other than 1, 2
+/// or 4, or a memset of no element.
+inline std::optional<FillPlan> planFill(uintptr_t dst, size_t pitch, unsigned value,
+                                        unsigned elementSize, size_t width, size_t height) {
+  if ((elementSize != 1 && elementSize != 2 && elementSize != 4) || width == 0 || height == 0)
+    return std::nullopt;
+  FillPlan plan;
+  plan.height = height;
+  plan.pitch = height > 1 ? pitch : 0;
+  const uint32_t element = elementSize == 4 ? value : value & ((1u << (8 * elementSize)) - 1);
+  const size_t rowBytes = width * elementSize;
+  if (dst % 4 == 0 && rowBytes % 4 == 0 && plan.pitch % 4 == 0) {
+    plan.wordBytes = 4;
+    plan.word = elementSize == 1   ? element * 0x01010101u
+                : elementSize == 2 ? element | element << 16
+                                   : element;
+    plan.width = rowBytes / 4;
+  } else {
+    plan.wordBytes = elementSize;
+    plan.word = element;
+    plan.width = width;
+  }
+  return plan;
+}
+
+/// What the kernel does, on host memory (the tests' reference for it).
+inline void fillOnHost(char *dst, const FillPlan &plan) {
+  for (size_t row = 0; row < plan.height; ++row)
+    for (size_t i = 0; i < plan.width; ++i)
+      std::memcpy(dst + row * plan.pitch + i * plan.wordBytes, &plan.word, plan.wordBytes);
+}
+
+} // namespace ganc::backend
