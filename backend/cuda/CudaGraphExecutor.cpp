@@ -173,11 +173,8 @@ private:
   /// runtime refuses to replace, stays as it was. Returns how many were replaced.
   int64_t memsetsToKernels() {
 #ifdef GANC_WITH_CUDA_KERNELS
-    size_t count = 0;
-    if (!ok(cudaGraphGetNodes(graph_, nullptr, &count)) || count == 0)
-      return 0;
-    std::vector<cudaGraphNode_t> nodes(count);
-    if (!ok(cudaGraphGetNodes(graph_, nodes.data(), &count)))
+    std::vector<cudaGraphNode_t> nodes;
+    if (!listNodes(nodes))
       return 0;
     int64_t replaced = 0;
     for (cudaGraphNode_t node : nodes) {
@@ -215,6 +212,18 @@ private:
       return true;
     (void)cudaGetLastError();
     return false;
+  }
+
+  /// The captured graph's nodes into `out`; false if the runtime cannot list them.
+  bool listNodes(std::vector<cudaGraphNode_t> &out) const {
+    size_t count = 0;
+    if (!ok(cudaGraphGetNodes(graph_, nullptr, &count)))
+      return false;
+    out.assign(count, nullptr);
+    if (count > 0 && !ok(cudaGraphGetNodes(graph_, out.data(), &count)))
+      return false;
+    out.resize(count);
+    return true;
   }
 
   /// A node's dependencies (or dependents) into `out`; false if any of those edges carries data
@@ -268,25 +277,23 @@ private:
   /// runtime cannot list them, the shape stays empty and training goes on.
   void readShape() {
     auto failed = [this](cudaError_t status) {
-      if (status == cudaSuccess)
+      if (ok(status))
         return false;
-      (void)cudaGetLastError();
       shape_ = GraphShape();
       return true;
     };
-    size_t count = 0;
-    if (failed(cudaGraphGetNodes(graph_, nullptr, &count)))
+    std::vector<cudaGraphNode_t> nodes;
+    if (!listNodes(nodes)) {
+      shape_ = GraphShape();
       return;
-    std::vector<cudaGraphNode_t> nodes(count);
-    if (count > 0 && failed(cudaGraphGetNodes(graph_, nodes.data(), &count)))
-      return;
-    for (size_t i = 0; i < count; ++i) {
+    }
+    for (cudaGraphNode_t node : nodes) {
       cudaGraphNodeType type{};
-      if (failed(cudaGraphNodeGetType(nodes[i], &type)))
+      if (failed(cudaGraphNodeGetType(node, &type)))
         return;
       ++shape_.nodes[nodeKind(type)];
     }
-    shape_.nodes["total"] = static_cast<int64_t>(count);
+    shape_.nodes["total"] = static_cast<int64_t>(nodes.size());
     // Branches: roots beyond the first, and every dependent of a node beyond its first.
     size_t roots = 0, edges = 0;
     if (failed(cudaGraphGetRootNodes(graph_, nullptr, &roots)) ||
