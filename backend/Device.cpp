@@ -5,6 +5,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
+#include <c10/cuda/CUDAGuard.h>
 #endif
 
 #include <torch/csrc/autograd/profiler_kineto.h>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -23,8 +25,12 @@ struct StagedBatch::Ring {
 #ifdef GANC_WITH_CUDA
   static constexpr int kSlots = 4;
   std::vector<at::Tensor> pinned;
-  std::vector<at::cuda::CUDAEvent> copied;
+  std::vector<at::cuda::CUDAEvent> copied; // the transfer out of each pinned buffer is done
   int next = 0;
+  std::optional<at::cuda::CUDAStream> copyStream;
+  at::Tensor landing;           // on the device, in the pinned buffers' layout
+  at::cuda::CUDAEvent landed;   // the last transfer into `landing` is done
+  at::cuda::CUDAEvent consumed; // the last batch in `landing` has moved into place
 #endif
 };
 
@@ -37,6 +43,8 @@ StagedBatch::StagedBatch(std::vector<int64_t> shape, c10::ScalarType dtype, c10:
                                                   : at::MemoryFormat::Contiguous;
   device_ = torch::empty(shape, at::TensorOptions(device).dtype(dtype).memory_format(format));
   ring_ = std::make_unique<Ring>();
+  ring_->landing = torch::empty(shape, at::TensorOptions(device).dtype(dtype));
+  ring_->copyStream = at::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
   for (int i = 0; i < Ring::kSlots; ++i) {
     ring_->pinned.push_back(torch::empty(shape, at::TensorOptions(dtype).pinned_memory(true)));
     ring_->copied.emplace_back();
@@ -46,19 +54,32 @@ StagedBatch::StagedBatch(std::vector<int64_t> shape, c10::ScalarType dtype, c10:
 
 StagedBatch::~StagedBatch() = default;
 
-void StagedBatch::stage(const at::Tensor &hostBatch) {
+void StagedBatch::stage(const at::Tensor &source, const at::Tensor &indices) {
   if (!ring_) {
-    device_ = hostBatch;
+    device_ = source.index_select(0, indices);
     return;
   }
 #ifdef GANC_WITH_CUDA
-  int slot = ring_->next;
-  ring_->next = (slot + 1) % Ring::kSlots;
-  // Waits only if the copy out of this slot, four steps ago, is somehow still pending.
-  ring_->copied[slot].synchronize();
-  ring_->pinned[slot].copy_(hostBatch);
-  device_.copy_(ring_->pinned[slot], /*non_blocking=*/true);
-  ring_->copied[slot].record(at::cuda::getCurrentCUDAStream());
+  Ring &r = *ring_;
+  const int slot = r.next;
+  r.next = (slot + 1) % Ring::kSlots;
+  // Waits only if the transfer out of this buffer, four batches ago, is somehow still pending.
+  r.copied[slot].synchronize();
+  at::index_select_out(r.pinned[slot], source, 0, indices);
+  const at::cuda::CUDAStream compute = at::cuda::getCurrentCUDAStream();
+  // The landing buffer is refilled once the compute stream has moved its last batch out; the
+  // transfer then runs beside whatever the compute stream still has queued.
+  r.consumed.block(*r.copyStream);
+  {
+    c10::cuda::CUDAStreamGuard guard(*r.copyStream);
+    r.landing.copy_(r.pinned[slot], /*non_blocking=*/true);
+  }
+  r.copied[slot].record(*r.copyStream);
+  r.landed.record(*r.copyStream);
+  // In stream order after the queued phases that read the previous batch at this address.
+  r.landed.block(compute);
+  device_.copy_(r.landing, /*non_blocking=*/true);
+  r.consumed.record(compute);
 #endif
 }
 

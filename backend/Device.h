@@ -14,15 +14,20 @@
 namespace ganc::backend {
 
 /// The step's data batch at a fixed device address (a captured graph reads it there). On
-/// CUDA, `stage` copies through a ring of pinned host buffers with events, so refilling it
-/// never waits for the GPU to finish the previous step; on CPU it just holds the batch.
+/// CUDA, `stage` gathers the batch into one of a ring of pinned host buffers and copies it
+/// to the device on a copy stream of its own, into a landing buffer; the compute stream then
+/// waits for that copy and moves the batch into place (a device copy, which also converts it
+/// to channels-last). So the host-to-device transfer overlaps the GPU work of the steps still
+/// queued ahead of it instead of holding the compute stream, and refilling a host buffer
+/// never waits for the GPU to finish the previous step. On CPU it just holds the batch.
 class StagedBatch {
 public:
   /// `channelsLast`: the device buffer of a 4-D batch is NHWC (the model's layout).
   StagedBatch(std::vector<int64_t> shape, c10::ScalarType dtype, c10::Device device,
               bool channelsLast = false);
   ~StagedBatch();
-  void stage(const at::Tensor &hostBatch);
+  /// Stages `source`'s samples `indices` (a host tensor and index list) as the batch.
+  void stage(const at::Tensor &source, const at::Tensor &indices);
   const at::Tensor &tensor() const { return device_; }
 
 private:

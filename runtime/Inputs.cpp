@@ -136,9 +136,9 @@ int64_t PhaseInputs::prepare(const frontend::PhaseSpec &phase) {
   int64_t images = 0;
   for (; staged_ < static_cast<size_t>(phase.accumulate); ++staged_) {
     at::Tensor indices = batches_->next();
-    batch_[staged_]->stage(data_.index_select(0, indices));
+    batch_[staged_]->stage(data_, indices);
     if (!labelBatch_.empty())
-      labelBatch_[staged_]->stage(labels_.index_select(0, indices));
+      labelBatch_[staged_]->stage(labels_, indices);
     images += session_.spec().batchSize * session_.rank.worldSize;
   }
   return images;

@@ -380,6 +380,12 @@ def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):
     assert kernels["trace_file"] == trace
     events = json.load(open(trace))["traceEvents"]
     assert any(e.get("cat") == "kernel" for e in events), {e.get("cat") for e in events}
+    # Each step's data batch reaches the GPU on a copy stream of its own, beside the phases'
+    # kernels (the transfer used to hold the compute stream: 60 us of a DCGAN-64 step).
+    uploads = [e for e in events if e.get("cat") == "gpu_memcpy" and "HtoD" in e.get("name", "")]
+    kernel_streams = {e["args"]["stream"] for e in events if e.get("cat") == "kernel"}
+    assert len(uploads) >= 4, [e.get("name") for e in events if e.get("cat") == "gpu_memcpy"]
+    assert all(e["args"]["stream"] not in kernel_streams for e in uploads), (uploads, kernel_streams)
     report("timing/dcgan32", {k: t[k] for k in ("work_seconds", "step_seconds", "replay_host_seconds",
                                                  "graph_nodes", "graph_branches", "kernel_time")})
 
