@@ -412,11 +412,14 @@ def main():
             write_json()
             # Host time from runs that wait for the GPU after every step (--log-every 1), so no
             # launch waits for launch-queue space; per replayed phase, and with one launch per
-            # step that launch shared by the step's phases.
-            for graphs, comm, memsets, what in (("on", "auto", "kernel", "phase graphs"),
-                                                ("step", "auto", "kernel", "one launch per step"),
-                                                ("on", "side", "kernel", "collectives on a side stream"),
-                                                ("on", "auto", "keep", "memset nodes kept")):
+            # step that launch shared by the step's phases. One run for each ganc side measured.
+            for side, graphs, comm, memsets, what in (("ganc", "on", "auto", "kernel", "phase graphs"),
+                                                      ("ganc_step", "step", "auto", "kernel", "one launch per step"),
+                                                      ("ganc_side", "on", "side", "kernel",
+                                                       "collectives on a side stream"),
+                                                      ("ganc_memsets", "on", "auto", "keep", "memset nodes kept")):
+                if side not in wanted:
+                    continue
                 host = rows[f"ganc host timing, {what} (--log-every 1)"] = run_ganc(
                     model, data, args.iters, args.warmup, tmp, graphs, log_every=1, comm=comm, memsets=memsets)
                 if host.get("host_per_replay") is not None:

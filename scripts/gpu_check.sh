@@ -6,10 +6,21 @@
 # out/gpu/):
 #
 #   scripts/gpu_check.sh [OUT_DIR] [--skip-tests] [--skip-bench] [--skip-scaling]
-#                        [--test-args "..."] [--bench-args "..."]
+#                        [--test-args "..."] [--bench-args "..."] [--deadline SECONDS]
+#                        [--save-build DIR] [--prebuilt DIR] [--source-hash]
 #
 # --test-args goes to pytest (e.g. -k "two_ranks" or -k "not two_ranks": the GPU tests in
 # two parts, where one call of the machine has a time limit).
+# --deadline: end within SECONDS of the start, summary included: the tests and the benchmark
+# are interrupted (SIGINT: pytest still reports what finished; every benchmark table finished
+# is kept) when the time left comes down to what the summary needs.
+# --save-build DIR: after building, put the ganc binary (debug sections stripped) and a hash of
+# the sources it was built from into DIR. --prebuilt DIR: use such a binary instead of
+# building, where it was built from these sources against this torch and runs here (the build
+# takes 1.5 minutes of a GPU machine that starts bare; a binary built on a machine with the same
+# torch wheel, CUDA toolkit and an older glibc runs there); otherwise build as usual.
+# --source-hash prints that hash of this tree's sources and exits. GANC_GPU_BUILD names the
+# build tree (default build-gpu/; the zoo is exported into it too).
 #
 #   OUT_DIR/log.txt         everything printed
 #   OUT_DIR/summary.md      device, versions, test results, measured distances, benchmark table
@@ -26,12 +37,22 @@
 # into .debs/ on a machine with apt.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# A hash of the sources the ganc binary is built from: the same on any machine for the same tree.
+source_hash() {
+  (cd "$ROOT" && find CMakeLists.txt backend frontend ir passes runtime tools \
+     -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.in' \
+     -o -name CMakeLists.txt \) -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+}
 OUT=""
 RUN_TESTS=1
 RUN_BENCH=1
 RUN_SCALING=1
 BENCH_ARGS=""
 TEST_ARGS=""
+DEADLINE=""
+SAVE_BUILD=""
+PREBUILT=""
+SOURCE_HASH_ONLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-tests) RUN_TESTS=0; shift ;;
@@ -39,11 +60,19 @@ while [ $# -gt 0 ]; do
     --skip-scaling) RUN_SCALING=0; shift ;;
     --bench-args) BENCH_ARGS=$2; shift 2 ;;
     --test-args) TEST_ARGS=$2; shift 2 ;;
-    -h|--help) sed -n 2,26p "$0"; exit 0 ;;
+    --deadline) DEADLINE=$2; shift 2 ;;
+    --save-build) SAVE_BUILD=$2; shift 2 ;;
+    --prebuilt) PREBUILT=$2; shift 2 ;;
+    --source-hash) SOURCE_HASH_ONLY=1; shift ;;
+    -h|--help) sed -n '2,/^set -uo/{s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     -*) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
     *) OUT=$1; shift ;;
   esac
 done
+if [ $SOURCE_HASH_ONLY = 1 ]; then
+  source_hash
+  exit
+fi
 OUT=${OUT:-$ROOT/out/gpu}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -52,7 +81,38 @@ LOG=$OUT/log.txt
 exec > >(tee -a "$LOG") 2>&1
 
 say() { echo "[gpu_check $(date +%H:%M:%S)] $*"; }
-stop() { say "STOPPED: $*"; exit "${2:-1}"; }
+stop() { say "STOPPED: $1"; exit "${2:-1}"; }
+
+case "$DEADLINE" in
+  "") ;;
+  *[!0-9]*) stop "--deadline takes whole seconds, not '$DEADLINE'" 2 ;;
+esac
+# The time a stage may take under --deadline: what is left, less SUMMARY_SECONDS for writing
+# the summary (0 where nothing is left); empty without a deadline.
+SUMMARY_SECONDS=20
+stage_limit() {
+  [ -n "$DEADLINE" ] || return 0
+  local left=$((DEADLINE - SECONDS - SUMMARY_SECONDS))
+  echo $((left > 0 ? left : 0))
+}
+# Runs a stage's command, under --deadline interrupted with SIGINT when its time is up (and
+# killed 15 s later if still running); says so, and returns the command's status.
+staged() {
+  local limit
+  limit=$(stage_limit)
+  if [ -z "$limit" ]; then
+    "$@"
+    return
+  fi
+  if [ "$limit" -lt 5 ]; then
+    say "--deadline: no time left for $(basename "$1") ${2:-}"
+    return 124
+  fi
+  timeout -s INT -k 15 "$limit" "$@"
+  local rc=$?
+  [ $rc = 124 ] || [ $rc = 130 ] && say "--deadline: interrupted after $limit s: $(basename "$1") ${2:-}"
+  return $rc
+}
 
 # --- Python with torch: the ganc environment where there is one, else the machine's ----------
 PY=${GANC_PYTHON:-}
@@ -61,48 +121,96 @@ PY=${PY:-python3}
 "$PY" -c "import torch" 2>/dev/null || stop "no Python with torch ($PY); run scripts/setup.sh" 2
 say "python: $PY, torch $("$PY" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)')"
 
-# --- Headers: the machine's, or the carried Debian packages unpacked into a prefix ------------
-DEPS=$ROOT/build-gpu/deps
-CMAKE_EXTRA=()
-missing=()
-[ -f /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
-[ -f /usr/include/stb/stb_image.h ] || missing+=(libstb-dev)
-[ -f /usr/include/gloo/config.h ] || missing+=(libgloo-dev)
-# GANC_GPU_CHECK_UNPACK=1 uses the carried packages even where the machine has the headers.
-[ "${GANC_GPU_CHECK_UNPACK:-0}" = 1 ] && missing=(nlohmann-json3-dev libstb-dev libgloo-dev)
-if [ ${#missing[@]} -gt 0 ]; then
-  mkdir -p "$DEPS"
-  for p in "${missing[@]}"; do
-    deb=$(ls "$ROOT"/.debs/"${p}"_*.deb 2>/dev/null | head -1)
-    [ -n "$deb" ] || stop "the machine lacks $p and .debs/ has no ${p}_*.deb (apt-get download $p into .debs/ first)" 2
-    dpkg -x "$deb" "$DEPS"
-  done
-  say "unpacked ${missing[*]} into $DEPS"
-  CMAKE_EXTRA+=(-DCMAKE_CXX_FLAGS="-isystem $DEPS/usr/include")
-fi
+BUILD=${GANC_GPU_BUILD:-$ROOT/build-gpu}  # the build tree (and the exported zoo)
+TORCH_VERSION=$("$PY" -c "import torch; print(torch.__version__)")
 
-# --- Build: the CUDA backend, no C++ test binaries (the GPU tests are Python) -----------------
-TORCH_PREFIX=$("$PY" -c "import torch; print(torch.utils.cmake_prefix_path)")
-BUILD=$ROOT/build-gpu
-GEN=()
-command -v ninja >/dev/null && GEN=(-G Ninja)
-say "configuring $BUILD"
-cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$DEPS/usr" -DGANC_PYTHON="$PY" -DGANC_BUILD_TESTS=OFF \
-  "${CMAKE_EXTRA[@]}" >"$OUT/cmake.txt" 2>&1 || { cat "$OUT/cmake.txt"; stop "cmake failed"; }
-grep -q "CUDA backend on" "$OUT/cmake.txt" || stop "cmake did not enable the CUDA backend (a torch without CUDA?)"
-rm -f "$OUT/cmake.txt"
-say "building"
-cmake --build "$BUILD" -j "$(nproc)" >"$OUT/build.txt" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.txt" | head -60; stop "build failed"; }
-rm -f "$OUT/build.txt"
-say "built $BUILD/tools/ganc"
+# --- A prebuilt binary (--prebuilt): used where it was built from these sources against this
+# torch and runs here, with this torch's libraries (and its CUDA runtime) on the library path.
+use_prebuilt() {
+  [ -n "$PREBUILT" ] || return 1
+  local why=""
+  if [ ! -x "$PREBUILT/tools/ganc" ]; then
+    why="$PREBUILT/tools/ganc is missing"
+  elif [ "$(cat "$PREBUILT/SOURCE_HASH" 2>/dev/null)" != "$(source_hash)" ]; then
+    why="it was built from other sources"
+  elif [ "$(cat "$PREBUILT/TORCH" 2>/dev/null)" != "$TORCH_VERSION" ]; then
+    why="it was built against torch $(cat "$PREBUILT/TORCH" 2>/dev/null), this is $TORCH_VERSION"
+  fi
+  if [ -z "$why" ]; then
+    local libs
+    libs=$("$PY" -c "import os, torch; d = os.path.dirname(torch.__file__); print(os.path.join(d, 'lib') + ':' + os.path.join(os.path.dirname(d), 'nvidia', 'cu13', 'lib'))")
+    local version
+    if ! version=$(LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$PREBUILT/tools/ganc" --version 2>&1); then
+      why="it does not run here: $(echo "$version" | head -1)"
+    elif [[ $version != *"CUDA backend on"* ]]; then
+      why="it was built without the CUDA backend"
+    else
+      export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+      mkdir -p "$BUILD/tools"
+      cp "$PREBUILT/tools/ganc" "$BUILD/tools/ganc"
+      say "prebuilt: $version (sources $(source_hash)), no build"
+      return 0
+    fi
+  fi
+  say "prebuilt $PREBUILT not used ($why): building"
+  return 1
+}
+
+# --- Headers (the machine's, or the carried Debian packages unpacked into a prefix), then the
+# build: the CUDA backend, no C++ test binaries (the GPU tests are Python).
+build() {
+  local deps=$BUILD/deps
+  local cmake_extra=()
+  local missing=()
+  [ -f /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
+  [ -f /usr/include/stb/stb_image.h ] || missing+=(libstb-dev)
+  [ -f /usr/include/gloo/config.h ] || missing+=(libgloo-dev)
+  # GANC_GPU_CHECK_UNPACK=1 uses the carried packages even where the machine has the headers.
+  [ "${GANC_GPU_CHECK_UNPACK:-0}" = 1 ] && missing=(nlohmann-json3-dev libstb-dev libgloo-dev)
+  if [ ${#missing[@]} -gt 0 ]; then
+    mkdir -p "$deps"
+    local p deb
+    for p in "${missing[@]}"; do
+      deb=$(ls "$ROOT"/.debs/"${p}"_*.deb 2>/dev/null | head -1)
+      [ -n "$deb" ] || stop "the machine lacks $p and .debs/ has no ${p}_*.deb (apt-get download $p into .debs/ first)" 2
+      dpkg -x "$deb" "$deps"
+    done
+    say "unpacked ${missing[*]} into $deps"
+    cmake_extra+=(-DCMAKE_CXX_FLAGS="-isystem $deps/usr/include")
+  fi
+  local torch_prefix
+  torch_prefix=$("$PY" -c "import torch; print(torch.utils.cmake_prefix_path)")
+  local gen=()
+  command -v ninja >/dev/null && gen=(-G Ninja)
+  say "configuring $BUILD"
+  cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" -DGANC_PYTHON="$PY" -DGANC_BUILD_TESTS=OFF \
+    "${cmake_extra[@]}" >"$OUT/cmake.txt" 2>&1 || { cat "$OUT/cmake.txt"; stop "cmake failed"; }
+  grep -q "CUDA backend on" "$OUT/cmake.txt" || stop "cmake did not enable the CUDA backend (a torch without CUDA?)"
+  rm -f "$OUT/cmake.txt"
+  say "building"
+  cmake --build "$BUILD" -j "$(nproc)" >"$OUT/build.txt" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.txt" | head -60; stop "build failed"; }
+  rm -f "$OUT/build.txt"
+  say "built $BUILD/tools/ganc"
+}
+
+use_prebuilt || build
+if [ -n "$SAVE_BUILD" ]; then
+  mkdir -p "$SAVE_BUILD/tools"
+  objcopy --strip-debug "$BUILD/tools/ganc" "$SAVE_BUILD/tools/ganc" || stop "could not copy the binary into $SAVE_BUILD"
+  source_hash >"$SAVE_BUILD/SOURCE_HASH"
+  echo "$TORCH_VERSION" >"$SAVE_BUILD/TORCH"
+  say "saved the binary ($(du -h "$SAVE_BUILD/tools/ganc" | cut -f1), sources $(source_hash), torch $TORCH_VERSION) into $SAVE_BUILD (gpu_check.sh --prebuilt $SAVE_BUILD)"
+fi
+# ganc's Python helpers (plots, TensorBoard) run in this Python, wherever the binary was built.
+export GANC_PYTHON=$PY
 
 MODELS=$BUILD/tests/models
 "$PY" "$ROOT/tests/python/make_archives.py" "$MODELS" >/dev/null || stop "exporting the zoo failed"
 say "exported the zoo into $MODELS"
 
 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
-  || stop "no CUDA GPU visible (torch.cuda.is_available() is False): built and exported, nothing run" 3
+  || stop "no CUDA GPU visible (torch.cuda.is_available() is False): built (or prebuilt) and exported, nothing run" 3
 DEVICE=$("$PY" -c "import torch; print(torch.cuda.get_device_name(0))")
 say "GPU: $DEVICE"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>/dev/null
@@ -132,11 +240,12 @@ TEST_RC=skipped
 if [ $RUN_TESTS = 1 ]; then
   say "GPU tests (tests/python/test_cuda.py $TEST_ARGS)"
   PAR=()
-  "$PY" -c "import xdist" 2>/dev/null && PAR=(-n 8)
+  # 8 workers; a model's replay and parity tests on one worker, which trains its captured run once.
+  "$PY" -c "import xdist" 2>/dev/null && PAR=(-n 8 --dist loadgroup)
   "$PY" -c "import pytest_timeout" 2>/dev/null && PAR+=(--timeout 400)
   # The arguments as the shell would split them (quotes kept: -k "not two_ranks").
   eval "EXTRA=($TEST_ARGS)"
-  "$PY" -m pytest -v -rs -p no:cacheprovider -W ignore::DeprecationWarning "${PAR[@]}" \
+  staged "$PY" -m pytest -v -rs -p no:cacheprovider -W ignore::DeprecationWarning "${PAR[@]}" \
     --junitxml="$OUT/junit.xml" "$ROOT/tests/python/test_cuda.py" "${EXTRA[@]}"
   TEST_RC=$?
   # One file of measured distances (each test process wrote its own).
@@ -152,10 +261,10 @@ fi
 BENCH_RC=skipped
 if [ $RUN_BENCH = 1 ]; then
   say "GPU benchmark (bench/graph_launch.py, then bench/bench_gpu.py $BENCH_ARGS)"
-  "$PY" "$ROOT/bench/graph_launch.py" | tee "$OUT/bench.txt"
+  staged "$PY" "$ROOT/bench/graph_launch.py" | tee "$OUT/bench.txt"
   BENCH_RC=${PIPESTATUS[0]}
   eval "EXTRA=($BENCH_ARGS)"
-  "$PY" "$ROOT/bench/bench_gpu.py" --json "$OUT/bench.json" --traces "$OUT/traces" "${EXTRA[@]}" \
+  staged "$PY" "$ROOT/bench/bench_gpu.py" --json "$OUT/bench.json" --traces "$OUT/traces" "${EXTRA[@]}" \
     | tee -a "$OUT/bench.txt"
   rc=${PIPESTATUS[0]}
   [ "$rc" = 0 ] || BENCH_RC=$rc
@@ -167,7 +276,7 @@ fi
 SCALING_RC=skipped
 if [ $RUN_SCALING = 1 ]; then
   say "scaling predictions from a GPU profile (bench/gpu_scaling.py)"
-  "$PY" "$ROOT/bench/gpu_scaling.py" --json "$OUT/scaling.json" --markdown "$OUT/scaling.md" \
+  staged "$PY" "$ROOT/bench/gpu_scaling.py" --json "$OUT/scaling.json" --markdown "$OUT/scaling.md" \
     | tee "$OUT/scaling.txt"
   SCALING_RC=${PIPESTATUS[0]}
 fi
@@ -178,7 +287,7 @@ fi
   echo "- device: $DEVICE"
   echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
   echo "- torch: $("$PY" -c 'import torch; print(torch.__version__)'), cuDNN $("$PY" -c 'import torch; print(torch.backends.cudnn.version())'), NCCL $("$PY" -c 'import torch; print(".".join(map(str, torch.cuda.nccl.version())))')"
-  echo "- GPU tests: exit $TEST_RC"
+  echo "- GPU tests: exit $TEST_RC$([ "$TEST_RC" = 124 ] && echo ', interrupted at the --deadline')"
   if [ -f "$OUT/junit.xml" ]; then
     "$PY" - "$OUT/junit.xml" <<'EOF'
 import sys, xml.etree.ElementTree as ET
@@ -206,14 +315,22 @@ for key in sorted(merged):
 EOF
   fi
   echo
-  echo "## Benchmark (exit $BENCH_RC)"
+  echo "## Benchmark (exit $BENCH_RC$([ "$BENCH_RC" = 124 ] && echo ', interrupted at the --deadline'))"
   [ -f "$OUT/bench.txt" ] && sed 's/^/    /' "$OUT/bench.txt"
   echo
   echo "## Predicted scaling (exit $SCALING_RC)"
   [ -f "$OUT/scaling.txt" ] && sed 's/^/    /' "$OUT/scaling.txt"
 } >"$OUT/summary.md"
 cat "$OUT/summary.md"
-[ "$TEST_RC" = 0 ] || [ "$TEST_RC" = skipped ] || stop "GPU tests failed (exit $TEST_RC)"
-[ "$BENCH_RC" = 0 ] || [ "$BENCH_RC" = skipped ] || stop "GPU benchmark failed (exit $BENCH_RC)"
-[ "$SCALING_RC" = 0 ] || [ "$SCALING_RC" = skipped ] || stop "scaling predictions failed (exit $SCALING_RC)"
+# How a stage ended, for the last line: 124 is --deadline's interruption, not a failure of it.
+ended() {
+  case "$2" in
+    0|skipped) return 0 ;;
+    124) stop "$1 interrupted at the --deadline (what finished is in $OUT/summary.md)" 124 ;;
+    *) stop "$1 failed (exit $2)" ;;
+  esac
+}
+ended "GPU tests" "$TEST_RC"
+ended "GPU benchmark" "$BENCH_RC"
+ended "scaling predictions" "$SCALING_RC"
 say "done: $OUT/summary.md"

@@ -15,6 +15,11 @@ GANC = os.path.join(BUILD, "tools", "ganc")
 MODELS = os.environ.get("GANC_TEST_MODELS_DIR", os.path.join(BUILD, "tests", "models"))
 
 
+def pytest_configure(config):
+    # pytest-xdist registers it where it is installed (the GPU tests' runs use it to share work).
+    config.addinivalue_line("markers", "xdist_group(name): run on one worker under --dist loadgroup")
+
+
 @pytest.fixture(scope="session")
 def ganc_bin():
     if not os.path.exists(GANC):

@@ -76,9 +76,11 @@ MODELS = [
     # upsampling; projection D, hinge loss.
     ("biggan32", "digits", 10, "ddp"),
 ]
-IDS = [m[0] for m in MODELS]
 EAGER_MODELS = {"mlp_branch"}
 SEED = 7
+# The replay and parity tests of a model share one captured run (see captured_run): grouped,
+# `pytest -n N --dist loadgroup` gives both to one worker, which trains it once.
+GROUPED = [pytest.param(*m, marks=pytest.mark.xdist_group(m[0]), id=m[0]) for m in MODELS]
 
 
 def report(key, value):
@@ -148,12 +150,28 @@ def distances(got_dir, ref_dir, spec, steps, ref_loader=torch.load):
     return grad, param, first
 
 
-@pytest.mark.parametrize("model,dataset,steps,reducer", MODELS, ids=IDS)
-def test_replayed_iterations_equal_eager_iterations(ganc_bin, datasets, tmp_path, model, dataset, steps,
-                                                    reducer):
+# model -> (gradient dump directory, stderr, run directory) of its captured run.
+_CAPTURED = {}
+
+
+def captured_run(ganc_bin, datasets, tmp_path_factory, model, dataset, steps):
+    """The model trained with its phases captured and replayed (one warm-up iteration,
+    deterministic cuDNN, ganc's default channels-last layout, gradients dumped), once per
+    test process: the replay test compares it with ganc's eager run, the parity test with eager
+    DDP, and neither changes it."""
+    if model not in _CAPTURED:
+        out = tmp_path_factory.mktemp(f"captured_{model}")
+        dump, err = train_cuda(ganc_bin, model, datasets[dataset], str(out), steps, "--cuda-graphs", "on",
+                               "--warmup", "1", "--deterministic", "--memory-format", "auto")
+        _CAPTURED[model] = (dump, err, str(out / "train"))
+    return _CAPTURED[model]
+
+
+@pytest.mark.parametrize("model,dataset,steps,reducer", GROUPED)
+def test_replayed_iterations_equal_eager_iterations(ganc_bin, datasets, tmp_path, tmp_path_factory, model,
+                                                    dataset, steps, reducer):
     spec = ganc.load_spec(archive(model))
-    replay, err = train_cuda(ganc_bin, model, datasets[dataset], str(tmp_path / "graph"), steps,
-                             "--cuda-graphs", "on", "--warmup", "1", "--deterministic")
+    replay, err, replay_run = captured_run(ganc_bin, datasets, tmp_path_factory, model, dataset, steps)
     if model in EAGER_MODELS:  # its branch on data is a host sync: every phase runs eagerly
         assert all(f"phase '{p['name']}' runs eagerly" in err for p in spec["phases"]), err
     else:
@@ -161,7 +179,7 @@ def test_replayed_iterations_equal_eager_iterations(ganc_bin, datasets, tmp_path
     eager, _ = train_cuda(ganc_bin, model, datasets[dataset], str(tmp_path / "eager"), steps,
                           "--cuda-graphs", "off", "--deterministic")
     grad, param, first = distances(replay, eager, spec, steps, ref_loader=ganc.load_checkpoint)
-    losses = loss_difference(str(tmp_path / "graph" / "train"), str(tmp_path / "eager" / "train"))
+    losses = loss_difference(replay_run, str(tmp_path / "eager" / "train"))
     report(f"replay_vs_eager/{model}", {"grad": grad, "param": param, "first_difference": first,
                                         "first_loss_difference": losses})
     assert grad <= 1e-6 and param <= 1e-6, (
@@ -171,16 +189,19 @@ def test_replayed_iterations_equal_eager_iterations(ganc_bin, datasets, tmp_path
 
 # ganc's default layout on CUDA is channels-last (--memory-format auto); the reference gets
 # the same. DCGAN-32 is also checked in the NCHW layout.
-PARITY = [m + ("auto",) for m in MODELS] + [("dcgan32", "digits", 10, "ddp", "contiguous")]
+PARITY = ([pytest.param(*m, "auto", marks=pytest.mark.xdist_group(m[0]), id=m[0]) for m in MODELS]
+          + [pytest.param("dcgan32", "digits", 10, "ddp", "contiguous", id="dcgan32-contiguous")])
 
 
-@pytest.mark.parametrize("model,dataset,steps,reducer,layout", PARITY,
-                         ids=IDS + ["dcgan32-contiguous"])
-def test_parity_with_eager_ddp_on_nccl(ganc_bin, datasets, tmp_path, model, dataset, steps, reducer,
-                                       layout):
+@pytest.mark.parametrize("model,dataset,steps,reducer,layout", PARITY)
+def test_parity_with_eager_ddp_on_nccl(ganc_bin, datasets, tmp_path, tmp_path_factory, model, dataset, steps,
+                                       reducer, layout):
     spec = ganc.load_spec(archive(model))
-    got, _ = train_cuda(ganc_bin, model, datasets[dataset], str(tmp_path / "ganc"), steps,
-                        "--warmup", "1", "--deterministic", "--memory-format", layout)
+    if layout == "auto":  # the replay test's run
+        got = captured_run(ganc_bin, datasets, tmp_path_factory, model, dataset, steps)[0]
+    else:
+        got, _ = train_cuda(ganc_bin, model, datasets[dataset], str(tmp_path / "ganc"), steps,
+                            "--cuda-graphs", "on", "--warmup", "1", "--deterministic", "--memory-format", layout)
     ref = str(tmp_path / "ddp")
     oracle.run(archive(model), datasets[dataset], 1, steps, SEED, out_dir=ref, device="cuda",
                reducer=reducer, deterministic=True, channels_last=layout == "auto")

@@ -1,6 +1,7 @@
 """ganc as a PyTorch practitioner uses it: the Python API, the run directory (refusal to
 overwrite, --resume auto, rotated checkpoints, hyper-parameter overrides), stats.jsonl,
-TensorBoard events read back with tensorboard's reader, `ganc plot`, torchrun and SLURM."""
+TensorBoard events read back with tensorboard's reader, `ganc plot`, torchrun and SLURM;
+scripts/gpu_check.sh's prebuilt binaries and refusals on a machine without a GPU."""
 import json
 import os
 import subprocess
@@ -406,3 +407,73 @@ def test_a_phase_returning_a_malformed_tuple_is_refused(tmp_path):
     bad.load_state_dict(gan.state_dict())
     with pytest.raises(ganc.SpecError, match=r"must be \(loss, \{name: scalar tensor"):
         ganc.export(bad, str(tmp_path / "bad.pt"), spec)
+
+
+GPU_CHECK = os.path.join(ROOT, "scripts", "gpu_check.sh")
+
+
+def gpu_check(*args, env=None, **popen):
+    environment = dict(os.environ, GANC_PYTHON=sys.executable, **(env or {}))
+    return subprocess.Popen(["bash", GPU_CHECK, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=environment, start_new_session=True, **popen)
+
+
+def test_gpu_check_uses_a_prebuilt_binary_of_these_sources_only(ganc_bin, tmp_path):
+    """scripts/gpu_check.sh --prebuilt (the GPU machine's time goes to tests, not the build):
+    a binary saved with this tree's source hash and this torch runs instead of a build; one
+    saved from other sources is refused in one line, and the script builds instead."""
+    check = subprocess.run(["bash", GPU_CHECK, "--source-hash"], capture_output=True, text=True)
+    source_hash = check.stdout.strip()
+    assert check.returncode == 0 and len(source_hash) == 16, check
+    assert subprocess.run(["bash", GPU_CHECK, "--source-hash"], capture_output=True, text=True).stdout.strip() \
+        == source_hash
+    prebuilt = tmp_path / "prebuilt"
+    (prebuilt / "tools").mkdir(parents=True)
+    (prebuilt / "tools" / "ganc").write_bytes(open(ganc_bin, "rb").read())
+    os.chmod(prebuilt / "tools" / "ganc", 0o755)
+    (prebuilt / "SOURCE_HASH").write_text(source_hash + "\n")
+    (prebuilt / "TORCH").write_text(torch.__version__ + "\n")
+    version = subprocess.run([ganc_bin, "--version"], capture_output=True, text=True).stdout.strip()
+    build = tmp_path / "build-gpu"
+    p = gpu_check(str(tmp_path / "out"), "--prebuilt", str(prebuilt), "--skip-tests", "--skip-bench",
+                  "--skip-scaling", env={"GANC_GPU_BUILD": str(build)})
+    if "CUDA backend off" in version:  # a torch without CUDA: nothing to run on a GPU
+        for line in p.stdout:
+            if "not used" in line:
+                break
+        os.killpg(p.pid, 9)
+        p.wait()
+        assert "(it was built without the CUDA backend): building" in line, line
+        return
+    out, _ = p.communicate(timeout=300)
+    assert f"prebuilt: {version} (sources {source_hash}), no build" in out, out
+    assert (build / "tools" / "ganc").exists() and (build / "tests" / "models" / "dcgan32.pt").exists(), out
+    assert "configuring" not in out, out
+    if torch.cuda.is_available():
+        assert p.returncode == 0, out  # then the smoke run trained 4 captured steps
+    else:
+        assert p.returncode == 3, out
+        assert out.splitlines()[-1].endswith("STOPPED: no CUDA GPU visible (torch.cuda.is_available() is False): "
+                                             "built (or prebuilt) and exported, nothing run"), out
+    # Built from other sources: refused, and the script goes on to build (stopped here).
+    (prebuilt / "SOURCE_HASH").write_text("0" * 16 + "\n")
+    p = gpu_check(str(tmp_path / "out2"), "--prebuilt", str(prebuilt), "--skip-tests", "--skip-bench",
+                  "--skip-scaling", env={"GANC_GPU_BUILD": str(tmp_path / "build-stale")})
+    seen = []
+    for line in p.stdout:
+        seen.append(line)
+        if "not used" in line or "configuring" in line:
+            break
+    os.killpg(p.pid, 9)
+    p.wait()
+    assert f"prebuilt {prebuilt} not used (it was built from other sources): building" in seen[-1], seen
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--deadline", "9m"], "STOPPED: --deadline takes whole seconds, not '9m'"),
+    (["--frobnicate"], "gpu_check: unknown option --frobnicate"),
+])
+def test_gpu_check_refuses_bad_options_in_one_line(tmp_path, args, says):
+    p = gpu_check(str(tmp_path / "out"), *args)
+    lines = p.communicate(timeout=60)[0].strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and lines[0].endswith(says), lines
