@@ -150,111 +150,9 @@ def distances(got_dir, ref_dir, spec, steps, ref_loader=torch.load):
     return grad, param, first
 
 
-# model -> (gradient dump directory, stderr, run directory) of its captured run.
-_CAPTURED = {}
-
-
-def captured_run(ganc_bin, datasets, tmp_path_factory, model, dataset, steps):
-    """The model trained with its phases captured and replayed (one warm-up iteration,
-    deterministic cuDNN, ganc's default channels-last layout, gradients dumped), once per
-    test process: the replay test compares it with ganc's eager run, the parity test with eager
-    DDP, and neither changes it."""
-    if model not in _CAPTURED:
-        out = tmp_path_factory.mktemp(f"captured_{model}")
-        dump, err = train_cuda(ganc_bin, model, datasets[dataset], str(out), steps, "--cuda-graphs", "on",
-                               "--warmup", "1", "--deterministic", "--memory-format", "auto")
-        _CAPTURED[model] = (dump, err, str(out / "train"))
-    return _CAPTURED[model]
-
-
-@pytest.mark.parametrize("model,dataset,steps,reducer", GROUPED)
-def test_replayed_iterations_equal_eager_iterations(ganc_bin, datasets, tmp_path, tmp_path_factory, model,
-                                                    dataset, steps, reducer):
-    spec = ganc.load_spec(archive(model))
-    replay, err, replay_run = captured_run(ganc_bin, datasets, tmp_path_factory, model, dataset, steps)
-    if model in EAGER_MODELS:  # its branch on data is a host sync: every phase runs eagerly
-        assert all(f"phase '{p['name']}' runs eagerly" in err for p in spec["phases"]), err
-    else:
-        assert "runs eagerly" not in err, err  # every phase of the others is captured
-    eager, _ = train_cuda(ganc_bin, model, datasets[dataset], str(tmp_path / "eager"), steps,
-                          "--cuda-graphs", "off", "--deterministic")
-    grad, param, first = distances(replay, eager, spec, steps, ref_loader=ganc.load_checkpoint)
-    losses = loss_difference(replay_run, str(tmp_path / "eager" / "train"))
-    report(f"replay_vs_eager/{model}", {"grad": grad, "param": param, "first_difference": first,
-                                        "first_loss_difference": losses})
-    assert grad <= 1e-6 and param <= 1e-6, (
-        f"replay differs from eager: grad {grad:.2e}, param {param:.2e}; first at {first}")
-    assert losses is None, f"the logged losses differ: replayed {losses[0]!r}, eager {losses[1]!r}"
-
-
-# ganc's default layout on CUDA is channels-last (--memory-format auto); the reference gets
-# the same. DCGAN-32 is also checked in the NCHW layout.
-PARITY = ([pytest.param(*m, "auto", marks=pytest.mark.xdist_group(m[0]), id=m[0]) for m in MODELS]
-          + [pytest.param("dcgan32", "digits", 10, "ddp", "contiguous", id="dcgan32-contiguous")])
-
-
-@pytest.mark.parametrize("model,dataset,steps,reducer,layout", PARITY)
-def test_parity_with_eager_ddp_on_nccl(ganc_bin, datasets, tmp_path, tmp_path_factory, model, dataset, steps,
-                                       reducer, layout):
-    spec = ganc.load_spec(archive(model))
-    if layout == "auto":  # the replay test's run
-        got = captured_run(ganc_bin, datasets, tmp_path_factory, model, dataset, steps)[0]
-    else:
-        got, _ = train_cuda(ganc_bin, model, datasets[dataset], str(tmp_path / "ganc"), steps,
-                            "--cuda-graphs", "on", "--warmup", "1", "--deterministic", "--memory-format", layout)
-    ref = str(tmp_path / "ddp")
-    oracle.run(archive(model), datasets[dataset], 1, steps, SEED, out_dir=ref, device="cuda",
-               reducer=reducer, deterministic=True, channels_last=layout == "auto")
-    grad, param, first = distances(got, ref, spec, steps)
-    report(f"parity_deterministic/{model}/{layout}", {"grad": grad, "param": param, "first_difference": first})
-    assert grad <= 1e-5, f"gradients differ from eager DDP by {grad:.2e}; first at {first}"
-    assert param <= 1e-5, f"parameters differ from eager DDP by {param:.2e} after {steps} steps"
-
-
-def test_default_cudnn_spread_covers_ganc(ganc_bin, datasets, tmp_path):
-    """DCGAN-32 with cuDNN's default algorithms (benchmark mode, non-deterministic
-    backward): two eager DDP runs already differ; ganc must differ from them no more."""
-    model, dataset, steps = "dcgan32", "digits", 10
-    spec = ganc.load_spec(archive(model))
-    got, _ = train_cuda(ganc_bin, model, datasets[dataset], str(tmp_path / "ganc"), steps)
-    refs = []
-    for i in range(2):
-        refs.append(str(tmp_path / f"ddp{i}"))
-        oracle.run(archive(model), datasets[dataset], 1, steps, SEED, out_dir=refs[-1], device="cuda",
-                   channels_last=True)
-    spread = distances(refs[1], refs[0], spec, steps)[:2]
-    ganc_vs = [distances(got, r, spec, steps)[:2] for r in refs]
-    report("default_cudnn/dcgan32", {"eager_vs_eager": spread, "ganc_vs_eager": ganc_vs})
-    # Each side's own noise: ganc is as far from either eager run as the eager runs are
-    # from each other, up to a factor two for the sampling of one spread.
-    allowed = 2 * max(spread[1], 1e-6)
-    assert min(d[1] for d in ganc_vs) <= allowed, (
-        f"ganc's parameters are {min(d[1] for d in ganc_vs):.2e} from eager DDP, eager DDP's own "
-        f"run-to-run spread is {spread[1]:.2e}")
-
-
-def test_host_sync_phase_falls_back_to_eager(ganc_bin, datasets, tmp_path):
-    _, err = train_cuda(ganc_bin, "probe_sync", datasets["ring"], str(tmp_path), 10)
-    assert err.count("phase 'g' runs eagerly: aten::Bool") == 1, err
-    assert "phase 'd' runs eagerly" not in err
-
-
-def test_replays_draw_the_noise_eager_runs_draw_around_other_draws(ganc_bin, datasets, tmp_path):
-    """A replay skips writing the generator's seed and offset into the graph's device tensors
-    when its own last node left them right; draws outside the graphs in between (probe_sync's
-    eager G phase, the sample grids under a forked generator) must make it write them again.
-    Replayed D phases against a run with no graphs, gradients of every phase run."""
-    spec = ganc.load_spec(archive("probe_sync"))
-    extra = ("--sample-every", "3", "--deterministic")
-    replay, err = train_cuda(ganc_bin, "probe_sync", datasets["ring"], str(tmp_path / "graph"), 12,
-                             "--cuda-graphs", "on", "--warmup", "1", *extra)
-    assert "phase 'g' runs eagerly" in err and "phase 'd' runs eagerly" not in err, err
-    eager, _ = train_cuda(ganc_bin, "probe_sync", datasets["ring"], str(tmp_path / "eager"), 12,
-                          "--cuda-graphs", "off", *extra)
-    grad, param, first = distances(replay, eager, spec, 12, ref_loader=ganc.load_checkpoint)
-    report("replay_vs_eager/probe_sync_with_samples", {"grad": grad, "param": param, "first_difference": first})
-    assert grad <= 1e-6 and param <= 1e-6, (
-        f"replay differs from eager: grad {grad:.2e}, param {param:.2e}; first at {first}")
+# First the tests of the newest CUDA paths (one launch per step, the collectives' stream, the
+# memset pass, the timing and the data upload's stream): a run that scripts/gpu_check.sh's
+# --deadline cuts short on a GPU machine's short lease has checked them.
 
 
 def checkpoint_tensors(run_dir):
@@ -409,6 +307,113 @@ def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):
     assert all(e["args"]["stream"] not in kernel_streams for e in uploads), (uploads, kernel_streams)
     report("timing/dcgan32", {k: t[k] for k in ("work_seconds", "step_seconds", "replay_host_seconds",
                                                  "graph_nodes", "graph_branches", "kernel_time")})
+
+
+# model -> (gradient dump directory, stderr, run directory) of its captured run.
+_CAPTURED = {}
+
+
+def captured_run(ganc_bin, datasets, tmp_path_factory, model, dataset, steps):
+    """The model trained with its phases captured and replayed (one warm-up iteration,
+    deterministic cuDNN, ganc's default channels-last layout, gradients dumped), once per
+    test process: the replay test compares it with ganc's eager run, the parity test with eager
+    DDP, and neither changes it."""
+    if model not in _CAPTURED:
+        out = tmp_path_factory.mktemp(f"captured_{model}")
+        dump, err = train_cuda(ganc_bin, model, datasets[dataset], str(out), steps, "--cuda-graphs", "on",
+                               "--warmup", "1", "--deterministic", "--memory-format", "auto")
+        _CAPTURED[model] = (dump, err, str(out / "train"))
+    return _CAPTURED[model]
+
+
+@pytest.mark.parametrize("model,dataset,steps,reducer", GROUPED)
+def test_replayed_iterations_equal_eager_iterations(ganc_bin, datasets, tmp_path, tmp_path_factory, model,
+                                                    dataset, steps, reducer):
+    spec = ganc.load_spec(archive(model))
+    replay, err, replay_run = captured_run(ganc_bin, datasets, tmp_path_factory, model, dataset, steps)
+    if model in EAGER_MODELS:  # its branch on data is a host sync: every phase runs eagerly
+        assert all(f"phase '{p['name']}' runs eagerly" in err for p in spec["phases"]), err
+    else:
+        assert "runs eagerly" not in err, err  # every phase of the others is captured
+    eager, _ = train_cuda(ganc_bin, model, datasets[dataset], str(tmp_path / "eager"), steps,
+                          "--cuda-graphs", "off", "--deterministic")
+    grad, param, first = distances(replay, eager, spec, steps, ref_loader=ganc.load_checkpoint)
+    losses = loss_difference(replay_run, str(tmp_path / "eager" / "train"))
+    report(f"replay_vs_eager/{model}", {"grad": grad, "param": param, "first_difference": first,
+                                        "first_loss_difference": losses})
+    assert grad <= 1e-6 and param <= 1e-6, (
+        f"replay differs from eager: grad {grad:.2e}, param {param:.2e}; first at {first}")
+    assert losses is None, f"the logged losses differ: replayed {losses[0]!r}, eager {losses[1]!r}"
+
+
+# ganc's default layout on CUDA is channels-last (--memory-format auto); the reference gets
+# the same. DCGAN-32 is also checked in the NCHW layout.
+PARITY = ([pytest.param(*m, "auto", marks=pytest.mark.xdist_group(m[0]), id=m[0]) for m in MODELS]
+          + [pytest.param("dcgan32", "digits", 10, "ddp", "contiguous", id="dcgan32-contiguous")])
+
+
+@pytest.mark.parametrize("model,dataset,steps,reducer,layout", PARITY)
+def test_parity_with_eager_ddp_on_nccl(ganc_bin, datasets, tmp_path, tmp_path_factory, model, dataset, steps,
+                                       reducer, layout):
+    spec = ganc.load_spec(archive(model))
+    if layout == "auto":  # the replay test's run
+        got = captured_run(ganc_bin, datasets, tmp_path_factory, model, dataset, steps)[0]
+    else:
+        got, _ = train_cuda(ganc_bin, model, datasets[dataset], str(tmp_path / "ganc"), steps,
+                            "--cuda-graphs", "on", "--warmup", "1", "--deterministic", "--memory-format", layout)
+    ref = str(tmp_path / "ddp")
+    oracle.run(archive(model), datasets[dataset], 1, steps, SEED, out_dir=ref, device="cuda",
+               reducer=reducer, deterministic=True, channels_last=layout == "auto")
+    grad, param, first = distances(got, ref, spec, steps)
+    report(f"parity_deterministic/{model}/{layout}", {"grad": grad, "param": param, "first_difference": first})
+    assert grad <= 1e-5, f"gradients differ from eager DDP by {grad:.2e}; first at {first}"
+    assert param <= 1e-5, f"parameters differ from eager DDP by {param:.2e} after {steps} steps"
+
+
+def test_default_cudnn_spread_covers_ganc(ganc_bin, datasets, tmp_path):
+    """DCGAN-32 with cuDNN's default algorithms (benchmark mode, non-deterministic
+    backward): two eager DDP runs already differ; ganc must differ from them no more."""
+    model, dataset, steps = "dcgan32", "digits", 10
+    spec = ganc.load_spec(archive(model))
+    got, _ = train_cuda(ganc_bin, model, datasets[dataset], str(tmp_path / "ganc"), steps)
+    refs = []
+    for i in range(2):
+        refs.append(str(tmp_path / f"ddp{i}"))
+        oracle.run(archive(model), datasets[dataset], 1, steps, SEED, out_dir=refs[-1], device="cuda",
+                   channels_last=True)
+    spread = distances(refs[1], refs[0], spec, steps)[:2]
+    ganc_vs = [distances(got, r, spec, steps)[:2] for r in refs]
+    report("default_cudnn/dcgan32", {"eager_vs_eager": spread, "ganc_vs_eager": ganc_vs})
+    # Each side's own noise: ganc is as far from either eager run as the eager runs are
+    # from each other, up to a factor two for the sampling of one spread.
+    allowed = 2 * max(spread[1], 1e-6)
+    assert min(d[1] for d in ganc_vs) <= allowed, (
+        f"ganc's parameters are {min(d[1] for d in ganc_vs):.2e} from eager DDP, eager DDP's own "
+        f"run-to-run spread is {spread[1]:.2e}")
+
+
+def test_host_sync_phase_falls_back_to_eager(ganc_bin, datasets, tmp_path):
+    _, err = train_cuda(ganc_bin, "probe_sync", datasets["ring"], str(tmp_path), 10)
+    assert err.count("phase 'g' runs eagerly: aten::Bool") == 1, err
+    assert "phase 'd' runs eagerly" not in err
+
+
+def test_replays_draw_the_noise_eager_runs_draw_around_other_draws(ganc_bin, datasets, tmp_path):
+    """A replay skips writing the generator's seed and offset into the graph's device tensors
+    when its own last node left them right; draws outside the graphs in between (probe_sync's
+    eager G phase, the sample grids under a forked generator) must make it write them again.
+    Replayed D phases against a run with no graphs, gradients of every phase run."""
+    spec = ganc.load_spec(archive("probe_sync"))
+    extra = ("--sample-every", "3", "--deterministic")
+    replay, err = train_cuda(ganc_bin, "probe_sync", datasets["ring"], str(tmp_path / "graph"), 12,
+                             "--cuda-graphs", "on", "--warmup", "1", *extra)
+    assert "phase 'g' runs eagerly" in err and "phase 'd' runs eagerly" not in err, err
+    eager, _ = train_cuda(ganc_bin, "probe_sync", datasets["ring"], str(tmp_path / "eager"), 12,
+                          "--cuda-graphs", "off", *extra)
+    grad, param, first = distances(replay, eager, spec, 12, ref_loader=ganc.load_checkpoint)
+    report("replay_vs_eager/probe_sync_with_samples", {"grad": grad, "param": param, "first_difference": first})
+    assert grad <= 1e-6 and param <= 1e-6, (
+        f"replay differs from eager: grad {grad:.2e}, param {param:.2e}; first at {first}")
 
 
 # Sharded optimizer state on CUDA at 2 ranks on the one GPU: NCCL will not put two ranks on
