@@ -27,15 +27,15 @@ struct StagedBatch::Ring {
   std::vector<at::Tensor> pinned;
   std::vector<at::cuda::CUDAEvent> copied; // the transfer out of each pinned buffer is done
   int next = 0;
-  std::optional<at::cuda::CUDAStream> copyStream;
-  at::Tensor landing;           // on the device, in the pinned buffers' layout
-  at::cuda::CUDAEvent landed;   // the last transfer into `landing` is done
+  std::optional<at::cuda::CUDAStream> copyStream; // none: the copies run on the compute stream
+  at::Tensor landing;                             // on the device, in the pinned buffers' layout
+  at::cuda::CUDAEvent landed;                     // the last transfer into `landing` is done
   at::cuda::CUDAEvent consumed; // the last batch in `landing` has moved into place
 #endif
 };
 
 StagedBatch::StagedBatch(std::vector<int64_t> shape, c10::ScalarType dtype, c10::Device device,
-                         bool channelsLast) {
+                         bool channelsLast, bool copyStream) {
   if (!device.is_cuda())
     return;
 #ifdef GANC_WITH_CUDA
@@ -43,8 +43,10 @@ StagedBatch::StagedBatch(std::vector<int64_t> shape, c10::ScalarType dtype, c10:
                                                   : at::MemoryFormat::Contiguous;
   device_ = torch::empty(shape, at::TensorOptions(device).dtype(dtype).memory_format(format));
   ring_ = std::make_unique<Ring>();
-  ring_->landing = torch::empty(shape, at::TensorOptions(device).dtype(dtype));
-  ring_->copyStream = at::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+  if (copyStream) {
+    ring_->landing = torch::empty(shape, at::TensorOptions(device).dtype(dtype));
+    ring_->copyStream = at::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+  }
   for (int i = 0; i < Ring::kSlots; ++i) {
     ring_->pinned.push_back(torch::empty(shape, at::TensorOptions(dtype).pinned_memory(true)));
     ring_->copied.emplace_back();
@@ -67,6 +69,11 @@ void StagedBatch::stage(const at::Tensor &source, const at::Tensor &indices) {
   r.copied[slot].synchronize();
   at::index_select_out(r.pinned[slot], source, 0, indices);
   const at::cuda::CUDAStream compute = at::cuda::getCurrentCUDAStream();
+  if (!r.copyStream) { // in order on the compute stream, straight into place
+    device_.copy_(r.pinned[slot], /*non_blocking=*/true);
+    r.copied[slot].record(compute);
+    return;
+  }
   // The landing buffer is refilled once the compute stream has moved its last batch out; the
   // transfer then runs beside whatever the compute stream still has queued.
   r.consumed.block(*r.copyStream);

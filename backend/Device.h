@@ -23,8 +23,10 @@ namespace ganc::backend {
 class StagedBatch {
 public:
   /// `channelsLast`: the device buffer of a 4-D batch is NHWC (the model's layout).
+  /// `copyStream`: on CUDA the host-to-device copy runs on a stream of its own, beside the
+  /// compute stream's queued work (otherwise on the compute stream, in order).
   StagedBatch(std::vector<int64_t> shape, c10::ScalarType dtype, c10::Device device,
-              bool channelsLast = false);
+              bool channelsLast = false, bool copyStream = true);
   ~StagedBatch();
   /// Stages `source`'s samples `indices` (a host tensor and index list) as the batch.
   void stage(const at::Tensor &source, const at::Tensor &indices);

@@ -20,6 +20,9 @@ fused Adam with the spec's hyper-parameters everywhere), cuDNN benchmark mode on
   several ranks use to overlap them with backward);
 - ganc replay with the captured memset nodes kept (`--memset-nodes keep`; by default each
   becomes a fill-kernel node, which the GPU starts with less idle around it);
+- ganc replay with each data batch uploaded in order on the compute stream
+  (`--upload-stream compute`; by default it goes on a copy stream of its own, beside the
+  queued phases);
 - ganc: `ganc run --device cuda`, every phase captured once and replayed, in its default
   layout on CUDA (channels-last for convolutional models), the all-reduces in order on the
   compute stream (`--comm-stream auto` at world size 1, where nothing overlaps).
@@ -31,8 +34,9 @@ profiler: torch.profiler for the baselines, `ganc run --kernel-time 16` for ganc
 Kineto/CUPTI trace) and ganc's host time per replayed
 phase, from a second ganc run that waits for the GPU after every step (`--log-every 1`): in
 the timed run, where the GPU is the bottleneck, a graph launch also waits for launch-queue
-space, which is not host work; that run is repeated with one launch per step, with the
-all-reduces on a side stream and with the memset nodes kept. `--json PATH` also writes every number.
+space, which is not host work; that run is repeated for each ganc side measured (one launch
+per step, the all-reduces on a side stream, the memset nodes kept). `--json PATH` also writes
+every number.
 
     python3 bench/bench_gpu.py [--iters 320] [--warmup 64] [--models dcgan64,stylegan2]
                                [--sides ganc,ganc_step,...] [--repeat N]
@@ -72,8 +76,8 @@ import baselines  # noqa: E402
 
 GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
 # --sides: the rows, in the table's order.
-SIDES = ["ddp", "ddp_cl", "flat", "compile", "ganc_eager", "ganc_nchw", "ganc_side", "ganc_memsets", "ganc_step",
-         "ganc"]
+SIDES = ["ddp", "ddp_cl", "flat", "compile", "ganc_eager", "ganc_nchw", "ganc_side", "ganc_memsets", "ganc_upload",
+         "ganc_step", "ganc"]
 # model -> (data set, image size, phases eager DDP cannot run)
 MODELS = {
     "dcgan64": ("digits", 64, ()),
@@ -217,17 +221,17 @@ def baseline(model, style, data, iters, warmup, tmp, traces=None):
 
 
 def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_every=None, traces=None,
-             comm="auto", memsets="kernel"):
+             comm="auto", memsets="kernel", upload="copy"):
     """One `ganc run`. `log_every=1` makes the host wait for the GPU at the end of every step
     (it reads the losses), so no graph launch waits for launch-queue space: the run that
     measures the host's own time per replayed phase. `comm` is its --comm-stream, `memsets`
-    its --memset-nodes."""
+    its --memset-nodes, `upload` its --upload-stream."""
     gan, spec = zoo.build(model)
     archive, plan = os.path.join(tmp, model + ".pt"), os.path.join(tmp, model + ".plan")
     if not os.path.exists(plan):
         ganc.export(gan, archive, spec)
         subprocess.run([GANC, "compile", archive, "-o", plan], check=True)
-    out = os.path.join(tmp, f"{model}_ganc_{graphs}_{layout}_{log_every}_{comm}_{memsets}")
+    out = os.path.join(tmp, f"{model}_ganc_{graphs}_{layout}_{log_every}_{comm}_{memsets}_{upload}")
     # The timed steps, then TRACED more under the CUDA profiler (--kernel-time) for the busy
     # fraction, measured as the baselines' is. A progress line reads the losses, which waits
     # for the GPU: logging every gcd(warmup, warmup + iters) steps puts one at each end of the
@@ -241,6 +245,7 @@ def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_ev
                         *(["--kernel-trace", os.path.join(traces, f"{model}_ganc_{graphs}_{layout}.json")]
                           if traces else []),
                         "--cuda-graphs", graphs, "--memory-format", layout, "--comm-stream", comm,
+                        "--upload-stream", upload,
                         *(["--memset-nodes", memsets] if graphs != "off" else [])],
                        capture_output=True, text=True)
     if r.returncode != 0:
@@ -356,10 +361,11 @@ def main():
                 traces = args.traces if style == "compile" else None
                 return lambda: baseline(model, style, data, args.iters, args.warmup, tmp, traces)
 
-            def own(graphs="on", layout="auto", comm="auto", memsets="kernel"):
-                traces = args.traces if (graphs, layout, comm, memsets) == ("on", "auto", "auto", "kernel") else None
+            def own(graphs="on", layout="auto", comm="auto", memsets="kernel", upload="copy"):
+                default = (graphs, layout, comm, memsets, upload) == ("on", "auto", "auto", "kernel", "copy")
+                traces = args.traces if default else None
                 return lambda: run_ganc(model, data, args.iters, args.warmup, tmp, graphs, layout,
-                                        traces=traces, comm=comm, memsets=memsets)
+                                        traces=traces, comm=comm, memsets=memsets, upload=upload)
 
             sides = [("ddp", "eager DDP (per submodule)", base("ddp")),
                      ("ddp_cl", "eager DDP, channels-last", base("ddp_cl")),
@@ -369,6 +375,7 @@ def main():
                      ("ganc_nchw", "ganc replay, NCHW layout", own(layout="contiguous")),
                      ("ganc_side", "ganc replay, collectives on a side stream", own(comm="side")),
                      ("ganc_memsets", "ganc replay, memset nodes kept", own(memsets="keep")),
+                     ("ganc_upload", "ganc replay, batch uploaded on the compute stream", own(upload="compute")),
                      ("ganc_step", "ganc, one launch per step", own("step")),
                      ("ganc", "ganc (CUDA Graph replay)", own())]
             rows = results["models"][model] = {}

@@ -113,12 +113,13 @@ Expected<std::unique_ptr<PhaseInputs>> PhaseInputs::create(const Session &sessio
     for (const frontend::PhaseSpec &p : spec.phases)
       if (readsData(p))
         micro = std::max(micro, p.accumulate);
+    const bool copyStream = session.options.uploadStream == "copy";
     for (int64_t j = 0; j < micro; ++j) {
       in->batch_.push_back(std::make_unique<backend::StagedBatch>(
-          shape, in->data_.scalar_type(), session.device, session.channelsLast));
+          shape, in->data_.scalar_type(), session.device, session.channelsLast, copyStream));
       if (needsLabels)
         in->labelBatch_.push_back(std::make_unique<backend::StagedBatch>(
-            std::vector<int64_t>{spec.batchSize}, torch::kLong, session.device));
+            std::vector<int64_t>{spec.batchSize}, torch::kLong, session.device, false, copyStream));
     }
   }
   const auto rank = static_cast<uint64_t>(session.rank.rank);

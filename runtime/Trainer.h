@@ -67,6 +67,10 @@ struct TrainOptions {
   /// kernel node writing the same bytes, which the GPU runs with less idle around it) or
   /// "keep" (the graphs as captured).
   std::string memsetNodes = "kernel";
+  /// On CUDA: where each data batch goes from its pinned host buffer to the GPU: "copy" (a
+  /// stream of its own, beside the phases' kernels; the compute stream waits for it just
+  /// before the batch is read) or "compute" (on the compute stream, in order).
+  std::string uploadStream = "copy";
   /// On CUDA: eager iterations of each phase before its capture.
   int warmup = 3;
   /// On CUDA: deterministic cuDNN algorithms (and PyTorch's deterministic kernels), so

@@ -228,6 +228,16 @@ SMOKE_RUN=("$GANC" train "$SMOKE/dcgan32.plan" --model "$MODELS/dcgan32.pt" --da
            --device cuda --steps 4 --warmup 1 --sample-every 0 --checkpoint-every 4 --out "$SMOKE/run")
 if ! "${SMOKE_RUN[@]}" >"$SMOKE/log.txt" 2>&1; then
   tail -20 "$SMOKE/log.txt"
+  # Which of the newer CUDA paths it takes: the same run with each turned off, one line each.
+  for variant in "--upload-stream compute" "--memset-nodes keep" "--cuda-graphs off"; do
+    rm -rf "$SMOKE/run"
+    # shellcheck disable=SC2086  # the variant is two words
+    if "${SMOKE_RUN[@]}" $variant >"$SMOKE/variant.txt" 2>&1; then
+      say "the smoke run with $variant: ran"
+    else
+      say "the smoke run with $variant: failed too ($(tail -1 "$SMOKE/variant.txt"))"
+    fi
+  done
   if command -v cuda-gdb >/dev/null; then
     say "the smoke run failed; again under cuda-gdb for a backtrace"
     rm -rf "$SMOKE/run"

@@ -70,6 +70,10 @@ const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
                           kernel node writing the same bytes, which the GPU starts with less
                           idle around it (kernel, the default), or the graphs stay as
                           captured (keep)
+  --upload-stream copy|compute
+                          CUDA: each data batch goes from its pinned host buffer to the GPU
+                          on a stream of its own, beside the queued phases (copy, the
+                          default), or in order on the compute stream (compute)
   --warmup N              eager iterations of each phase before its capture (default 3,
                           at least 1: optimizer state is created there, outside the graph)
   --deterministic         CUDA: deterministic cuDNN and PyTorch kernels, no cuDNN benchmark
@@ -210,6 +214,10 @@ const std::map<std::string, OptionHandler> &trainOptions() {
        [](R &r, S &f, O &o) {
          o.memsetNodes = r.choice(f, {"kernel", "keep"});
        }},
+      {"--upload-stream",
+       [](R &r, S &f, O &o) {
+         o.uploadStream = r.choice(f, {"copy", "compute"});
+       }},
       {"--warmup", [](R &r, S &f, O &o) { o.warmup = static_cast<int>(r.number(f, 1000000)); }},
       {"--memory-format",
        [](R &r, S &f, O &o) {
@@ -335,6 +343,11 @@ bool parseTrain(const std::vector<std::string> &args, TrainOptions &o, std::stri
   if (o.memsetNodes != "kernel" && (o.device != "cuda" || !o.cudaGraphs)) {
     error = "--memset-nodes " + o.memsetNodes +
             " changes captured CUDA Graphs: it needs --device cuda with --cuda-graphs on or step";
+    return false;
+  }
+  if (o.uploadStream != "copy" && o.device != "cuda") {
+    error = "--upload-stream " + o.uploadStream +
+            " places the data batch's host-to-device copy on a CUDA stream: it needs --device cuda";
     return false;
   }
   if (!o.kernelTraceFile.empty() && o.kernelTimeSteps == 0) {

@@ -15,7 +15,8 @@ dropout and augmentation in its phases:
   from eager DDP is no larger than eager DDP's distance from itself on a second run;
 - a phase with a host sync falls back to eager with its reason printed once;
 - the gradient all-reduces on NCCL's own stream or on the compute stream train bit for bit
-  alike, and on the compute stream each captured phase is one straight line of nodes;
+  alike, and on the compute stream each captured phase is one straight line of nodes; so do
+  the data batches uploaded on a copy stream of their own or on the compute stream;
 - 2 ranks sharing the GPU over Gloo (NCCL takes one GPU per rank): against eager DDP with 2
   ranks on it over Gloo, and sharded optimizer state (zero 1 and 2) against unsharded, with
   the checkpoint's gathered state; ganc's synchronised batch norm against eager DDP with
@@ -256,6 +257,32 @@ def test_memset_nodes_as_kernels_train_alike(ganc_bin, datasets, tmp_path, model
         assert made[phase].get("memset", 0) == 0, (phase, made[phase])
         assert made[phase]["kernel"] == kept[phase]["kernel"] + replaced[phase], (phase, kept[phase], made[phase])
         assert made[phase]["total"] == kept[phase]["total"], (phase, kept[phase], made[phase])
+
+
+# --upload-stream: each data batch goes to the GPU on a copy stream of its own (copy) or in
+# order on the compute stream (compute). DCGAN-32 (images) and BigGAN (images and labels, one
+# staged batch each), their D phases captured reading the batch at a fixed address.
+UPLOAD_MODELS = [("dcgan32", "digits", 10), ("biggan32", "digits", 10)]
+
+
+@pytest.mark.parametrize("model,dataset,steps", UPLOAD_MODELS, ids=[m[0] for m in UPLOAD_MODELS])
+def test_uploads_on_either_stream_train_alike(ganc_bin, datasets, tmp_path, model, dataset, steps):
+    """The same training bit for bit, every logged loss too, with the batch uploaded beside
+    the queued phases or in order before them: no phase reads a batch before it lands, or
+    after the next one overwrote it."""
+    runs = {}
+    for stream in ("compute", "copy"):
+        runs[stream], _ = train_cuda(ganc_bin, model, datasets[dataset], str(tmp_path / stream), steps,
+                                     "--upload-stream", stream, "--warmup", "1", "--deterministic", dump=False)
+        options = json.load(open(os.path.join(runs[stream], "run.json")))["options"]
+        assert options["upload_stream"] == stream, options
+    got, ref = checkpoint_tensors(runs["copy"]), checkpoint_tensors(runs["compute"])
+    assert set(got) == set(ref)
+    differ = sorted(k for k in ref if not torch.equal(got[k], ref[k]))
+    losses = loss_difference(runs["copy"], runs["compute"])
+    report(f"upload_stream/{model}", {"differ": differ[:5], "first_loss_difference": losses})
+    assert not differ, f"{len(differ)} tensors differ, first {differ[0]}"
+    assert losses is None, f"the logged losses differ: copy stream {losses[0]!r}, compute stream {losses[1]!r}"
 
 
 def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):

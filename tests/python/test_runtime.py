@@ -177,6 +177,9 @@ def test_the_start_up_line_says_what_runs(ganc_bin, datasets, tmp_path):
                                  "--cuda-graphs on or step"),
     (["--device", "cuda", "--cuda-graphs", "off", "--memset-nodes", "keep"], "--memset-nodes keep changes captured"),
     (["--device", "cuda", "--memset-nodes", "fill"], "--memset-nodes takes kernel or keep, not 'fill'"),
+    (["--upload-stream", "compute"], "--upload-stream compute places the data batch's host-to-device copy on a "
+                                     "CUDA stream: it needs --device cuda"),
+    (["--device", "cuda", "--upload-stream", "side"], "--upload-stream takes copy or compute, not 'side'"),
     (["--device", "cuda", "--kernel-time", "0"], "--kernel-time takes an integer from 1 to"),
     (["--device", "cuda", "--kernel-trace", "t.json"], "--kernel-trace FILE writes the --kernel-time window's"),
 ])
@@ -205,4 +208,4 @@ def test_dist_backend_is_recorded(ganc_bin, datasets, tmp_path):
         assert "(cpu, Gloo)" in r.stdout
         options = json.load(open(out / "run.json"))["options"]
         assert options["dist_backend"] == "gloo" and options["cuda_graphs"] == graphs
-        assert options["comm_stream"] == "auto"
+        assert options["comm_stream"] == "auto" and options["upload_stream"] == "copy"
