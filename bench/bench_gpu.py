@@ -238,15 +238,18 @@ def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_ev
     # timed steps, as the baselines synchronise before and after theirs.
     steps = warmup + iters + TRACED
     log_every = log_every or math.gcd(warmup, warmup + iters)
-    r = subprocess.run([GANC, "run", "--nproc", "1", plan, "--model", archive, "--data", data,
+    # scripts/gpu_check.sh's fallback where the default failed its smoke run; the rows' own
+    # options (given only where they differ from the default) win over it.
+    fallback = os.environ.get("GANC_GPU_TRAIN_ARGS", "").split()
+    r = subprocess.run([GANC, "run", "--nproc", "1", plan, "--model", archive, "--data", data, *fallback,
                         "--device", "cuda", "--steps", str(steps), "--out", out, "--sample-every", "0",
                         "--checkpoint-every", "0", "--log-every", str(log_every), "--warmup", "3",
                         "--force", "--tensorboard", "off", "--kernel-time", str(TRACED),
                         *(["--kernel-trace", os.path.join(traces, f"{model}_ganc_{graphs}_{layout}.json")]
                           if traces else []),
                         "--cuda-graphs", graphs, "--memory-format", layout, "--comm-stream", comm,
-                        "--upload-stream", upload,
-                        *(["--memset-nodes", memsets] if graphs != "off" else [])],
+                        *(["--upload-stream", upload] if upload != "copy" else []),
+                        *(["--memset-nodes", memsets] if graphs != "off" and memsets != "kernel" else [])],
                        capture_output=True, text=True)
     if r.returncode != 0:
         return {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"}

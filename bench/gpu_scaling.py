@@ -61,7 +61,8 @@ def profile_model(model, steps, device, tmp):
         subprocess.run([sys.executable, os.path.join(ROOT, "models", "make_data.py"), "digits", "-o", data,
                         "--size", str(size)], check=True, stdout=subprocess.DEVNULL)
     profile = os.path.join(tmp, model + ".profile.json")
-    run("run", "--nproc", "1", plan, "--model", archive, "--data", data, "--device", device,
+    fallback = os.environ.get("GANC_GPU_TRAIN_ARGS", "").split()  # scripts/gpu_check.sh's, if any
+    run("run", "--nproc", "1", plan, "--model", archive, "--data", data, *fallback, "--device", device,
         "--steps", str(steps), "--out", os.path.join(tmp, model + "_run"), "--sample-every", "0",
         "--checkpoint-every", "0", "--log-every", str(steps), "--warmup", "3", "--force",
         "--tensorboard", "off", "--profile", profile)

@@ -105,8 +105,11 @@ def train_cuda(ganc_bin, model, data, out, steps, *extra, nproc=1, dump=True):
     plan = os.path.join(out, model + ".plan")
     subprocess.run([ganc_bin, "compile", archive(model), "-o", plan], check=True)
     dump_dir, run_dir = os.path.join(out, "dump"), os.path.join(out, "train")
+    # scripts/gpu_check.sh's fallback where the default failed its smoke run (e.g. "--memset-nodes
+    # keep"): before the test's own options, which win where they name the same one.
+    fallback = os.environ.get("GANC_GPU_TRAIN_ARGS", "").split()
     r = subprocess.run([ganc_bin, "run", "--nproc", str(nproc), plan, "--model", archive(model), "--data", data,
-                        "--device", "cuda", "--steps", str(steps), "--seed", str(SEED),
+                        *fallback, "--device", "cuda", "--steps", str(steps), "--seed", str(SEED),
                         "--out", run_dir, "--sample-every", "0",
                         "--checkpoint-every", "0" if dump else str(steps), "--log-every", str(steps),
                         *(["--dump-grads", dump_dir] if dump else []), *extra],
