@@ -125,6 +125,7 @@ say "python: $PY, torch $("$PY" -c 'import torch; print(torch.__version__, "CUDA
 
 BUILD=${GANC_GPU_BUILD:-$ROOT/build-gpu}  # the build tree (and the exported zoo)
 TORCH_VERSION=$("$PY" -c "import torch; print(torch.__version__)")
+SOURCES=$(source_hash)
 
 # --- A prebuilt binary (--prebuilt): used where it was built from these sources against this
 # torch and runs here, with this torch's libraries (and its CUDA runtime) on the library path.
@@ -133,7 +134,7 @@ use_prebuilt() {
   local why=""
   if [ ! -x "$PREBUILT/tools/ganc" ]; then
     why="$PREBUILT/tools/ganc is missing"
-  elif [ "$(cat "$PREBUILT/SOURCE_HASH" 2>/dev/null)" != "$(source_hash)" ]; then
+  elif [ "$(cat "$PREBUILT/SOURCE_HASH" 2>/dev/null)" != "$SOURCES" ]; then
     why="it was built from other sources"
   elif [ "$(cat "$PREBUILT/TORCH" 2>/dev/null)" != "$TORCH_VERSION" ]; then
     why="it was built against torch $(cat "$PREBUILT/TORCH" 2>/dev/null), this is $TORCH_VERSION"
@@ -150,7 +151,7 @@ use_prebuilt() {
       export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
       mkdir -p "$BUILD/tools"
       cp "$PREBUILT/tools/ganc" "$BUILD/tools/ganc"
-      say "prebuilt: $version (sources $(source_hash)), no build"
+      say "prebuilt: $version (sources $SOURCES), no build"
       return 0
     fi
   fi
@@ -200,9 +201,9 @@ use_prebuilt || build
 if [ -n "$SAVE_BUILD" ]; then
   mkdir -p "$SAVE_BUILD/tools"
   objcopy --strip-debug "$BUILD/tools/ganc" "$SAVE_BUILD/tools/ganc" || stop "could not copy the binary into $SAVE_BUILD"
-  source_hash >"$SAVE_BUILD/SOURCE_HASH"
+  echo "$SOURCES" >"$SAVE_BUILD/SOURCE_HASH"
   echo "$TORCH_VERSION" >"$SAVE_BUILD/TORCH"
-  say "saved the binary ($(du -h "$SAVE_BUILD/tools/ganc" | cut -f1), sources $(source_hash), torch $TORCH_VERSION) into $SAVE_BUILD (gpu_check.sh --prebuilt $SAVE_BUILD)"
+  say "saved the binary ($(du -h "$SAVE_BUILD/tools/ganc" | cut -f1), sources $SOURCES, torch $TORCH_VERSION) into $SAVE_BUILD (gpu_check.sh --prebuilt $SAVE_BUILD)"
 fi
 # ganc's Python helpers (plots, TensorBoard) run in this Python, wherever the binary was built.
 export GANC_PYTHON=$PY

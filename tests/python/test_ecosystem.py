@@ -4,6 +4,7 @@ TensorBoard events read back with tensorboard's reader, `ganc plot`, torchrun an
 scripts/gpu_check.sh's prebuilt binaries and refusals on a machine without a GPU."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -429,8 +430,7 @@ def test_gpu_check_uses_a_prebuilt_binary_of_these_sources_only(ganc_bin, tmp_pa
         == source_hash
     prebuilt = tmp_path / "prebuilt"
     (prebuilt / "tools").mkdir(parents=True)
-    (prebuilt / "tools" / "ganc").write_bytes(open(ganc_bin, "rb").read())
-    os.chmod(prebuilt / "tools" / "ganc", 0o755)
+    shutil.copy(ganc_bin, prebuilt / "tools" / "ganc")
     (prebuilt / "SOURCE_HASH").write_text(source_hash + "\n")
     (prebuilt / "TORCH").write_text(torch.__version__ + "\n")
     version = subprocess.run([ganc_bin, "--version"], capture_output=True, text=True).stdout.strip()
