@@ -48,6 +48,9 @@ struct ExecutorOptions {
   /// node writing the same bytes (see PhaseGraph::memsetsToKernels): on an H100 the GPU idled
   /// 1.5 us before and 2.4 us after each memset node, against 0.4 us between two kernels.
   bool memsetsAsKernels = true;
+  /// CUDA: likewise each copy node between two places in the GPU's memory (up to 1 MiB), such
+  /// as a phase's loss copied out of the graphs' pool.
+  bool copiesAsKernels = true;
   /// CUDA: eager iterations of each phase before it is captured (allocator, cuDNN and NCCL
   /// communicator set-up happen there, outside the graph; at least 1).
   int warmupIterations = 3;
@@ -98,6 +101,8 @@ struct GraphShape {
   /// Memset nodes the capture made that became kernel nodes (ExecutorOptions::memsetsAsKernels);
   /// `nodes` counts them as kernels.
   int64_t memsetsAsKernels = 0;
+  /// Copy nodes that became kernel nodes (ExecutorOptions::copiesAsKernels).
+  int64_t copiesAsKernels = 0;
 };
 /// Each captured phase graph's shape, by phase key.
 using GraphShapes = std::map<std::string, GraphShape>;

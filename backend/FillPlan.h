@@ -1,5 +1,5 @@
-// How the fill kernel writes what a memset node writes (the phase graphs' memset-to-kernel
-// pass, backend/cuda/FillKernel.cu): plain C++, so the arithmetic is tested on any machine.
+// How the kernels of the phase graphs' node passes write what a memset or a copy node writes
+// (backend/cuda/FillKernel.cu): plain C++, so the arithmetic is tested on any machine.
 #pragma once
 
 #include <cstddef>
@@ -51,6 +51,44 @@ inline void fillOnHost(char *dst, const FillPlan &plan) {
   for (size_t row = 0; row < plan.height; ++row)
     for (size_t i = 0; i < plan.width; ++i)
       std::memcpy(dst + row * plan.pitch + i * plan.wordBytes, &plan.word, plan.wordBytes);
+}
+
+/// A device-to-device copy as a grid of words: `height` rows of `width` words of `wordBytes`
+/// (1, 2, 4 or 16), row r read at `src + r * srcPitch` and written at `dst + r * dstPitch`.
+struct CopyPlan {
+  unsigned wordBytes = 1;
+  size_t width = 0;
+  size_t height = 0;
+  size_t srcPitch = 0;
+  size_t dstPitch = 0;
+};
+
+/// The plan for a copy of `height` rows of `widthBytes` bytes each (a cudaMemcpy2D's
+/// arguments, the pitches unused for one row): the widest word (16, 4, 2 or 1 bytes) that
+/// both addresses, both pitches (of more than one row) and the row width are multiples of.
+/// Nothing (no plan) for a copy of no byte.
+inline std::optional<CopyPlan> planCopy(uintptr_t dst, size_t dstPitch, uintptr_t src,
+                                        size_t srcPitch, size_t widthBytes, size_t height) {
+  if (widthBytes == 0 || height == 0)
+    return std::nullopt;
+  CopyPlan plan;
+  plan.height = height;
+  plan.dstPitch = height > 1 ? dstPitch : 0;
+  plan.srcPitch = height > 1 ? srcPitch : 0;
+  const uintptr_t all = dst | src | plan.dstPitch | plan.srcPitch | widthBytes;
+  for (unsigned word : {16u, 4u, 2u, 1u})
+    if (all % word == 0) {
+      plan.wordBytes = word;
+      break;
+    }
+  plan.width = widthBytes / plan.wordBytes;
+  return plan;
+}
+
+/// What the copy kernel does, on host memory (the tests' reference for it).
+inline void copyOnHost(char *dst, const char *src, const CopyPlan &plan) {
+  for (size_t row = 0; row < plan.height; ++row)
+    std::memcpy(dst + row * plan.dstPitch, src + row * plan.srcPitch, plan.width * plan.wordBytes);
 }
 
 } // namespace ganc::backend

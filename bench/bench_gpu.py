@@ -18,8 +18,8 @@ fused Adam with the spec's hyper-parameters everywhere), cuDNN benchmark mode on
 - ganc replay in the NCHW layout (`--memory-format contiguous`), the layout the baselines use;
 - ganc replay with the gradient all-reduces on NCCL's own stream (`--comm-stream side`, what
   several ranks use to overlap them with backward);
-- ganc replay with the captured memset nodes kept (`--memset-nodes keep`; by default each
-  becomes a fill-kernel node, which the GPU starts with less idle around it);
+- ganc replay with the captured memset and copy nodes kept (`--memset-nodes keep --copy-nodes
+  keep`; by default each becomes a kernel node, which the GPU starts with less idle around it);
 - ganc replay with each data batch uploaded in order on the compute stream
   (`--upload-stream compute`; by default it goes on a copy stream of its own, beside the
   queued phases);
@@ -35,7 +35,7 @@ Kineto/CUPTI trace) and ganc's host time per replayed
 phase, from a second ganc run that waits for the GPU after every step (`--log-every 1`): in
 the timed run, where the GPU is the bottleneck, a graph launch also waits for launch-queue
 space, which is not host work; that run is repeated for each ganc side measured (one launch
-per step, the all-reduces on a side stream, the memset nodes kept). `--json PATH` also writes
+per step, the all-reduces on a side stream, the memset and copy nodes kept). `--json PATH` also writes
 every number.
 
     python3 bench/bench_gpu.py [--iters 320] [--warmup 64] [--models dcgan64,stylegan2]
@@ -225,7 +225,7 @@ def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_ev
     """One `ganc run`. `log_every=1` makes the host wait for the GPU at the end of every step
     (it reads the losses), so no graph launch waits for launch-queue space: the run that
     measures the host's own time per replayed phase. `comm` is its --comm-stream, `memsets`
-    its --memset-nodes, `upload` its --upload-stream."""
+    its --memset-nodes and --copy-nodes, `upload` its --upload-stream."""
     gan, spec = zoo.build(model)
     archive, plan = os.path.join(tmp, model + ".pt"), os.path.join(tmp, model + ".plan")
     if not os.path.exists(plan):
@@ -249,7 +249,8 @@ def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_ev
                           if traces else []),
                         "--cuda-graphs", graphs, "--memory-format", layout, "--comm-stream", comm,
                         *(["--upload-stream", upload] if upload != "copy" else []),
-                        *(["--memset-nodes", memsets] if graphs != "off" and memsets != "kernel" else [])],
+                        *(["--memset-nodes", memsets, "--copy-nodes", memsets]
+                          if graphs != "off" and memsets != "kernel" else [])],
                        capture_output=True, text=True)
     if r.returncode != 0:
         return {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"}
@@ -275,7 +276,8 @@ def run_ganc(model, data, iters, warmup, tmp, graphs="on", layout="auto", log_ev
             "launch_per_replay_mean": sum(launch) / len(launch) if launch else None,
             "graph_nodes": t["graph_nodes"],
             "graph_branches": t["graph_branches"],
-            "graph_memsets_as_kernels": t["graph_memsets_as_kernels"]}
+            "graph_memsets_as_kernels": t["graph_memsets_as_kernels"],
+            "graph_copies_as_kernels": t["graph_copies_as_kernels"]}
 
 
 def fmt_nodes(graph_nodes, graph_branches):
@@ -377,7 +379,7 @@ def main():
                      ("ganc_eager", "ganc eager (--cuda-graphs off)", own("off")),
                      ("ganc_nchw", "ganc replay, NCHW layout", own(layout="contiguous")),
                      ("ganc_side", "ganc replay, collectives on a side stream", own(comm="side")),
-                     ("ganc_memsets", "ganc replay, memset nodes kept", own(memsets="keep")),
+                     ("ganc_memsets", "ganc replay, memset and copy nodes kept", own(memsets="keep")),
                      ("ganc_upload", "ganc replay, batch uploaded on the compute stream", own(upload="compute")),
                      ("ganc_step", "ganc, one launch per step", own("step")),
                      ("ganc", "ganc (CUDA Graph replay)", own())]
@@ -411,8 +413,8 @@ def main():
                     lines.extend(fmt_top(name, rows[name]["top"], rows[name].get("idle_gaps")))
             if g.get("graph_nodes"):
                 lines.append("captured graphs' nodes (what each launch submits): "
-                             f"{fmt_nodes(g['graph_nodes'], g['graph_branches'])}; memset nodes made "
-                             f"kernels: {g.get('graph_memsets_as_kernels')}")
+                             f"{fmt_nodes(g['graph_nodes'], g['graph_branches'])}; made kernels: memset nodes "
+                             f"{g.get('graph_memsets_as_kernels')}, copy nodes {g.get('graph_copies_as_kernels')}")
             if g.get("host_per_replay") is not None:
                 lines.append(f"in the timed run above: {g['host_per_replay'] * 1e6:.1f} us median, "
                              f"{g['host_per_replay_p90'] * 1e6:.1f} us p90, of which the graph launch "
@@ -427,7 +429,8 @@ def main():
                                                       ("ganc_step", "step", "auto", "kernel", "one launch per step"),
                                                       ("ganc_side", "on", "side", "kernel",
                                                        "collectives on a side stream"),
-                                                      ("ganc_memsets", "on", "auto", "keep", "memset nodes kept")):
+                                                      ("ganc_memsets", "on", "auto", "keep",
+                                                       "memset and copy nodes kept")):
                 if side not in wanted:
                     continue
                 host = rows[f"ganc host timing, {what} (--log-every 1)"] = run_ganc(

@@ -384,14 +384,16 @@ Status Progress::finish() {
   out << ", \"replay_launch_seconds\": ";
   writeList(out, replayLaunchSeconds_);
   nlohmann::json nodes = nlohmann::json::object(), branches = nlohmann::json::object(),
-                 memsets = nlohmann::json::object();
+                 memsets = nlohmann::json::object(), copies = nlohmann::json::object();
   for (const auto &[phase, shape] : session_.executor->graphShapes()) {
     nodes[phase] = shape.nodes;
     branches[phase] = shape.branches;
     memsets[phase] = shape.memsetsAsKernels;
+    copies[phase] = shape.copiesAsKernels;
   }
   out << ", \"graph_nodes\": " << nodes.dump() << ", \"graph_branches\": " << branches.dump()
-      << ", \"graph_memsets_as_kernels\": " << memsets.dump();
+      << ", \"graph_memsets_as_kernels\": " << memsets.dump()
+      << ", \"graph_copies_as_kernels\": " << copies.dump();
   out << ", \"kernel_time\": " << kernelTime_.dump();
   out << ", \"skipped_steps\": {" << skipped.str() << "}";
   out << ", \"wall_seconds\": " << wall << "}\n";

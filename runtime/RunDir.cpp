@@ -208,6 +208,7 @@ Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &re
         {"dist_backend", s.group.backend->getBackendName()},
         {"comm_stream", o.commStream},
         {"memset_nodes", o.memsetNodes},
+        {"copy_nodes", o.copyNodes},
         {"upload_stream", o.uploadStream},
         {"deterministic", o.deterministic},
         {"memory_format", o.memoryFormat}}},

@@ -114,6 +114,7 @@ Status createExecutor(Session &s) {
   options.keepGradients = !s.options.dumpDir.empty();
   options.warmupIterations = s.options.warmup;
   options.memsetsAsKernels = s.options.memsetNodes == "kernel";
+  options.copiesAsKernels = s.options.copyNodes == "kernel";
   options.collectivesOnComputeStream = s.options.commStream == "compute" ||
                                        (s.options.commStream == "auto" && s.rank.worldSize == 1);
   options.profile = !s.options.profile.empty();

@@ -67,6 +67,9 @@ struct TrainOptions {
   /// kernel node writing the same bytes, which the GPU runs with less idle around it) or
   /// "keep" (the graphs as captured).
   std::string memsetNodes = "kernel";
+  /// On CUDA, with cudaGraphs: "kernel" (each captured copy node between two places in the
+  /// GPU's memory, up to 1 MiB, becomes a kernel node copying the same bytes) or "keep".
+  std::string copyNodes = "kernel";
   /// On CUDA: where each data batch goes from its pinned host buffer to the GPU: "copy" (a
   /// stream of its own, beside the phases' kernels; the compute stream waits for it just
   /// before the batch is read) or "compute" (on the compute stream, in order).

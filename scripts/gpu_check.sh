@@ -237,7 +237,7 @@ if ! "${SMOKE_RUN[@]}" >"$SMOKE/log.txt" 2>&1; then
   tail -20 "$SMOKE/log.txt"
   fallback=""
   # --cuda-graphs off only says whether capture is what fails: the tests need capture.
-  for variant in "--upload-stream compute" "--memset-nodes keep" "--cuda-graphs off"; do
+  for variant in "--upload-stream compute" "--memset-nodes keep" "--copy-nodes keep" "--cuda-graphs off"; do
     rm -rf "$SMOKE/run"
     # shellcheck disable=SC2086  # the variant is two words
     if "${SMOKE_RUN[@]}" $variant >"$SMOKE/variant.txt" 2>&1; then

@@ -70,6 +70,10 @@ const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
                           kernel node writing the same bytes, which the GPU starts with less
                           idle around it (kernel, the default), or the graphs stay as
                           captured (keep)
+  --copy-nodes kernel|keep
+                          CUDA Graphs: likewise each captured copy between two places in
+                          the GPU's memory (up to 1 MiB) becomes a kernel node (kernel, the
+                          default), or stays a copy node (keep)
   --upload-stream copy|compute
                           CUDA: each data batch goes from its pinned host buffer to the GPU
                           on a stream of its own, beside the queued phases (copy, the
@@ -214,6 +218,10 @@ const std::map<std::string, OptionHandler> &trainOptions() {
        [](R &r, S &f, O &o) {
          o.memsetNodes = r.choice(f, {"kernel", "keep"});
        }},
+      {"--copy-nodes",
+       [](R &r, S &f, O &o) {
+         o.copyNodes = r.choice(f, {"kernel", "keep"});
+       }},
       {"--upload-stream",
        [](R &r, S &f, O &o) {
          o.uploadStream = r.choice(f, {"copy", "compute"});
@@ -342,6 +350,11 @@ bool parseTrain(const std::vector<std::string> &args, TrainOptions &o, std::stri
   }
   if (o.memsetNodes != "kernel" && (o.device != "cuda" || !o.cudaGraphs)) {
     error = "--memset-nodes " + o.memsetNodes +
+            " changes captured CUDA Graphs: it needs --device cuda with --cuda-graphs on or step";
+    return false;
+  }
+  if (o.copyNodes != "kernel" && (o.device != "cuda" || !o.cudaGraphs)) {
+    error = "--copy-nodes " + o.copyNodes +
             " changes captured CUDA Graphs: it needs --device cuda with --cuda-graphs on or step";
     return false;
   }

@@ -72,6 +72,12 @@ struct RngOnDevice {
   std::map<const at::CUDAGeneratorState *, Known> known;
 };
 
+/// Which of a captured graph's other nodes become kernel nodes (--memset-nodes, --copy-nodes).
+struct NodesAsKernels {
+  bool memsets = true;
+  bool copies = true;
+};
+
 /// A captured phase whose replay is one graph launch. PyTorch's CUDAGraph::replay writes a
 /// generator's seed and Philox offset into those device tensors with two fill kernels before
 /// every launch of a graph that draws random numbers (noise, dropout, augmentation): two
@@ -101,9 +107,9 @@ public:
 
   /// After capture_end: the replay can skip the fills only if the graph advances exactly the
   /// offsets the capture recorded (otherwise every replay writes them, as PyTorch's does).
-  /// With `memsetsAsKernels`, the memset nodes become kernel nodes first. A kept graph is
-  /// instantiated here (PyTorch defers that to its first replay).
-  void finishCapture(bool memsetsAsKernels) {
+  /// The node passes `kernels` asks for run first (memset and copy nodes become kernel nodes).
+  /// A kept graph is instantiated here (PyTorch defers that to its first replay).
+  void finishCapture(const NodesAsKernels &kernels) {
     size_t drawing = 0;
     for (const auto &[state, increment] : captured_generator_states_) {
       if (increment == 0)
@@ -114,9 +120,10 @@ public:
         fillAlways_ = true;
     }
     fillAlways_ = fillAlways_ || drawing != advanced_.size();
-    const int64_t replaced = memsetsAsKernels ? memsetsToKernels() : 0;
+    const NodesReplaced replaced = nodesToKernels(kernels);
     readShape();
-    shape_.memsetsAsKernels = replaced;
+    shape_.memsetsAsKernels = replaced.memsets;
+    shape_.copiesAsKernels = replaced.copies;
     if (!has_graph_exec_)
       instantiate();
   }
@@ -160,50 +167,88 @@ public:
   }
 
 private:
-  /// Memset nodes up to this size become kernels; a larger one's bandwidth outweighs the idle
-  /// around its node.
-  static constexpr size_t kMaxMemsetBytes = size_t{1} << 20;
+  /// Memset and copy nodes up to this size become kernels; a larger one's bandwidth outweighs
+  /// the idle around its node.
+  static constexpr size_t kMaxNodeBytes = size_t{1} << 20;
 
-  /// The memset-to-kernel pass: replaces each memset node of the captured graph (PyTorch's
-  /// reductions clear their semaphores with cudaMemsetAsync, cuDNN its workspaces) with a
-  /// kernel node writing the same bytes, with the same dependencies and dependents. In
-  /// DCGAN-64's phase graphs on an H100 (41 memsets per step) the GPU idled 1.5 us before and
-  /// 2.4 us after each memset node, against 0.4 us between two kernel nodes: 178 of the 265 us
-  /// of idle per step. A node whose edges carry data (programmatic launches), or that the
-  /// runtime refuses to replace, stays as it was. Returns how many were replaced.
-  int64_t memsetsToKernels() {
+  struct NodesReplaced {
+    int64_t memsets = 0;
+    int64_t copies = 0;
+  };
+
+  /// The memset- and copy-to-kernel passes: replace each memset node of the captured graph
+  /// (PyTorch's reductions clear their semaphores with cudaMemsetAsync, cuDNN its workspaces)
+  /// and each copy node between two places in this GPU's memory (a tensor's copy_, such as the
+  /// phase outputs' copy out of the pool) with a kernel node writing the same bytes, with the
+  /// same dependencies and dependents. In DCGAN-64's phase graphs on an H100 (41 memsets per
+  /// step) the GPU idled 1.5 us before and 2.4 us after each memset node, against 0.4 us
+  /// between two kernel nodes: 178 of the 265 us of idle per step. A node whose edges carry
+  /// data (programmatic launches), or that the runtime refuses to replace, stays as it was.
+  NodesReplaced nodesToKernels(const NodesAsKernels &kernels) {
+    NodesReplaced replaced;
 #ifdef GANC_WITH_CUDA_KERNELS
+    if (!kernels.memsets && !kernels.copies)
+      return replaced;
     std::vector<cudaGraphNode_t> nodes;
     if (!listNodes(nodes))
-      return 0;
-    int64_t replaced = 0;
+      return replaced;
     for (cudaGraphNode_t node : nodes) {
       cudaGraphNodeType type{};
-      cudaMemsetParams memset{};
-      if (!ok(cudaGraphNodeGetType(node, &type)) || type != cudaGraphNodeTypeMemset ||
-          !ok(cudaGraphMemsetNodeGetParams(node, &memset)) ||
-          memset.width * memset.elementSize * memset.height > kMaxMemsetBytes)
+      if (!ok(cudaGraphNodeGetType(node, &type)))
         continue;
-      std::vector<cudaGraphNode_t> before, after;
-      if (!plainEdges(node, /*dependencies=*/true, before) ||
-          !plainEdges(node, /*dependencies=*/false, after))
-        continue;
-      cudaGraphNode_t kernel = nullptr;
-      if (!ok(addFillKernelNode(&kernel, graph_, before.data(), before.size(), memset)))
-        continue;
-      const std::vector<cudaGraphNode_t> from(after.size(), kernel);
-      if (!after.empty() && !ok(addEdges(from, after))) {
-        (void)cudaGraphDestroyNode(kernel); // back to the graph as captured
-        continue;
+      if (type == cudaGraphNodeTypeMemset && kernels.memsets) {
+        cudaMemsetParams memset{};
+        if (ok(cudaGraphMemsetNodeGetParams(node, &memset)) &&
+            memset.width * memset.elementSize * memset.height <= kMaxNodeBytes &&
+            replace(node, [&memset](cudaGraphNode_t *kernel, cudaGraph_t graph,
+                                    const cudaGraphNode_t *before, size_t count) {
+              return addFillKernelNode(kernel, graph, before, count, memset);
+            }))
+          ++replaced.memsets;
+      } else if (type == cudaGraphNodeTypeMemcpy && kernels.copies) {
+        cudaMemcpy3DParms copy{};
+        if (ok(cudaGraphMemcpyNodeGetParams(node, &copy)) &&
+            copy.extent.width * copy.extent.height * copy.extent.depth <= kMaxNodeBytes &&
+            onThisDevice(copy.srcPtr.ptr) && onThisDevice(copy.dstPtr.ptr) &&
+            replace(node, [&copy](cudaGraphNode_t *kernel, cudaGraph_t graph,
+                                  const cudaGraphNode_t *before, size_t count) {
+              return addCopyKernelNode(kernel, graph, before, count, copy);
+            }))
+          ++replaced.copies;
       }
-      // Both nodes write the same bytes before every dependent: the graph is right either way.
-      if (ok(cudaGraphDestroyNode(node)))
-        ++replaced;
     }
-    return replaced;
 #else
-    return 0; // built without a CUDA compiler: no fill kernel
+    (void)kernels; // built without a CUDA compiler: no kernels to put in their place
 #endif
+    return replaced;
+  }
+
+  /// Puts the kernel node `add` makes in `node`'s place (its dependencies and dependents) and
+  /// removes `node`; false, the graph as it was, if the edges carry data or a call fails.
+  template <typename Add> bool replace(cudaGraphNode_t node, Add &&add) {
+    std::vector<cudaGraphNode_t> before, after;
+    if (!plainEdges(node, /*dependencies=*/true, before) ||
+        !plainEdges(node, /*dependencies=*/false, after))
+      return false;
+    cudaGraphNode_t kernel = nullptr;
+    if (!ok(add(&kernel, graph_, before.data(), before.size())))
+      return false;
+    const std::vector<cudaGraphNode_t> from(after.size(), kernel);
+    if (!after.empty() && !ok(addEdges(from, after))) {
+      (void)cudaGraphDestroyNode(kernel); // back to the graph as captured
+      return false;
+    }
+    // Both nodes write the same bytes before every dependent: the graph is right either way.
+    return ok(cudaGraphDestroyNode(node));
+  }
+
+  /// Whether `ptr` is device memory of the GPU this graph runs on (what a kernel there can
+  /// read and write; a copy from or to host, managed or another GPU's memory stays a copy).
+  bool onThisDevice(const void *ptr) const {
+    cudaPointerAttributes attributes{};
+    return ptr && ok(cudaPointerGetAttributes(&attributes, ptr)) &&
+           attributes.type == cudaMemoryTypeDevice &&
+           attributes.device == capture_stream_.device_index();
   }
 
   /// Clears a failed call's error; true on success.
@@ -431,12 +476,27 @@ emptyLike(const std::vector<std::pair<std::string, at::Tensor>> &from) {
   return out;
 }
 
-/// Inside a capture: copies a run's output into the tensor kept for it, which must have its
-/// shape and dtype (a phase's outputs keep theirs from warm-up to capture).
-void copyOut(at::Tensor &kept, const at::Tensor &value, const std::string &what) {
-  if (!kept.defined() || kept.sizes() != value.sizes() || kept.dtype() != value.dtype())
-    throw std::runtime_error(what + " changed shape or dtype between warm-up and capture");
-  kept.copy_(value);
+/// Inside a capture: the run's outputs into the tensors kept for them, which must have their
+/// shapes and dtypes (a phase's outputs keep theirs from warm-up to capture). One multi-tensor
+/// copy, one kernel node where they share a dtype (a copy node each otherwise, which the
+/// copy-to-kernel pass may then replace).
+void copyOut(const at::Tensor &keptLoss,
+             const std::vector<std::pair<std::string, at::Tensor>> &keptStats,
+             const at::Tensor &loss, const std::vector<std::pair<std::string, at::Tensor>> &stats) {
+  std::vector<at::Tensor> kept, values;
+  auto add = [&](const at::Tensor &into, const at::Tensor &value, const std::string &what) {
+    if (!into.defined() || into.sizes() != value.sizes() || into.dtype() != value.dtype())
+      throw std::runtime_error(what + " changed shape or dtype between warm-up and capture");
+    kept.push_back(into);
+    values.push_back(value);
+  };
+  add(keptLoss, loss, "the loss");
+  for (size_t i = 0; i < std::max(stats.size(), keptStats.size()); ++i) {
+    if (i >= stats.size() || i >= keptStats.size() || stats[i].first != keptStats[i].first)
+      throw std::runtime_error("the logged values changed between warm-up and capture");
+    add(keptStats[i].second, stats[i].second, "logged value '" + stats[i].first + "'");
+  }
+  at::_foreach_copy_(kept, values);
 }
 
 } // namespace
@@ -582,16 +642,11 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
         rng_->known.clear();
         try {
           c.graph->capture_begin(pool_);
-          copyOut(c.loss, eager_->run(phase, inputs, step), "the loss");
-          const auto &stats = eager_->lastStats();
-          for (size_t i = 0; i < std::max(stats.size(), c.stats.size()); ++i) {
-            if (i >= stats.size() || i >= c.stats.size() || stats[i].first != c.stats[i].first)
-              throw std::runtime_error("the logged values changed between warm-up and capture");
-            copyOut(c.stats[i].second, stats[i].second, "logged value '" + stats[i].first + "'");
-          }
+          const at::Tensor loss = eager_->run(phase, inputs, step);
+          copyOut(c.loss, c.stats, loss, eager_->lastStats());
           c.graph->advanceOffsetsOnDevice();
           c.graph->capture_end();
-          c.graph->finishCapture(options_.memsetsAsKernels);
+          c.graph->finishCapture({options_.memsetsAsKernels, options_.copiesAsKernels});
         } catch (const std::exception &e) {
           throw std::runtime_error("capturing phase '" + phase + "' as a CUDA Graph failed (" +
                                    frontend::firstLine(e) +

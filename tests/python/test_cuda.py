@@ -226,39 +226,50 @@ def test_collectives_on_either_stream_train_alike(ganc_bin, datasets, tmp_path, 
     assert branches["compute"] and all(b == 0 for b in branches["compute"].values()), branches
 
 
-# --memset-nodes: the captured graphs' memset nodes (PyTorch's reductions clearing their
-# semaphores, cuDNN its workspaces) become fill-kernel nodes, or stay. DCGAN-32 (batch norm,
-# convolutions) and StyleGAN2 (double backward, path length) have both kinds of memset.
+# --memset-nodes and --copy-nodes: the captured graphs' memset nodes (PyTorch's reductions
+# clearing their semaphores, cuDNN its workspaces) and their copies within the GPU's memory
+# become kernel nodes, or stay. DCGAN-32 (batch norm, convolutions) and StyleGAN2 (double
+# backward, path length) have both kinds of memset.
 MEMSET_MODELS = [("dcgan32", "digits", 10), ("stylegan2", "digits", 33)]
 
 
 @pytest.mark.parametrize("model,dataset,steps", MEMSET_MODELS, ids=[m[0] for m in MEMSET_MODELS])
-def test_memset_nodes_as_kernels_train_alike(ganc_bin, datasets, tmp_path, model, dataset, steps):
-    """The same training bit for bit with the memset nodes made kernels or kept; made kernels,
-    the graphs hold no memset node and one more kernel node for each replaced."""
+def test_memset_and_copy_nodes_as_kernels_train_alike(ganc_bin, datasets, tmp_path, model, dataset, steps):
+    """The same training bit for bit with the memset and copy nodes made kernels or kept; made
+    kernels, the graphs hold no memset node, fewer copy nodes, and one more kernel node for
+    each node replaced."""
     runs, timing = {}, {}
     for mode in ("keep", "kernel"):
         runs[mode], _ = train_cuda(ganc_bin, model, datasets[dataset], str(tmp_path / mode), steps,
-                                   "--memset-nodes", mode, "--warmup", "1", "--deterministic", dump=False)
+                                   "--memset-nodes", mode, "--copy-nodes", mode, "--warmup", "1",
+                                   "--deterministic", dump=False)
         timing[mode] = json.load(open(os.path.join(runs[mode], "timing.json")))
     got, ref = checkpoint_tensors(runs["kernel"]), checkpoint_tensors(runs["keep"])
     assert set(got) == set(ref)
     differ = sorted(k for k in ref if not torch.equal(got[k], ref[k]))
     losses = loss_difference(runs["kernel"], runs["keep"])
     kept, made = timing["keep"]["graph_nodes"], timing["kernel"]["graph_nodes"]
-    replaced = timing["kernel"]["graph_memsets_as_kernels"]
-    report(f"memset_nodes/{model}", {"keep": kept, "kernel": made, "replaced": replaced, "differ": differ[:5],
+    memsets, copies = timing["kernel"]["graph_memsets_as_kernels"], timing["kernel"]["graph_copies_as_kernels"]
+    report(f"memset_nodes/{model}", {"keep": kept, "kernel": made, "memsets_replaced": memsets,
+                                     "copies_replaced": copies, "differ": differ[:5],
                                      "first_loss_difference": losses})
     assert not differ, f"{len(differ)} tensors differ, first {differ[0]}"
     assert losses is None, f"the logged losses differ: kernels {losses[0]!r}, memsets {losses[1]!r}"
     assert timing["keep"]["graph_memsets_as_kernels"] == {p: 0 for p in kept}, timing["keep"]
-    assert set(made) == set(kept) == set(replaced), (kept, made)
+    assert timing["keep"]["graph_copies_as_kernels"] == {p: 0 for p in kept}, timing["keep"]
+    assert set(made) == set(kept) == set(memsets) == set(copies), (kept, made)
     assert sum(n.get("memset", 0) for n in kept.values()) > 0, f"no memset node to replace: {kept}"
+    if sum(n.get("memcpy", 0) for n in kept.values()) > 0:
+        assert sum(copies.values()) > 0, f"no copy node within the GPU's memory to replace: {kept}"
     for phase in kept:
-        # Each graph captured the same memsets both times (the same kernels, deterministic).
-        assert replaced[phase] == kept[phase].get("memset", 0), (phase, kept[phase], replaced[phase])
+        # Each graph captured the same nodes both times (the same kernels, deterministic).
+        assert memsets[phase] == kept[phase].get("memset", 0), (phase, kept[phase], memsets[phase])
         assert made[phase].get("memset", 0) == 0, (phase, made[phase])
-        assert made[phase]["kernel"] == kept[phase]["kernel"] + replaced[phase], (phase, kept[phase], made[phase])
+        # Copies from or to host memory, or over 1 MiB, stay copies.
+        assert made[phase].get("memcpy", 0) == kept[phase].get("memcpy", 0) - copies[phase], \
+            (phase, kept[phase], made[phase], copies[phase])
+        assert made[phase]["kernel"] == kept[phase]["kernel"] + memsets[phase] + copies[phase], \
+            (phase, kept[phase], made[phase])
         assert made[phase]["total"] == kept[phase]["total"], (phase, kept[phase], made[phase])
 
 

@@ -72,7 +72,7 @@ def test_timing_lists_every_field_on_cpu(ganc_bin, datasets, tmp_path):
     assert len(t["step_seconds"]) == len(t["work_seconds"]) == len(t["overhead_seconds"]) == 3
     assert len(t["run_host_seconds"]) == 2 * 3  # phases d and g at every step
     assert t["replay_host_seconds"] == t["replay_launch_seconds"] == [] and t["graph_nodes"] == t["graph_branches"] == {}
-    assert t["graph_memsets_as_kernels"] == {}
+    assert t["graph_memsets_as_kernels"] == t["graph_copies_as_kernels"] == {}
     assert t["kernel_time"] is None  # no --kernel-time (CUDA only)
 
 
@@ -177,6 +177,10 @@ def test_the_start_up_line_says_what_runs(ganc_bin, datasets, tmp_path):
                                  "--cuda-graphs on or step"),
     (["--device", "cuda", "--cuda-graphs", "off", "--memset-nodes", "keep"], "--memset-nodes keep changes captured"),
     (["--device", "cuda", "--memset-nodes", "fill"], "--memset-nodes takes kernel or keep, not 'fill'"),
+    (["--copy-nodes", "keep"], "--copy-nodes keep changes captured CUDA Graphs: it needs --device cuda with "
+                               "--cuda-graphs on or step"),
+    (["--device", "cuda", "--cuda-graphs", "off", "--copy-nodes", "keep"], "--copy-nodes keep changes captured"),
+    (["--device", "cuda", "--copy-nodes", "memcpy"], "--copy-nodes takes kernel or keep, not 'memcpy'"),
     (["--upload-stream", "compute"], "--upload-stream compute places the data batch's host-to-device copy on a "
                                      "CUDA stream: it needs --device cuda"),
     (["--device", "cuda", "--upload-stream", "side"], "--upload-stream takes copy or compute, not 'side'"),
@@ -209,3 +213,4 @@ def test_dist_backend_is_recorded(ganc_bin, datasets, tmp_path):
         options = json.load(open(out / "run.json"))["options"]
         assert options["dist_backend"] == "gloo" and options["cuda_graphs"] == graphs
         assert options["comm_stream"] == "auto" and options["upload_stream"] == "copy"
+        assert options["memset_nodes"] == options["copy_nodes"] == "kernel"

@@ -162,3 +162,61 @@ TEST(FillPlan, WidensAlignedRowsAndRefusesWhatCudaWouldNot) {
   EXPECT_FALSE(ganc::backend::planFill(base, 0, 0, 3, 4, 1));
   EXPECT_FALSE(ganc::backend::planFill(base, 0, 0, 8, 4, 1));
 }
+
+TEST(CopyPlan, CopiesWhatTheCopyNodeCopies) {
+  std::mt19937 rng(13);
+  std::uniform_int_distribution<int> offset(0, 31), width(1, 70), height(1, 4), slack(0, 20);
+  std::uniform_int_distribution<int> byte(0, 255);
+  int wordSizes[17] = {};
+  for (int trial = 0; trial < 3000; ++trial) {
+    // Often rows of whole 16-byte words, as a float tensor's usually are.
+    const size_t w = trial % 4 == 1 ? 16 * (1 + width(rng) % 4) : width(rng), h = height(rng);
+    // Pitches of at least a row (as cudaMemcpy2D asks), often multiples of 16.
+    const size_t srcPitch = trial % 2 ? (w + 15) / 16 * 16 : w + slack(rng);
+    const size_t dstPitch = trial % 3 ? (w + 15) / 16 * 16 : w + slack(rng);
+    const size_t srcAt = trial % 2 ? offset(rng) / 16 * 16 : offset(rng);
+    const size_t dstAt = trial % 2 ? offset(rng) / 16 * 16 : offset(rng);
+    alignas(16) char src[512], got[512], want[512];
+    for (char &c : src)
+      c = static_cast<char>(byte(rng));
+    std::memset(got, 0xAB, sizeof got);
+    std::memset(want, 0xAB, sizeof want);
+    ASSERT_LE(srcAt + (h - 1) * srcPitch + w, sizeof src);
+    ASSERT_LE(dstAt + (h - 1) * dstPitch + w, sizeof got);
+    for (size_t row = 0; row < h; ++row) // cudaMemcpy2D's definition
+      std::memcpy(want + dstAt + row * dstPitch, src + srcAt + row * srcPitch, w);
+    const auto plan =
+        ganc::backend::planCopy(reinterpret_cast<uintptr_t>(got + dstAt), dstPitch,
+                                reinterpret_cast<uintptr_t>(src + srcAt), srcPitch, w, h);
+    ASSERT_TRUE(plan.has_value());
+    ganc::backend::copyOnHost(got + dstAt, src + srcAt, *plan);
+    ASSERT_EQ(0, std::memcmp(got, want, sizeof got))
+        << "width " << w << ", height " << h << ", pitches " << srcPitch << " and " << dstPitch
+        << ", offsets " << srcAt << " and " << dstAt << ": copied as " << plan->wordBytes
+        << "-byte words";
+    ++wordSizes[plan->wordBytes];
+  }
+  // Every word size ran, the 16-byte one (aligned tensors) often.
+  EXPECT_GT(wordSizes[16], 100);
+  EXPECT_GT(wordSizes[4], 0);
+  EXPECT_GT(wordSizes[2], 0);
+  EXPECT_GT(wordSizes[1], 100);
+}
+
+TEST(CopyPlan, WidensToWhatEveryAddressAllows) {
+  alignas(16) static char buffer[256];
+  const auto base = reinterpret_cast<uintptr_t>(buffer);
+  // A float32 loss copied out of a phase graph: one row of 4 bytes.
+  auto plan = ganc::backend::planCopy(base, 0, base + 64, 0, 4, 1);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->wordBytes, 4u);
+  EXPECT_EQ(plan->width, 1u);
+  EXPECT_EQ(ganc::backend::planCopy(base, 0, base + 64, 0, 96, 1)->wordBytes, 16u);
+  EXPECT_EQ(ganc::backend::planCopy(base, 0, base + 68, 0, 96, 1)->wordBytes, 4u);   // source
+  EXPECT_EQ(ganc::backend::planCopy(base, 0, base + 64, 0, 94, 1)->wordBytes, 2u);   // width
+  EXPECT_EQ(ganc::backend::planCopy(base, 24, base + 64, 32, 16, 2)->wordBytes, 4u); // pitch 24
+  // One row: its pitches do not matter.
+  EXPECT_EQ(ganc::backend::planCopy(base, 3, base + 64, 5, 32, 1)->wordBytes, 16u);
+  EXPECT_FALSE(ganc::backend::planCopy(base, 0, base + 64, 0, 0, 1));
+  EXPECT_FALSE(ganc::backend::planCopy(base, 0, base + 64, 0, 4, 0));
+}
