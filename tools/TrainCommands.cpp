@@ -348,16 +348,14 @@ bool parseTrain(const std::vector<std::string> &args, TrainOptions &o, std::stri
             "(Gloo runs collectives on its own threads)";
     return false;
   }
-  if (o.memsetNodes != "kernel" && (o.device != "cuda" || !o.cudaGraphs)) {
-    error = "--memset-nodes " + o.memsetNodes +
-            " changes captured CUDA Graphs: it needs --device cuda with --cuda-graphs on or step";
-    return false;
-  }
-  if (o.copyNodes != "kernel" && (o.device != "cuda" || !o.cudaGraphs)) {
-    error = "--copy-nodes " + o.copyNodes +
-            " changes captured CUDA Graphs: it needs --device cuda with --cuda-graphs on or step";
-    return false;
-  }
+  for (const auto &[flag, value] :
+       {std::pair<const char *, const std::string &>{"--memset-nodes", o.memsetNodes},
+        {"--copy-nodes", o.copyNodes}})
+    if (value != "kernel" && (o.device != "cuda" || !o.cudaGraphs)) {
+      error = std::string(flag) + " " + value +
+              " changes captured CUDA Graphs: it needs --device cuda with --cuda-graphs on or step";
+      return false;
+    }
   if (o.uploadStream != "copy" && o.device != "cuda") {
     error = "--upload-stream " + o.uploadStream +
             " places the data batch's host-to-device copy on a CUDA stream: it needs --device cuda";

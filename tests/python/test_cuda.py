@@ -174,6 +174,14 @@ def checkpoint_tensors(run_dir):
     return dict(walk(ganc.load_checkpoint(os.path.join(run_dir, "checkpoint.pt")), ""))
 
 
+def differing_tensors(run_dir, ref_dir):
+    """The paths of the tensors in two runs' last checkpoints that are not bitwise equal (the
+    two must hold the same tensors)."""
+    got, ref = checkpoint_tensors(run_dir), checkpoint_tensors(ref_dir)
+    assert set(got) == set(ref)
+    return sorted(k for k in ref if not torch.equal(got[k], ref[k]))
+
+
 # --cuda-graphs step: each step's phases, once all are captured, launched as one graph made
 # of theirs. The models where a step's phase pattern changes (StyleGAN2's lazy Greg and
 # Dreg), stages bring new captures (the progressive GAN), random numbers are drawn inside the
@@ -216,9 +224,7 @@ def test_collectives_on_either_stream_train_alike(ganc_bin, datasets, tmp_path, 
         runs[stream], _ = train_cuda(ganc_bin, model, datasets[dataset], str(tmp_path / stream), steps,
                                      "--comm-stream", stream, "--warmup", "1", "--deterministic", dump=False)
         branches[stream] = json.load(open(os.path.join(runs[stream], "timing.json")))["graph_branches"]
-    got, ref = checkpoint_tensors(runs["compute"]), checkpoint_tensors(runs["side"])
-    assert set(got) == set(ref)
-    differ = sorted(k for k in ref if not torch.equal(got[k], ref[k]))
+    differ = differing_tensors(runs["compute"], runs["side"])
     losses = [open(os.path.join(runs[s], "loss_history.csv")).read() for s in ("compute", "side")]
     report(f"comm_stream/{model}", {"branches": branches, "differ": differ[:5], "losses_equal": losses[0] == losses[1]})
     assert not differ, f"{len(differ)} tensors differ, first {differ[0]}"
@@ -244,9 +250,7 @@ def test_memset_and_copy_nodes_as_kernels_train_alike(ganc_bin, datasets, tmp_pa
                                    "--memset-nodes", mode, "--copy-nodes", mode, "--warmup", "1",
                                    "--deterministic", dump=False)
         timing[mode] = json.load(open(os.path.join(runs[mode], "timing.json")))
-    got, ref = checkpoint_tensors(runs["kernel"]), checkpoint_tensors(runs["keep"])
-    assert set(got) == set(ref)
-    differ = sorted(k for k in ref if not torch.equal(got[k], ref[k]))
+    differ = differing_tensors(runs["kernel"], runs["keep"])
     losses = loss_difference(runs["kernel"], runs["keep"])
     kept, made = timing["keep"]["graph_nodes"], timing["kernel"]["graph_nodes"]
     memsets, copies = timing["kernel"]["graph_memsets_as_kernels"], timing["kernel"]["graph_copies_as_kernels"]
@@ -290,9 +294,7 @@ def test_uploads_on_either_stream_train_alike(ganc_bin, datasets, tmp_path, mode
                                      "--upload-stream", stream, "--warmup", "1", "--deterministic", dump=False)
         options = json.load(open(os.path.join(runs[stream], "run.json")))["options"]
         assert options["upload_stream"] == stream, options
-    got, ref = checkpoint_tensors(runs["copy"]), checkpoint_tensors(runs["compute"])
-    assert set(got) == set(ref)
-    differ = sorted(k for k in ref if not torch.equal(got[k], ref[k]))
+    differ = differing_tensors(runs["copy"], runs["compute"])
     losses = loss_difference(runs["copy"], runs["compute"])
     report(f"upload_stream/{model}", {"differ": differ[:5], "first_loss_difference": losses})
     assert not differ, f"{len(differ)} tensors differ, first {differ[0]}"
