@@ -415,7 +415,10 @@ GradReadyHooks::~GradReadyHooks() {
 void GradReadyHooks::setActive(PhaseReducer *reducer) { active_ = reducer; }
 
 void GradReadyHooks::fire(const std::string &name, const at::Tensor &tensor) {
-  if (active_ && !active_->markReady(name, tensor))
+  // A double-backward graph can hand a parameter's AccumulateGrad an undefined gradient (a
+  // path that carries none: StyleGAN-style path length through a traced synthesis network);
+  // its .grad stays undefined, as in eager PyTorch, so it is not a gradient the plan missed.
+  if (active_ && !active_->markReady(name, tensor) && tensor.grad().defined())
     unexpected_.push_back(name);
 }
 

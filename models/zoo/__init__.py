@@ -20,6 +20,7 @@ from .r1 import R1GAN, r1_spec
 from .finetune import BranchGAN, TemperatureGAN, freezed_spec, temperature_spec
 from .sngan import SNGAN, TorchSNDCGAN
 from .stylegan2 import StyleGAN2, stylegan2_spec, upsample2d
+from .stylegan2_ada import StyleGAN2ADA, stylegan2_ada_spec
 from .wgan_gp import WGANGP, wgan_gp_spec
 
 ZOO = {
@@ -52,6 +53,10 @@ ZOO = {
     # shifted per class), synchronised over the ranks; projection D, hinge loss.
     "biggan32": lambda: (BigGAN(), biggan_spec("biggan32")),
     "stylegan2": lambda: (StyleGAN2(), stylegan2_spec("stylegan2")),
+    # StyleGAN2 written as stylegan2-ada-pytorch writes it (**kwargs forwards, a persistence
+    # decorator, numpy, autograd Functions with double backward), exported without edits: the
+    # networks traced, the phases scripted. 16 pixels (make_data.py digits --size 16).
+    "stylegan2_ada": lambda: (StyleGAN2ADA(), stylegan2_ada_spec("stylegan2_ada")),
     "pggan": lambda: (ProgressiveGAN(), progressive_spec("pggan")),
     # The same GAN with 3-step stages: every stage and both fade-ins within a short test run.
     "pggan_quick": lambda: (ProgressiveGAN(), progressive_spec("pggan_quick", stage_steps=3,

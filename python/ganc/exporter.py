@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 
 import torch
 
+from . import functions
+from .hybrid import Probe, Resolver, _rng_kept, fresh_types_on_failure, script_failure
 from .scriptable import ExportError, make_scriptable, sync_batch_norm_paths
 from .spec import SPEC_VERSION, SpecError, dumps, validate
 
@@ -60,17 +63,23 @@ def phase_methods_scripted(gan: torch.nn.Module, methods, script: bool = True):
 _MISSING = object()
 
 
-def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False) -> dict:
-    """Scripts (or traces) `gan` with every phase method and writes it with its spec to `path`.
+def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, verbose: bool = True) -> dict:
+    """Exports `gan` with every phase method and its spec to the archive `path`.
 
+    By default the export is hybrid (see ganc.hybrid): the phase methods are scripted, and each
+    submodule that does not script is traced alone at the calls the phases make, checked
+    against eager, and stitched in. `trace=True` traces every phase method whole (no gradient
+    penalties). torch.autograd.Functions inside traced networks go in through their forward's
+    operations once their backward is checked against the derived gradient (ganc.functions).
     Spectral norm and weight norm layers (both PyTorch APIs) are exported through scriptable
     equivalents with the same state_dict names and numerics (see ganc.scriptable). `gan`
-    itself is not modified: the checks and the export run on a copy, and the archive holds
-    the parameters and buffers `gan` had.
+    itself is not modified: the probes and the export run on a copy, and the archive holds the
+    parameters and buffers `gan` had. With `verbose`, one line per traced submodule, container
+    and Function says what became of it and why.
 
     Returns the validated spec. Raises SpecError for a spec that names a method or submodule
-    that does not exist, ValueError for a phase that does not return a scalar, and
-    ExportError for a layer ganc cannot export or a traced archive that cannot train.
+    that does not exist or a phase that does not return a scalar, and ExportError, naming the
+    submodule and file:line, for code ganc cannot export.
     """
     if not isinstance(gan, torch.nn.Module):
         raise TypeError(f"ganc.export: the GAN must be a torch.nn.Module, not {type(gan).__name__}")
@@ -81,28 +90,81 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False) -> 
     model = make_scriptable(gan)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     model.train()
-    for phase in spec["phases"]:
-        phase_loss(getattr(model, phase["method"])(*example_inputs(spec, phase, batch=2)), phase)
+    probe = _probe(model, spec)
     _restore(model, state)
+    lines = functions.check_all(probe.functions.applied.values())
     names = [p["method"] for p in spec["phases"]]
-    # Phase methods need not be decorated by the user.
-    with phase_methods_scripted(model, names, script=not trace), _forget_failed_types():
-        if trace:
+    if trace:
+        with phase_methods_scripted(model, names, script=False), fresh_types_on_failure(), \
+                functions.derived(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
             methods = {p["method"]: example_inputs(spec, p) for p in spec["phases"]}
             # strict=False: a phase may return a dict of logged values besides its loss.
             scripted = torch.jit.trace_module(model, methods, check_trace=False, strict=False)
-            _check_trace_trains(scripted, spec)
-        else:
+        _check_trace_trains(scripted, spec)
+    else:
+        decisions = _stitch(model, probe)
+        lines = [f"{d.path}: {d.detail}" if d.kind == "traced" else f"{d.path}: {d.kind} ({d.detail})"
+                 for d in decisions if d.kind != "scripted"] + lines
+        # Phase methods need not be decorated by the user.
+        with phase_methods_scripted(model, names), fresh_types_on_failure():
             # Scripting reads every attribute, properties included: in eval mode a layer's
             # weight property runs no power iteration. The modes are set back afterwards.
             modes = {name: m.training for name, m in model.named_modules()}
             model.eval()
-            scripted = torch.jit.script(model)
+            try:
+                scripted = torch.jit.script(model)
+            except Exception as e:  # noqa: BLE001 - TorchScript's frontend raises several types
+                raise ExportError(f"ganc.export: {type(gan).__name__} (the phases): {script_failure(e)}") from None
+            finally:
+                for name, m in model.named_modules():
+                    m.training = modes[name]
             for name, m in scripted.named_modules():
                 m.training = modes[name]
     _restore(scripted, state)
+    if verbose:
+        for line in lines:
+            print(f"ganc.export: {line}")
     torch.jit.save(scripted, path, _extra_files={"ganc.json": dumps(spec)})
     return spec
+
+
+def _probe(model: torch.nn.Module, spec: dict) -> Probe:
+    """Runs every phase once at the spec's shapes (and the sample grid's call in eval mode)
+    under the probe's hooks; checks that each phase returns a scalar loss."""
+    probe = Probe(model)
+    with probe.recording(), _rng_kept():
+        torch.manual_seed(0)
+        for phase in spec["phases"]:
+            phase_loss(getattr(model, phase["method"])(*example_inputs(spec, phase)), phase)
+        sample = spec.get("sample")
+        if sample:
+            sub = model.get_submodule(sample["submodule"])
+            training = sub.training
+            sub.eval()
+            batch = min(spec["batch_size"], 8)
+            args = [torch.randn([batch] + list(sample["noise_shape"])).to(getattr(torch, spec.get("dtype", "float32")))]
+            if sample.get("classes"):
+                args.append(torch.arange(batch) % sample["classes"])
+            with torch.no_grad():
+                sub(*args)
+            sub.train(training)
+    return probe
+
+
+def _stitch(model: torch.nn.Module, probe: Probe) -> list:
+    """Replaces each submodule of `model` that does not script by its trace or a container;
+    returns what became of each."""
+    resolver = Resolver(probe)
+    decisions = []
+    for name, child in list(model.named_children()):
+        new, below, refusal = resolver.resolve(child, name)
+        if refusal is not None:
+            raise refusal
+        decisions += below
+        if new is not child:
+            model._modules[name] = new
+    return decisions
 
 
 def _list_sync_batch_norms(spec: dict, gan: torch.nn.Module) -> dict:
@@ -118,20 +180,6 @@ def _list_sync_batch_norms(spec: dict, gan: torch.nn.Module) -> dict:
     listed = list(spec.get("sync_batch_norm", []))
     listed += [path for path in layers if not any(path == s or path.startswith(s + ".") for s in listed)]
     return dict(spec, sync_batch_norm=listed)
-
-
-@contextlib.contextmanager
-def _forget_failed_types():
-    """TorchScript caches the type it builds for each module class, and keeps a type whose
-    compilation failed half defined: scripting the same classes again, even after the user
-    fixed the cause, fails with "Can't redefine method". After a failure the cache is
-    replaced, so the next export builds fresh types (modules scripted before keep theirs)."""
-    try:
-        yield
-    except BaseException:
-        import torch.jit._recursive as recursive
-        recursive.concrete_type_store = recursive.ConcreteTypeStore()
-        raise
 
 
 def phase_loss(output, phase: dict) -> torch.Tensor:

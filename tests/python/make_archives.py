@@ -55,6 +55,11 @@ def main(out):
     # DDP's default buffer policy: rank 0's BatchNorm statistics broadcast before each phase.
     gan, spec = zoo.build("dcgan32")
     ganc.export(gan, os.path.join(out, "dcgan32_broadcast.pt"), dict(spec, buffers="broadcast"))
+    # float64: the StyleGAN2-ADA-style model against eager DDP running its own autograd
+    # Functions' backward (other kernels than the derived gradient's: see test_intake.py).
+    gan, spec = zoo.build("stylegan2_ada")
+    ganc.export(gan.double(), os.path.join(out, "stylegan2_ada_f64.pt"), dict(spec, dtype="float64"),
+                verbose=False)
     # float64: the parity comparison at 3 ranks, where float32 sums in a different order
     # than DDP's buckets and Adam amplifies the last-bit differences.
     gan, spec = zoo.build("dcgan32")

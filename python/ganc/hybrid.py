@@ -1,0 +1,633 @@
+"""Hybrid export: the phase methods scripted, every network that does not script traced alone
+at the calls the phases make, and the traces stitched into the scripted GAN.
+
+Scripting keeps what a phase needs of TorchScript (`torch.autograd.grad(create_graph=True)` for
+R1, path length and WGAN-GP; branches on flags); tracing takes network code as people write it
+(`**kwargs` forwards, decorators, numpy constants, autograd Functions). The steps:
+
+1. Probe: every phase runs once eagerly at the spec's shapes (and the sample grid's call, in
+   eval mode). Hooks record each submodule's calls from outside it (the tensors a scripted
+   caller will pass), every torch.autograd.Function applied, and what a trace would freeze:
+   Python randomness (`random`, `numpy.random`) and tensor values turned into Python values
+   (`if tensor:`, `.item()`, `float(tensor)`) inside a module.
+2. Resolve, top down: a submodule that scripts stays as it is. One that does not has its
+   children resolved first (so as much as possible stays scripted), then is scripted again;
+   if it still fails it is traced at its recorded calls (all of its methods that scripted code
+   calls), or, when no scripted code calls it (a container such as StyleGAN's `G`, whose phases
+   call `G.mapping` and `G.synthesis`), it becomes a plain container of the same parameters,
+   buffers and children. State-dict names never change.
+3. Check each trace before it is used: traced twice under different Python RNG states (the
+   graphs must be the same) and run against eager on every recorded call and on a second input
+   of the same shapes (the outputs must agree). Python randomness or a tensor value read into
+   Python inside a traced module is refused outright, naming the module, the file:line and the
+   construct.
+
+A torch.autograd.Function inside a traced network is traced through its forward's operations,
+so autograd derives its gradient; `functions.check` first compares the Function's own backward
+(and double backward) with the derived one on the inputs the probe saw.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import random
+import re
+import sys
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from . import functions
+from .scriptable import ExportError
+
+__all__ = ["Probe", "resolve", "where_of", "script_failure"]
+
+
+@dataclass
+class Call:
+    """One call of a submodule's method from outside the submodule."""
+    method: str
+    args: tuple
+    kwargs: dict
+    training: bool
+
+    def signature(self):
+        return (self.method, self.training, tuple(_shape_of(a) for a in self.args), tuple(sorted(self.kwargs)))
+
+
+@dataclass
+class Hazard:
+    """Something a trace would freeze, seen inside module `path` while probing."""
+    path: str
+    where: str
+    construct: str
+
+
+def _shape_of(value):
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype)
+    return ("value", repr(value))
+
+
+def _clone(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_clone(v) for v in value)
+    return value
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+_STDLIB_DIR = os.path.dirname(os.__file__)
+
+
+def _user_frame(frame):
+    """The first frame outside torch and ganc: where the user's code is."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith(_TORCH_DIR) or name.startswith(_OWN_DIR) or name == random.__file__
+                or "/numpy/" in name):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _location(filename: str, line: int) -> str:
+    try:
+        rel = os.path.relpath(filename)
+        filename = rel if not rel.startswith("..") else filename
+    except ValueError:
+        pass
+    return f"{filename}:{line}"
+
+
+def where_of(obj) -> str:
+    """file:line of a class or function's definition (its forward's, for a module)."""
+    target = obj
+    if isinstance(obj, nn.Module):
+        target = type(obj).forward if type(obj).forward is not nn.Module.forward else type(obj)
+    try:
+        target = inspect.unwrap(target)
+        return _location(inspect.getsourcefile(target), inspect.getsourcelines(target)[1])
+    except (TypeError, OSError):
+        return "<unknown>"
+
+
+def script_failure(error: BaseException) -> str:
+    """TorchScript's error in one line: its first line and the user's file:line it names."""
+    text = str(error).strip()
+    first = text.splitlines()[0].rstrip(":") if text else type(error).__name__
+    found = re.findall(r'File "([^"]+)", line (\d+)', text)
+    found = [(f, int(n)) for f, n in found if not (f.startswith(_TORCH_DIR) or f.startswith(_STDLIB_DIR))] or \
+            [(f, int(n)) for f, n in found]
+    return f"{first} ({_location(*found[0])})" if found else first
+
+
+try:  # numpy is optional: a model without it has no numpy randomness to find
+    import numpy as _np
+    _RNG_TYPES = (random.Random, _np.random.RandomState, _np.random.Generator)
+except ImportError:  # pragma: no cover
+    _np = None
+    _RNG_TYPES = (random.Random,)
+
+
+# numpy.random functions that set or read the generator's state rather than draw from it.
+_NUMPY_STATE = {"seed", "get_state", "set_state", "default_rng", "get_bit_generator", "set_bit_generator"}
+
+
+class Probe:
+    """Records, while the phases run eagerly, the calls into each submodule of `root` from
+    outside it, the autograd Functions applied, and the hazards a trace would freeze."""
+
+    # Tensor methods that hand a tensor's value to Python, where a trace turns it into a constant.
+    _TO_PYTHON = {"__bool__": "Python branch on a tensor value (`if tensor:`, `while`, `and`/`or`)",
+                  "item": "tensor.item()", "__float__": "float(tensor)", "__int__": "int(tensor)",
+                  "tolist": "tensor.tolist()"}
+
+    def __init__(self, root: nn.Module):
+        self.root = root
+        self.paths = {id(m): p for p, m in root.named_modules() if p}
+        self.calls: dict[str, list[Call]] = defaultdict(list)
+        self.hazards: list[Hazard] = []
+        self.functions = functions.Recorder()
+        self.stack: list[str] = []
+        self._seen = set()
+
+    # -- what a hazard is attributed to ------------------------------------------------------
+    def _inside(self):
+        return self.stack[-1] if self.stack else None
+
+    def _hazard(self, construct, frame):
+        path = self._inside()
+        if path is None:
+            return
+        user = _user_frame(frame)
+        where = _location(user.f_code.co_filename, user.f_lineno) if user else "<unknown>"
+        key = (path, where, construct)
+        if key not in self._seen:
+            self._seen.add(key)
+            self.hazards.append(Hazard(path, where, construct))
+
+    def _record(self, path, method, args, kwargs, module):
+        caller = self._inside()
+        if caller is not None and (caller == path or caller.startswith(path + ".")):
+            return  # a call from inside the module itself: a trace of the module records it
+        call = Call(method, _clone(tuple(args)), _clone(dict(kwargs)), module.training)
+        if all(call.signature() != c.signature() for c in self.calls[path]):
+            self.calls[path].append(call)
+
+    # -- the hooks -----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def recording(self):
+        handles = []
+        wrapped = []
+        for module in self.root.modules():
+            path = self.paths.get(id(module))
+            if path is None:
+                continue
+
+            def pre(mod, args, kwargs, path=path):
+                self._record(path, "forward", args, kwargs, mod)
+                self.stack.append(path)
+
+            def post(mod, args, kwargs, output, path=path):
+                if self.stack and self.stack[-1] == path:
+                    self.stack.pop()
+
+            handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+            handles.append(module.register_forward_hook(post, with_kwargs=True, always_call=True))
+            for name in _public_methods(type(module)):
+                wrapped.append((module, name))
+                module.__dict__[name] = self._wrap_method(module, path, name, getattr(module, name))
+        saved = {name: getattr(torch.Tensor, name) for name in self._TO_PYTHON}
+        for name, construct in self._TO_PYTHON.items():
+            setattr(torch.Tensor, name, self._wrap_to_python(saved[name], construct))
+        # numpy's generators are Cython functions, which the profile hook does not see: its
+        # module-level draws are wrapped instead while the probe runs.
+        numpy_draws = {name: getattr(_np.random, name) for name in getattr(_np.random, "__all__", [])
+                       if callable(getattr(_np.random, name, None)) and name[0].islower()
+                       and name not in _NUMPY_STATE} if _np is not None else {}
+        for name, fn in numpy_draws.items():
+            setattr(_np.random, name, self._wrap_draw(fn, f"numpy.random.{name}() (Python randomness)"))
+        old_profile = sys.getprofile()
+        sys.setprofile(self._profile)
+        try:
+            with self.functions.recording(lambda: self._inside()):
+                yield self
+        finally:
+            sys.setprofile(old_profile)
+            for name, fn in numpy_draws.items():
+                setattr(_np.random, name, fn)
+            for name, fn in saved.items():
+                setattr(torch.Tensor, name, fn)
+            for module, name in wrapped:
+                module.__dict__.pop(name, None)
+            for h in handles:
+                h.remove()
+            self.stack.clear()
+
+    def _wrap_method(self, module, path, name, bound):
+        def method(*args, **kwargs):
+            self._record(path, name, args, kwargs, module)
+            self.stack.append(path)
+            try:
+                return bound(*args, **kwargs)
+            finally:
+                self.stack.pop()
+        return method
+
+    def _wrap_to_python(self, original, construct):
+        probe = self
+
+        def to_python(tensor, *args, **kwargs):
+            probe._hazard(construct, sys._getframe(1))
+            return original(tensor, *args, **kwargs)
+        return to_python
+
+    def _wrap_draw(self, draw, construct):
+        probe = self
+
+        def recorded(*args, **kwargs):
+            probe._hazard(construct, sys._getframe(1))
+            return draw(*args, **kwargs)
+        return recorded
+
+    def _profile(self, frame, event, arg):
+        if not self.stack:
+            return
+        if event == "c_call":
+            owner = getattr(arg, "__self__", None)
+            if isinstance(owner, _RNG_TYPES):
+                module = "random" if isinstance(owner, random.Random) else "numpy.random"
+                self._hazard(f"{module}.{arg.__name__}() (Python randomness)", frame)
+        elif event == "call" and frame.f_code.co_filename == random.__file__:
+            caller = frame.f_back
+            if caller is not None and caller.f_code.co_filename != random.__file__:
+                self._hazard(f"random.{frame.f_code.co_name}() (Python randomness)", caller)
+
+    def hazards_in(self, path: str) -> list[Hazard]:
+        return [h for h in self.hazards if h.path == path or h.path.startswith(path + ".")]
+
+
+def _public_methods(cls) -> list[str]:
+    """Methods a user class defines besides forward (scripted code may call them on a traced
+    module): public functions of the classes between it and nn.Module."""
+    names = []
+    for klass in cls.__mro__:
+        if klass is nn.Module or klass.__module__.startswith("torch."):
+            break
+        for name, value in vars(klass).items():
+            if (inspect.isfunction(value) and not name.startswith("_") and name != "forward"
+                    and name not in names):
+                names.append(name)
+    return names
+
+
+# -- resolving what scripts and what is traced -----------------------------------------------
+
+@contextlib.contextmanager
+def fresh_types_on_failure():
+    """TorchScript caches the type it builds for each module class, and keeps a type whose
+    compilation failed half defined: scripting the same classes again fails with "Can't
+    redefine method". After a failure the cache is replaced, so the next attempt builds fresh
+    types (modules scripted before keep theirs)."""
+    try:
+        yield
+    except BaseException:
+        import torch.jit._recursive as recursive
+        recursive.concrete_type_store = recursive.ConcreteTypeStore()
+        raise
+
+
+def _script_error(module: nn.Module):
+    """None if `module` scripts, else TorchScript's reason in one line."""
+    failure = _script_failure(module)
+    return None if failure is None else failure[0]
+
+
+def _script_failure(module: nn.Module):
+    """None if `module` scripts, else (TorchScript's reason in one line, whether the code that
+    failed is the module's own rather than a submodule's)."""
+    if isinstance(module, torch.jit.ScriptModule):
+        return None
+    try:
+        with warnings.catch_warnings(), fresh_types_on_failure():
+            warnings.simplefilter("ignore")
+            modes = {name: m.training for name, m in module.named_modules()}
+            module.eval()  # scripting reads properties: no spectral-norm power iteration now
+            try:
+                torch.jit.script(module)
+            finally:
+                for name, m in module.named_modules():
+                    m.training = modes[name]
+        return None
+    except Exception as e:  # noqa: BLE001 - any failure means: not scriptable as it is
+        return script_failure(e), _in_own_code(module, str(e))
+
+
+def _in_own_code(module: nn.Module, text: str) -> bool:
+    """Whether the first place TorchScript's error names is in the module's own class."""
+    found = [(f, int(n)) for f, n in re.findall(r'File "([^"]+)", line (\d+)', text)
+             if not f.startswith(_TORCH_DIR)]
+    if not found:
+        return True
+    filename, line = found[0]
+    for klass in type(module).__mro__:
+        if klass is nn.Module:
+            break
+        for value in vars(klass).values():
+            value = value.fget if isinstance(value, property) else value
+            if not inspect.isfunction(value):
+                continue
+            try:
+                lines, start = inspect.getsourcelines(value)
+                if os.path.samefile(inspect.getsourcefile(value), filename) and start <= line < start + len(lines):
+                    return True
+            except (TypeError, OSError):
+                continue
+    return False
+
+
+class _Container(nn.Module):
+    """A submodule no scripted code calls: its parameters, buffers and children under the same
+    names, without its forward (which did not script)."""
+
+
+def _container(module: nn.Module, children: dict) -> nn.Module:
+    box = _Container()
+    box.training = module.training
+    for name, p in module._parameters.items():
+        box.register_parameter(name, p)
+    for name, b in module._buffers.items():
+        box.register_buffer(name, b, persistent=name not in module._non_persistent_buffers_set)
+    for name, child in module._modules.items():
+        box.add_module(name, children.get(name, child))
+    return box
+
+
+@dataclass
+class Decision:
+    """What became of one submodule: scripted, traced (with why) or a container."""
+    path: str
+    kind: str
+    detail: str = ""
+
+
+@dataclass
+class Resolver:
+    probe: Probe
+
+    def resolve(self, module: nn.Module, path: str):
+        """What `module` becomes in the archive: itself if it scripts (with its children
+        resolved if need be), its trace if something calls it, a container if nothing does.
+        Returns (replacement, decisions, refusal); replacement None with the refusal where it
+        can only go in as part of a traced parent."""
+        failure = _script_failure(module)
+        if failure is None:
+            return module, [Decision(path, "scripted")], None
+        error, own = failure
+        if own and self.probe.calls.get(path):
+            # Its own code does not script: scripting its children would not change that.
+            return self._traced(module, path, error)
+        children, decisions, refusal = {}, [], None
+        for name, child in module.named_children():
+            new, below, why = self.resolve(child, f"{path}.{name}")
+            decisions += below
+            refusal = refusal or why
+            children[name] = new
+        if refusal is None and any(new is not child for new, child in zip(children.values(), module.children())):
+            saved = dict(module._modules)
+            module._modules.update(children)
+            if _script_error(module) is None:
+                return module, decisions + [Decision(path, "scripted")], None
+            module._modules.update(saved)
+        if not self.probe.calls.get(path):
+            kept = {name: new if new is not None else self._container(child, f"{path}.{name}")
+                    for (name, child), new in zip(module.named_children(), children.values())}
+            return _container(module, kept), decisions + [Decision(path, "container",
+                                                                   f"no phase calls it; its forward: {error}")], None
+        return self._traced(module, path, error)
+
+    def _traced(self, module, path, error):
+        try:
+            traced, detail = trace_module(module, path, self.probe, error)
+        except ExportError as e:
+            return None, [], e
+        return traced, [Decision(path, "traced", detail)], None
+
+    def _container(self, module, path):
+        """A submodule only its (uncalled) parent called: a container too, all the way down."""
+        kids = {name: child if _script_error(child) is None else self._container(child, f"{path}.{name}")
+                for name, child in module.named_children()}
+        return _container(module, kids)
+
+
+# -- tracing one module and checking the trace --------------------------------------------------
+
+def _seeded(python_seed: int, torch_seed: int = 0):
+    random.seed(python_seed)
+    if _np is not None:
+        _np.random.seed(python_seed)
+    torch.manual_seed(torch_seed)
+
+
+@contextlib.contextmanager
+def _rng_kept():
+    """Leaves the Python, numpy and torch generators as they were."""
+    states = (random.getstate(), _np.random.get_state() if _np is not None else None, torch.get_rng_state())
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        if _np is not None:
+            _np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+
+
+def _describe_call(call: Call) -> str:
+    shapes = ", ".join(str(list(a.shape)) if isinstance(a, torch.Tensor) else repr(a) for a in call.args)
+    return f"{call.method}({shapes})"
+
+
+def _check_arguments(module, path, calls):
+    """A traced network takes tensors by position: refuses other calls, naming them."""
+    for call in calls:
+        if call.kwargs:
+            raise ExportError(f"ganc.export: {path} ({type(module).__name__}, {where_of(module)}) does not script "
+                              f"and is called with keyword arguments ({', '.join(sorted(call.kwargs))}) by a "
+                              "phase or a scripted module: a traced network takes tensors by position; pass "
+                              "them positionally")
+        bad = [i for i, a in enumerate(call.args) if not isinstance(a, torch.Tensor)]
+        if bad:
+            raise ExportError(f"ganc.export: {path} ({type(module).__name__}, {where_of(module)}) does not script "
+                              f"and its {call.method} is called with a non-tensor argument "
+                              f"({call.args[bad[0]]!r} at position {bad[0]}): a traced network takes tensors only")
+
+
+def _in_mode(module, method, training):
+    """`module.method` run in train or eval mode (a trace records the mode's code path)."""
+    def call(*args):
+        modes = {m: m.training for m in module.modules()}
+        module.train(training)
+        try:
+            return getattr(type(module), method)(module, *args)
+        finally:
+            for m, mode in modes.items():
+                m.training = mode
+    return call
+
+
+def _trace(module, calls, python_seed, specialise):
+    """One trace of `module`: each method at its first call, or (`specialise`) one traced
+    method per call, `_ganc_<method>_<i>`. Returns the trace and the tracer's warnings."""
+    picked = calls if specialise else [c for i, c in enumerate(calls)
+                                         if all(c.method != d.method for d in calls[:i])]
+    inputs = {}
+    for i, call in enumerate(picked):
+        name = f"_ganc_{call.method}_{i}" if specialise else call.method
+        module.__dict__[name] = _in_mode(module, call.method, call.training)
+        inputs[name] = call.args
+    try:
+        with _rng_kept(), warnings.catch_warnings(record=True) as caught, functions.derived():
+            warnings.simplefilter("always")
+            _seeded(python_seed)
+            traced = torch.jit.trace_module(module, inputs, check_trace=False, strict=False)
+    finally:
+        for name in inputs:
+            module.__dict__.pop(name, None)
+    tracer = [w for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
+    if specialise:
+        _define_dispatch(traced, picked)
+    return traced, tracer, list(inputs)
+
+
+def _define_dispatch(traced, calls):
+    """Each method as a scripted dispatch to its per-call traces by mode and input shapes:
+    ganc's phases call a network at fixed shapes, so one of them always matches."""
+    for method in dict.fromkeys(c.method for c in calls):
+        mine = [(i, c) for i, c in enumerate(calls) if c.method == method]
+        arity = len(mine[0][1].args)
+        params = ", ".join(f"x{k}: Tensor" for k in range(arity))
+        body = []
+        for i, call in mine:
+            tests = ["self.training" if call.training else "not self.training"]
+            for k, a in enumerate(call.args):
+                tests += [f"x{k}.dim() == {a.dim()}"] + [f"x{k}.size({d}) == {n}" for d, n in enumerate(a.shape)]
+            args = ", ".join(f"x{k}" for k in range(arity))
+            body.append(f"    if {' and '.join(tests)}:\n        return self._ganc_{method}_{i}({args})")
+        shapes = "; ".join(_describe_call(c) + ("" if c.training else " in eval mode") for _, c in mine)
+        body.append(f"    raise RuntimeError({('ganc: this network was traced at ' + shapes)!r})")
+        traced.define(f"def {method}(self, {params}):\n" + "\n".join(body) + "\n")
+
+
+def _graphs(traced, methods):
+    """The traced methods' graphs, without the type-name counters that differ between traces."""
+    return [re.sub(r"___torch_mangle_\d+\.", "", str(getattr(traced, m).inlined_graph)) for m in methods]
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if not a.is_floating_point():
+            return torch.equal(a, b)
+        scale = b.abs().max().item() if b.numel() else 0.0
+        return bool(((a - b).abs().max() <= 1e-5 * max(scale, 1e-6)).item()) if b.numel() else True
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def _run(fn, args, training, module, seed):
+    state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    module.train(training)
+    try:
+        with _rng_kept(), torch.no_grad():
+            torch.manual_seed(seed)
+            return fn(*_clone(args))
+    finally:
+        with torch.no_grad():
+            for k, v in module.state_dict().items():
+                v.copy_(state[k])
+
+
+def _second_input(args):
+    """Other values of the same shapes and dtypes (float tensors redrawn with their mean and
+    spread, integer tensors permuted)."""
+    out = []
+    g = torch.Generator().manual_seed(12345)
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel() > 1:
+            std = a.float().std().item() or 1.0
+            out.append((torch.randn(a.shape, generator=g) * std + a.float().mean().item()).to(a.dtype))
+        elif isinstance(a, torch.Tensor) and a.numel() > 1:
+            out.append(a.flatten()[torch.randperm(a.numel(), generator=g)].reshape(a.shape))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def _agrees(module, traced, call, args) -> bool:
+    """Whether the trace computes what eager does on `args` (same torch seed, same state)."""
+    want = _run(getattr(module, call.method), args, call.training, module, seed=7)
+    try:
+        traced.train(call.training)
+        got = _run(getattr(traced, call.method), args, call.training, module, seed=7)
+    except Exception:  # noqa: BLE001 - a trace that fails on other shapes fixed one of them
+        return False
+    return _same(got, want)
+
+
+def trace_module(module: nn.Module, path: str, probe: Probe, why: str):
+    """`module` traced at the calls `probe` recorded, after checking that the trace computes
+    what eager does; ExportError naming the module, file:line and construct otherwise.
+
+    One trace serves every call where it can; where a trace fixed a shape (a Python int taken
+    from an input's size), each call is traced on its own and a scripted dispatch picks the
+    trace by the inputs' shapes and the train/eval mode."""
+    name = f"{path} ({type(module).__name__}, {where_of(module)})"
+    for hazard in probe.hazards_in(path):
+        raise ExportError(f"ganc.export: {hazard.path} ({hazard.where}): {hazard.construct} in a module that "
+                          f"does not script ({why}): a trace would freeze it, the same every step; draw "
+                          "random numbers with torch (torch.rand, torch.randn) and keep tensor values in "
+                          "tensors (torch.where), or make the module scriptable")
+    calls = probe.calls[path]
+    _check_arguments(module, path, calls)
+    training = module.training
+    specialised = False
+    traced, tracer, methods = _trace(module, calls, 1, specialise=False)
+    if not all([_agrees(module, traced, call, call.args) for call in calls[1:]]):
+        specialised = True
+        traced, tracer, methods = _trace(module, calls, 1, specialise=True)
+    again, _, _ = _trace(module, calls, 2, specialise=specialised)
+    module.train(training)
+    traced.train(training)
+    hint = ""
+    if tracer:
+        w = tracer[0]
+        hint = f"; the tracer warned at {_location(w.filename, w.lineno)}: {str(w.message).splitlines()[0]}"
+    if _graphs(traced, methods) != _graphs(again, methods):
+        raise ExportError(f"ganc.export: {name}: traced under two Python random states it records two "
+                          f"different graphs: Python randomness would be frozen by the trace{hint}")
+    for call in calls:
+        checks = [("at", call.args)] if specialised or call is calls[0] else []
+        if any(isinstance(a, torch.Tensor) and a.numel() > 1 for a in call.args):
+            checks.append(("with a second input of", _second_input(call.args)))
+        for what, args in checks:
+            if not _agrees(module, traced, call, args):
+                mode = "" if call.training else " in eval mode"
+                raise ExportError(f"ganc.export: {name}: its trace computes otherwise than eager {what} "
+                                  f"{_describe_call(Call(call.method, args, {}, call.training))}{mode}: the "
+                                  f"trace fixed a value of its example input{hint}; make the module "
+                                  "scriptable or compute the value with tensor operations")
+    traced.train(training)
+    shapes = ", ".join(_describe_call(c) + ("" if c.training else " in eval mode") for c in calls)
+    how = "one trace per call" if specialised else "traced"
+    return traced, f"{how} at {shapes}: {why}"

@@ -1,0 +1,313 @@
+"""Code as people write it goes in unchanged: the hybrid export (phases scripted, networks that
+do not script traced alone at the calls the phases make), autograd Functions checked and
+derived, and every hazard of tracing refused at export in one line naming the submodule, the
+file:line and the construct.
+
+The parity test trains the StyleGAN2-ADA-style zoo model with ganc and, as the reference, the
+same Python classes eagerly under DistributedDataParallel (their own autograd Functions and
+backward), on the same data, seeds and world size.
+"""
+import functools
+import os
+import random
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import ganc
+from ganc import oracle
+from conftest import archive, gradient_dumps
+
+import zoo
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STEPS = 17  # Dreg (every 16) runs twice, Gpl (every 4) five times
+SEED = 3
+
+
+@pytest.fixture(scope="module")
+def digits16(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("data") / "digits16.pt")
+    subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "models", "make_data.py"), "digits",
+                    "--size", "16", "-o", path], check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+def relative_error(a, b):
+    scale = b.abs().max().item()
+    return (a - b).abs().max().item() / (scale if scale > 0 else 1.0)
+
+
+def test_stylegan2_ada_style_code_trains_like_eager_ddp(ganc_bin, digits16, tmp_path):
+    """Gmain, Gpl (path length), Dmain and Dreg (R1) through traced networks whose convolutions
+    are autograd Functions with a hand-written double backward: ganc's all-reduced gradients
+    (derived by autograd from the Functions' forwards) and final parameters against eager DDP
+    running the Python classes with their own backward, at 2 ranks. In float64: the
+    reference's Functions compute the same gradients with other kernels (conv_transpose2d for
+    the input's, convolution_backward for the weight's) than autograd derives from their
+    forwards, so float32 sums round differently in the last bits, which Adam's first,
+    sign-like steps amplify over 17 steps (to 4e-4 relative); float64 leaves 1e-9 of room."""
+    model = archive("stylegan2_ada_f64")
+    spec = ganc.load_spec(model)
+    plan = str(tmp_path / "plan")
+    subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
+    subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", model, "--data", digits16,
+                    "--steps", str(STEPS), "--seed", str(SEED), "--out", str(tmp_path / "train"),
+                    "--sample-every", "0", "--checkpoint-every", "0", "--log-every", str(STEPS),
+                    "--dump-grads", str(tmp_path / "ganc")], check=True, timeout=600, capture_output=True)
+    # Both regularisers leave parameters without a gradient, which DDP refuses: those phases'
+    # reference all-reduces by hand with DDP's arithmetic (as for the zoo's StyleGAN2).
+    oracle.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"),
+               reducer={"Gpl": "manual", "Dreg": "manual"},
+               eager_model=functools.partial(zoo.module, "stylegan2_ada"))  # made float64 by the oracle
+    phases = set()
+    for step, phase, got, ref in gradient_dumps(spec, STEPS, str(tmp_path / "ganc"), str(tmp_path / "ddp")):
+        phases.add(phase)
+        for name in ref:
+            err = relative_error(got[name].float(), ref[name].float())
+            assert err <= 1e-9, f"step {step} {phase}: {name} differs by {err:.3g}"
+    assert phases == {"Gmain", "Gpl", "Dmain", "Dreg"}
+    got = ganc.load_checkpoint(str(tmp_path / "ganc" / "params_final.pt"))
+    ref = torch.load(str(tmp_path / "ddp" / "params_final.pt"))
+    assert set(got) == set(ref)
+    for name in ref:
+        err = relative_error(got[name].float(), ref[name].float())
+        assert err <= 1e-9, f"final {name} differs by {err:.3g}"
+
+
+def test_export_says_what_was_traced_and_why(tmp_path, capsys):
+    gan, spec = zoo.build("stylegan2_ada")
+    ganc.export(gan, str(tmp_path / "m.pt"), spec)
+    out = capsys.readouterr().out
+    assert re.search(r"ganc.export: G: container \(no phase calls it; its forward: Compiled functions can't "
+                     r"take variable number of arguments.*stylegan2_ada.py:\d+\)", out), out
+    assert re.search(r"ganc.export: G.synthesis: (traced|one trace per call) at forward\(\[8, \d+, 32\]\), "
+                     r"forward\(\[4, \d+, 32\]\)", out), out
+    assert re.search(r"ganc.export: D: (traced|one trace per call) at forward\(\[8, 3, 16, 16\]\)", out), out
+    assert re.search(r"ganc.export: G_ema: .* in eval mode", out), out
+    assert re.search(r"torch.autograd.Function _FusedMultiplyAdd \(.*stylegan2_ada.py:\d+\).*: gradient derived "
+                     r"from its forward; matches its backward and double backward", out), out
+    # The user's model is left as it was, state-dict names included.
+    loaded = torch.jit.load(str(tmp_path / "m.pt"))
+    assert list(loaded.state_dict()) == list(gan.state_dict())
+    for name, t in gan.state_dict().items():
+        assert torch.equal(t, loaded.state_dict()[name]), name
+
+
+# -- refusals: one line naming the submodule, the file:line and the construct -----------------
+
+class KwargsNet(nn.Module):
+    """Does not script (**kwargs), so it is traced."""
+
+    def __init__(self, body):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+        self.body = body
+
+    def forward(self, x, **kwargs):
+        return self.fc(self.body(x))
+
+
+class FlipsWithPythonRandom(nn.Module):
+    def forward(self, x):
+        if random.random() < 0.5:  # frozen by a trace: the same branch every step
+            x = x.flip(0)
+        return x
+
+
+class NumpyNoise(nn.Module):
+    def forward(self, x):
+        return x + torch.from_numpy(np.random.randn(*x.shape).astype(np.float32))
+
+
+class BranchOnValue(nn.Module):
+    def forward(self, x):
+        if x.mean() > 0:
+            return x * 2
+        return x
+
+
+class GradReverse(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return -grad
+
+
+class Reversed(nn.Module):
+    def forward(self, x):
+        return GradReverse.apply(x)
+
+
+class StraightThrough(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.round()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class Rounded(nn.Module):
+    def forward(self, x):
+        return StraightThrough.apply(x)
+
+
+class Scale(torch.autograd.Function):
+    """A rewrite of x * 2 with its own backward: exact, so it exports."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+class Doubled(nn.Module):
+    def forward(self, x):
+        return Scale.apply(x)
+
+
+class TinyGAN(nn.Module):
+    def __init__(self, body):
+        super().__init__()
+        self.generator = nn.Linear(2, 4)
+        self.discriminator = KwargsNet(body)
+
+    def phase_d(self, real, z):
+        fake = self.generator(z).detach()
+        return F.softplus(self.discriminator(fake)).mean() + F.softplus(-self.discriminator(real)).mean()
+
+    def phase_dreg(self, real):
+        x = real.detach().requires_grad_(True)
+        g = torch.autograd.grad([self.discriminator(x).sum()], [x], create_graph=True)[0]
+        assert g is not None
+        return g.square().sum(1).mean()
+
+    def phase_g(self, z):
+        return F.softplus(-self.discriminator(self.generator(z))).mean()
+
+
+def tiny_spec():
+    z = {"name": "z", "source": "normal", "shape": [2]}
+    return {"ganc_spec": 1, "name": "tiny", "batch_size": 8, "data": {"shape": [4]},
+            "phases": [{"name": "d", "method": "phase_d", "updates": ["discriminator"],
+                        "inputs": [{"name": "real", "source": "data"}, z]},
+                       {"name": "dreg", "method": "phase_dreg", "updates": ["discriminator"], "interval": 2,
+                        "inputs": [{"name": "real", "source": "data"}]},
+                       {"name": "g", "method": "phase_g", "updates": ["generator"], "inputs": [z]}],
+            "optimizers": {"generator": {"type": "adam", "lr": 1e-3},
+                           "discriminator": {"type": "adam", "lr": 1e-3}}}
+
+
+def line_of(cls, text):
+    """file:line of the line of `cls`'s source holding `text`."""
+    import inspect
+    lines, start = inspect.getsourcelines(cls)
+    return f"test_intake.py:{start + next(i for i, l in enumerate(lines) if text in l)}"
+
+
+@pytest.mark.parametrize("body,construct,marker", [
+    (FlipsWithPythonRandom, r"random\.random\(\) \(Python randomness\)", "random.random()"),
+    (NumpyNoise, r"numpy\.random\.randn\(\) \(Python randomness\)", "np.random.randn"),
+    (BranchOnValue, r"Python branch on a tensor value \(`if tensor:`, `while`, `and`/`or`\)", "if x.mean() > 0"),
+])
+def test_what_a_trace_would_freeze_is_refused(tmp_path, body, construct, marker):
+    with pytest.raises(ganc.ExportError) as info:
+        ganc.export(TinyGAN(body()), str(tmp_path / "m.pt"), tiny_spec(), verbose=False)
+    message = str(info.value)
+    assert "\n" not in message
+    assert re.search(rf"^ganc.export: discriminator.body \(.*{re.escape(line_of(body, marker))}\): {construct} in a "
+                     r"module that does not script .*: a trace would freeze it", message), message
+    assert not os.path.exists(tmp_path / "m.pt")
+
+
+@pytest.mark.parametrize("body,function,order", [(Reversed, "GradReverse", "first"),
+                                                 (Rounded, "StraightThrough", "first")])
+def test_functions_whose_backward_is_not_their_gradient_are_refused(tmp_path, body, function, order):
+    with pytest.raises(ganc.ExportError) as info:
+        ganc.export(TinyGAN(body()), str(tmp_path / "m.pt"), tiny_spec(), verbose=False)
+    message = str(info.value)
+    assert re.search(rf"^ganc.export: torch.autograd.Function {function} \(.*test_intake.py:\d+\) in "
+                     rf"discriminator.body: its backward is not the gradient of its forward \(the {order} "
+                     r"derivatives differ", message), message
+
+
+def test_traced_network_takes_a_gradient_penalty_like_eager(tmp_path):
+    """A traced D (it does not script) under R1 with create_graph, an exact autograd Function
+    inside: each phase's loss and gradients equal eager's."""
+    torch.manual_seed(0)
+    gan = TinyGAN(Doubled())
+    path = str(tmp_path / "m.pt")
+    ganc.export(gan, path, tiny_spec(), verbose=False)
+    loaded = torch.jit.load(path)
+    real, z = torch.randn(8, 4), torch.randn(8, 2)
+    for method, args in (("phase_d", (real, z)), ("phase_dreg", (real,)), ("phase_g", (z,))):
+        want = getattr(gan, method)(*args)
+        got = getattr(loaded, method)(*args)
+        assert torch.equal(want, got), method
+        want_grads = torch.autograd.grad(want, list(gan.parameters()), allow_unused=True)
+        got_grads = torch.autograd.grad(got, list(loaded.parameters()), allow_unused=True)
+        for a, b in zip(want_grads, got_grads):
+            assert (a is None) == (b is None)
+            assert a is None or torch.allclose(a, b, rtol=1e-6, atol=0), method
+
+
+class CalledWithKeywords(TinyGAN):
+    def phase_g(self, z):
+        return F.softplus(-self.discriminator(self.generator(z), scale=2)).mean()
+
+
+def test_keyword_calls_into_a_traced_network_are_refused(tmp_path):
+    with pytest.raises(ganc.ExportError, match=r"^ganc.export: discriminator \(KwargsNet, .*test_intake.py:\d+\) "
+                                               r"does not script and is called with keyword arguments \(scale\)"):
+        ganc.export(CalledWithKeywords(nn.Identity()), str(tmp_path / "m.pt"), tiny_spec(), verbose=False)
+
+
+class ShapeFromInput(nn.Module):
+    """A Python int from the input's size fixes the trace to that batch (the zoo's minibatch
+    standard deviation does this): each call is traced on its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(1))
+
+    def forward(self, x, **kwargs):
+        n = int(x.shape[0])
+        return x.reshape(n, -1).sum(1, keepdim=True) * self.scale / n
+
+
+class TwoBatchSizes(TinyGAN):
+    def __init__(self):
+        super().__init__(nn.Identity())
+        self.discriminator = ShapeFromInput()
+
+    def phase_dreg(self, real):
+        x = real[:4].detach().requires_grad_(True)
+        g = torch.autograd.grad([self.discriminator(x).sum()], [x], create_graph=True)[0]
+        assert g is not None
+        return g.square().sum(1).mean()
+
+
+def test_a_trace_that_fixes_a_shape_is_traced_per_call(tmp_path, capsys):
+    gan = TwoBatchSizes()
+    path = str(tmp_path / "m.pt")
+    ganc.export(gan, path, tiny_spec())
+    assert "discriminator: one trace per call at forward([8, 4]), forward([4, 4])" in capsys.readouterr().out
+    loaded = torch.jit.load(path)
+    real = torch.randn(8, 4)
+    assert torch.equal(loaded.phase_dreg(real), gan.phase_dreg(real))
+    z = torch.randn(8, 2)
+    assert torch.equal(loaded.phase_d(real, z), gan.phase_d(real, z))
