@@ -69,6 +69,11 @@ struct Block {
   std::vector<Value *> yields;
 };
 
+/// Attributes `backward_reads_<i>` on an op (an operator library's, whose backward ganc.export
+/// measured): the operands its backward reads when the gradient flows through operand i. An op
+/// with any of them reads nothing through an operand without one.
+inline constexpr const char *kBackwardReadsPrefix = "backward_reads_";
+
 /// One operation. Names follow TorchScript ("aten::conv2d", "prim::If"); ganc's own ops are
 /// "ganc.param" and "ganc.buffer", whose symbol names the module parameter or buffer they read.
 struct Op {

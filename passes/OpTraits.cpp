@@ -1,6 +1,7 @@
 // The op-traits table (OpTraits.def) as lookups.
 #include "passes/OpTraits.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -45,9 +46,29 @@ const std::vector<size_t> *backwardReads(const std::string &op, size_t through) 
 #include "passes/OpTraits.def"
   };
   auto it = rules.find(op);
+  // An in-place variant's backward is its out-of-place op's (derivatives.yaml gives one
+  // formula for both): aten::add_ reads what aten::add reads.
+  if (it == rules.end() && isInPlace(op))
+    it = rules.find(op.substr(0, op.size() - 1));
   if (it == rules.end())
     return nullptr;
   return through < it->second.size() ? &it->second[through] : &none;
+}
+
+const std::vector<size_t> *backwardReads(const ir::Op &op, size_t through,
+                                         std::vector<size_t> &storage) {
+  const std::string prefix = ir::kBackwardReadsPrefix;
+  const bool measured = std::any_of(op.attributes.begin(), op.attributes.end(), [&](const auto &a) {
+    return a.first.compare(0, prefix.size(), prefix) == 0;
+  });
+  if (!measured)
+    return backwardReads(op.name, through);
+  storage.clear();
+  const ir::Attribute *row = op.attribute(prefix + std::to_string(through));
+  if (row != nullptr && std::holds_alternative<std::vector<int64_t>>(*row))
+    for (int64_t i : std::get<std::vector<int64_t>>(*row))
+      storage.push_back(static_cast<size_t>(i));
+  return &storage;
 }
 
 const char *captureUnsafeReason(const std::string &op) {

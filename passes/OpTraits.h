@@ -1,6 +1,8 @@
 // Op semantics the passes share, from the one table in OpTraits.def.
 #pragma once
 
+#include "ir/Module.h"
+
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -21,6 +23,12 @@ bool isInPlace(const std::string &op);
 /// operand `through` (for y = x * w, the gradient reaching x is computed from w). Null for
 /// an op without a row: assume every operand.
 const std::vector<size_t> *backwardReads(const std::string &op, size_t through);
+
+/// backwardReads for one op: its measured `backward_reads_<i>` attributes (an operator
+/// library's op; see ir::kBackwardReadsPrefix) where it has them, else its name's row.
+/// `storage` holds a measured row.
+const std::vector<size_t> *backwardReads(const ir::Op &op, size_t through,
+                                         std::vector<size_t> &storage);
 
 /// Why a CUDA Graph cannot hold `op` (a host sync, a data-dependent shape), or null.
 const char *captureUnsafeReason(const std::string &op);

@@ -20,7 +20,10 @@
 //
 // A used parameter whose every read sits inside a prim::If or prim::Loop region (a branch or a
 // loop on a tensor value: which way it goes is data) is also listed as conditional: the
-// runtime checks per step whether some rank reached it.
+// runtime checks per step whether some rank reached it. A branch that raises never completes,
+// so no gradient comes from it: a parameter read in every branch of a prim::If that does not
+// raise is read whichever way it goes (a traced network's dispatch on its input shapes, whose
+// last branch raises, reads every parameter in each of the others).
 //
 // Invariant left: phase.used lists, in declaration order, the reachable parameters the phase
 // trains (within its `updates` paths); phase.unused the remaining ones it trains; neither
@@ -124,7 +127,8 @@ public:
         for (size_t through = 0; through < op->operands.size(); ++through) {
           if (!dependsOnInputs.count(op->operands[through]))
             continue; // no gradient flows back through this operand
-          const std::vector<size_t> *reads = backwardReads(op->name, through);
+          std::vector<size_t> measured;
+          const std::vector<size_t> *reads = backwardReads(*op, through, measured);
           for (size_t i = 0; i < op->operands.size(); ++i)
             if (!reads || std::find(reads->begin(), reads->end(), i) != reads->end())
               saved.insert(op->operands[i]);
@@ -203,18 +207,60 @@ private:
   std::vector<const Op *> inPlace_;
 };
 
+/// Whether `block` raises (prim::RaiseException among its own ops): it never completes.
+bool raises(const ir::Block &block) {
+  return std::any_of(block.ops.begin(), block.ops.end(),
+                     [](const auto &op) { return op->name == "prim::RaiseException"; });
+}
+
+/// The parameters read in `block` or nested in it, outside regions that raise.
+void collectReads(const ir::Block &block, std::set<std::string> &reads) {
+  if (raises(block))
+    return;
+  for (const auto &op : block.ops) {
+    if (op->name == "ganc.param")
+      reads.insert(op->symbol);
+    for (const auto &region : op->regions)
+      collectReads(region, reads);
+  }
+}
+
+/// The parameters a prim::If reads whichever way it goes: in every region that does not raise.
+std::set<std::string> readsOnEveryPath(const Op &branch) {
+  std::set<std::string> common;
+  bool first = true;
+  for (const auto &region : branch.regions) {
+    if (raises(region))
+      continue;
+    std::set<std::string> reads;
+    collectReads(region, reads);
+    if (first)
+      common = std::move(reads);
+    else
+      for (auto it = common.begin(); it != common.end();)
+        it = reads.count(*it) ? std::next(it) : common.erase(it);
+    first = false;
+  }
+  return common;
+}
+
 /// For every parameter read in `block`: whether all its reads so far sit inside a region of a
 /// prim::If or prim::Loop (`inside`: `block` is such a region, or nested in one).
 void markRegionReads(const ir::Block &block, bool inside, std::map<std::string, bool> &only) {
+  auto read = [&](const std::string &name, bool inRegion) {
+    auto [it, added] = only.emplace(name, inRegion);
+    if (!added)
+      it->second = it->second && inRegion;
+  };
   for (const auto &op : block.ops) {
-    if (op->name == "ganc.param") {
-      auto [it, added] = only.emplace(op->symbol, inside);
-      if (!added)
-        it->second = it->second && inside;
-    }
+    if (op->name == "ganc.param")
+      read(op->symbol, inside);
     const bool branches = op->name == "prim::If" || op->name == "prim::Loop";
     for (const auto &region : op->regions)
       markRegionReads(region, inside || branches, only);
+    if (op->name == "prim::If")
+      for (const std::string &name : readsOnEveryPath(*op))
+        read(name, inside);
   }
 }
 
