@@ -6,6 +6,9 @@
 #include "ir/Files.h"
 
 #include <caffe2/serialize/inline_container.h>
+#include <dlfcn.h>
+#include <nlohmann/json.hpp>
+#include <torch/csrc/jit/runtime/operator.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -175,12 +178,77 @@ Status resolveOptimizerGroups(Archive &archive) {
 
 } // namespace
 
+Status loadOpLibraries(const std::vector<std::string> &paths) {
+  for (const std::string &library : paths) {
+    // RTLD_GLOBAL: a library's operators may call another's; the handle stays open for the
+    // life of the process, as torch.ops.load_library leaves it.
+    if (dlopen(library.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+      const char *why = dlerror();
+      return Status::error("--op-library " + library + ": " + (why ? why : "cannot be loaded"));
+    }
+  }
+  return Status::ok();
+}
+
+namespace {
+
+/// The operators an archive's code calls from operator libraries, as ganc.export recorded them
+/// in its ganc_ops.json ({"libraries": ["libx.so", ...], "ops": ["ns::op", ...]}): each must be
+/// registered (--op-library loads them) before the archive's code can be loaded. Its
+/// "backward_reads" ({"ns::op": [[operand, ...], ...]}) goes into `archive`.
+Status readOpLibraries(const std::string &path, const std::vector<char> &bytes, Archive &archive) {
+  auto entries = readZipEntries(bytes, [](const std::string &name) {
+    const std::string suffix = "/extra/ganc_ops.json"; // torch.jit.save's extra files
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  });
+  if (!entries)
+    return entries.status().withContext(path);
+  if (entries->empty())
+    return Status::ok();
+  const std::vector<char> &text = entries->front().second;
+  nlohmann::json needs = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
+  if (needs.is_discarded() || !needs.contains("ops") || !needs["ops"].is_array() ||
+      !needs.contains("libraries") || !needs["libraries"].is_array())
+    return Status::error(path + ": ganc_ops.json is not what ganc.export writes");
+  std::string libraries;
+  for (const auto &library : needs["libraries"])
+    libraries += (libraries.empty() ? "" : ", ") +
+                 (library.is_string() ? library.get<std::string>() : std::string("?"));
+  for (const auto &op : needs["ops"]) {
+    const std::string name = op.is_string() ? op.get<std::string>() : "";
+    if (name.find("::") != std::string::npos &&
+        !torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(name)).empty())
+      continue;
+    return Status::error(path + ": needs the operator " + name + " from the operator library " +
+                         libraries + ", which is not loaded: pass --op-library PATH/" + libraries +
+                         " (to ganc compile and ganc train)");
+  }
+  if (needs.contains("backward_reads") && needs["backward_reads"].is_object())
+    for (const auto &[op, rows] : needs["backward_reads"].items()) {
+      std::vector<std::vector<int64_t>> reads;
+      for (const auto &row : rows) {
+        if (!row.is_array())
+          return Status::error(path + ": ganc_ops.json is not what ganc.export writes");
+        reads.emplace_back();
+        for (const auto &i : row)
+          if (i.is_number_integer())
+            reads.back().push_back(i.get<int64_t>());
+      }
+      archive.opBackwardReads[op] = std::move(reads);
+    }
+  return Status::ok();
+}
+
+} // namespace
+
 Expected<Archive> loadArchive(const std::string &path) {
   auto bytes = readFile(path);
   if (!bytes)
     return bytes.status();
   GANC_TRY(checkZipArchive(*bytes).withContext(path));
   Archive archive;
+  GANC_TRY(readOpLibraries(path, *bytes, archive));
   archive.path = path;
   jit::ExtraFilesMap extra{{"ganc.json", ""}};
   try {

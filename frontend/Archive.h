@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace ganc::frontend {
 
@@ -20,11 +21,21 @@ struct Archive {
   std::string identity;
   /// The optimizer group of every parameter some phase trains.
   std::map<std::string, std::string> groupOf;
+  /// Operators from operator libraries whose backward ganc.export measured (ganc_ops.json's
+  /// backward_reads): per operand a gradient flows through, the operands its backward reads.
+  std::map<std::string, std::vector<std::vector<int64_t>>> opBackwardReads;
 };
 
-/// Loads `path` and its ganc.json; checks that every phase's method and submodules exist.
-/// Errors name the file and the culprit; LibTorch exceptions never escape.
+/// Loads `path` and its ganc.json; checks that every phase's method and submodules exist,
+/// and that the operators of the operator libraries it was exported with (its
+/// ganc_ops.json) are registered. Errors name the file and the culprit; LibTorch exceptions
+/// never escape.
 Expected<Archive> loadArchive(const std::string &path);
+
+/// Loads TORCH_LIBRARY operator libraries (--op-library): each shared library registers its
+/// operators, kernels and autograd kernels with the dispatcher when loaded. An error names
+/// the library and says why it did not load.
+Status loadOpLibraries(const std::vector<std::string> &paths);
 
 /// A 64-bit FNV-1a fingerprint (hex) of the archive's code records, its spec text and its
 /// parameter names, shapes and dtypes. A plan records it; the runtime refuses a plan whose

@@ -447,6 +447,12 @@ private:
       op->name = node->kind().toQualString();
       op->noGrad = noGrad;
       op->attributes = attributesOf(node);
+      // An operator library's op: what its backward reads, as ganc.export measured it.
+      auto measured = archive_.opBackwardReads.find(op->name);
+      if (measured != archive_.opBackwardReads.end())
+        for (size_t i = 0; i < measured->second.size(); ++i)
+          op->attributes.emplace_back(std::string(ir::kBackwardReadsPrefix) + std::to_string(i),
+                                      measured->second[i]);
       for (jit::Value *in : node->inputs()) {
         auto it = values_.find(in);
         if (it == values_.end()) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ganc::ir {
 
@@ -37,6 +38,21 @@ inline std::optional<double> parseDouble(const std::string &text) {
   if (*end != '\0' || errno != 0 || !std::isfinite(value))
     return std::nullopt;
   return value;
+}
+
+/// The comma-separated items of a command-line value ("a.so,b.so"), empty ones dropped.
+inline std::vector<std::string> splitList(const std::string &text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos)
+      comma = text.size();
+    if (comma > start)
+      items.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return items;
 }
 
 } // namespace ganc::ir

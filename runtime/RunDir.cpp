@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -140,6 +141,52 @@ Status applyOverrides(frontend::Spec &spec, const TrainOptions &o) {
   }
   if (o.batchSize > 0)
     spec.batchSize = o.batchSize;
+  for (const auto &[key, limit] : o.clip) {
+    std::vector<frontend::OptimizerSpec *> targets;
+    GANC_TRY(groups("--clip", key, targets));
+    for (frontend::OptimizerSpec *g : targets)
+      g->clip =
+          limit.first > 0
+              ? std::optional<frontend::ClipSpec>(frontend::ClipSpec{limit.first, limit.second})
+              : std::nullopt;
+  }
+  if (o.emaHalfLifeImages >= 0) {
+    if (!spec.ema)
+      return Status::error("--ema-half-life-images: the spec has no 'ema' (no G_ema to average)");
+    spec.ema->halfLifeImages = o.emaHalfLifeImages;
+  }
+  auto phaseNamed = [&](const std::string &flag,
+                        const std::string &name) -> Expected<frontend::PhaseSpec *> {
+    for (frontend::PhaseSpec &p : spec.phases)
+      if (p.name == name)
+        return &p;
+    std::vector<std::string> names;
+    for (const frontend::PhaseSpec &p : spec.phases)
+      names.push_back(p.name);
+    return Status::error(flag + " " + name + "=: the spec has no phase '" + name +
+                         "' (phases: " + join(names) + ")");
+  };
+  for (const auto &[name, text] : o.precision) {
+    const frontend::Precision precision = text == "bfloat16"  ? frontend::Precision::BFloat16
+                                          : text == "float16" ? frontend::Precision::Float16
+                                                              : frontend::Precision::Float32;
+    if (name.empty()) {
+      spec.precision = precision;
+      for (frontend::PhaseSpec &p : spec.phases)
+        p.precision = precision;
+      continue;
+    }
+    auto phase = phaseNamed("--precision", name);
+    if (!phase)
+      return phase.status();
+    (*phase)->precision = precision;
+  }
+  for (const auto &[name, k] : o.accumulate) {
+    auto phase = phaseNamed("--accumulate", name);
+    if (!phase)
+      return phase.status();
+    (*phase)->accumulate = k;
+  }
   for (const auto &[name, interval] : o.intervals) {
     auto phase = std::find_if(spec.phases.begin(), spec.phases.end(),
                               [&](const frontend::PhaseSpec &p) { return p.name == name; });
@@ -170,8 +217,22 @@ Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &re
   }
   for (json &phase : effective["phases"])
     for (const frontend::PhaseSpec &p : spec.phases)
-      if (phase.value("name", "") == p.name)
+      if (phase.value("name", "") == p.name) {
         phase["interval"] = p.interval;
+        phase["accumulate"] = p.accumulate;
+        phase["precision"] = frontend::precisionName(p.precision);
+      }
+  for (const auto &[name, g] : spec.optimizers) {
+    json &j = effective["optimizers"][name];
+    if (g.clip)
+      j["clip_grad_norm"] = {
+          {"max_norm", g.clip->maxNorm},
+          {"norm_type", std::isinf(g.clip->normType) ? json("inf") : json(g.clip->normType)}};
+    else
+      j.erase("clip_grad_norm");
+  }
+  if (spec.ema)
+    effective["ema"]["half_life_images"] = spec.ema->halfLifeImages;
   json overrides = json::object();
   for (const auto &[key, lr] : o.lr)
     overrides["lr"][key.empty() ? "*" : key] = lr;
@@ -181,6 +242,15 @@ Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &re
     overrides["interval"][key] = k;
   if (o.batchSize > 0)
     overrides["batch_size"] = o.batchSize;
+  for (const auto &[key, p] : o.precision)
+    overrides["precision"][key.empty() ? "*" : key] = p;
+  for (const auto &[key, k] : o.accumulate)
+    overrides["accumulate"][key] = k;
+  for (const auto &[key, c] : o.clip)
+    overrides["clip"][key] = {{"max_norm", c.first},
+                              {"norm_type", std::isinf(c.second) ? json("inf") : json(c.second)}};
+  if (o.emaHalfLifeImages >= 0)
+    overrides["ema_half_life_images"] = o.emaHalfLifeImages;
   effective["batch_size"] = spec.batchSize;
   std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char started[32];
@@ -190,6 +260,7 @@ Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &re
       {"started", started},
       {"plan", o.plan},
       {"model", o.model},
+      {"op_libraries", o.opLibraries},
       {"data", o.data},
       {"world_size", s.rank.worldSize},
       {"device", s.device.is_cuda() ? "cuda" : "cpu"},

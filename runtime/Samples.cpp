@@ -4,6 +4,7 @@
 #include "backend/Device.h"
 #include "runtime/Image.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -21,17 +22,29 @@ Status writeSamples(Session &s, int64_t step, bool last) {
   shape.insert(shape.end(), sample->noiseShape.begin(), sample->noiseShape.end());
   at::Tensor z = torch::randn(shape, fixed).to(s.inputType).to(s.device);
   torch::jit::Module generator = s.module().attr(sample->submodule).toModule();
-  at::Tensor images;
+  at::Tensor labels;
+  if (sample->classes > 0)
+    labels = torch::arange(o.samples, torch::kLong).remainder(sample->classes).to(s.device);
+  // The grid is drawn a training batch at a time (the last one filled up with the first
+  // samples and trimmed): a generator traced at export runs at the batch it was traced at,
+  // and each sample's image does not depend on the others'.
+  const int64_t chunk = std::max<int64_t>(1, s.spec().batchSize);
+  std::vector<at::Tensor> parts;
   {
     torch::NoGradGuard noGrad;
     generator.eval();
-    std::vector<c10::IValue> args{z};
-    if (sample->classes > 0)
-      args.emplace_back(
-          torch::arange(o.samples, torch::kLong).remainder(sample->classes).to(s.device));
-    images = generator.forward(args).toTensor();
+    for (int64_t start = 0; start < o.samples; start += chunk) {
+      const int64_t n = std::min(chunk, o.samples - start);
+      at::Tensor rows =
+          (torch::arange(start, start + chunk, torch::kLong) % o.samples).to(s.device);
+      std::vector<c10::IValue> args{z.index_select(0, rows)};
+      if (labels.defined())
+        args.emplace_back(labels.index_select(0, rows));
+      parts.push_back(generator.forward(args).toTensor().narrow(0, 0, n));
+    }
     generator.train();
   }
+  at::Tensor images = torch::cat(parts);
   GANC_TRY(writeSampleGrid(images, o.outDir + "/samples_step" + std::to_string(step) + ".png"));
   GANC_TRY(writeSampleGrid(images, o.outDir + "/samples.png"));
   if (last)

@@ -104,6 +104,36 @@ Status planShards(Session &s) {
   return ir::verifyInvariants(plan).withContext("sharding " + s.options.plan);
 }
 
+/// The plan's training-step facts again from the spec as the command line changed it
+/// (--precision, --accumulate, --clip): what lowering derives from the spec, so a plan needs no
+/// new export or compile to train in bfloat16 or with another recipe.
+Status replanRecipe(Session &s) {
+  const TrainOptions &o = s.options;
+  if (o.precision.empty() && o.accumulate.empty() && o.clip.empty())
+    return Status::ok();
+  const frontend::Spec &spec = s.spec();
+  for (auto &phase : s.plan->phases) {
+    const frontend::PhaseSpec *ps = nullptr;
+    for (const frontend::PhaseSpec &p : spec.phases)
+      if (p.name == phase->name)
+        ps = &p;
+    if (ps == nullptr)
+      continue;
+    phase->accumulate = ps->accumulate;
+    phase->autocast = ps->precision == frontend::Precision::Float32    ? ""
+                      : ps->precision == frontend::Precision::BFloat16 ? "bf16"
+                                                                       : "f16";
+    phase->clips.clear();
+    for (const auto &[group, optimizer] : spec.optimizers)
+      if (optimizer.clip && std::any_of(s.archive->groupOf.begin(), s.archive->groupOf.end(),
+                                        [&, &g = group](const auto &entry) {
+                                          return entry.second == g && phase->trains(entry.first);
+                                        }))
+        phase->clips.push_back({group, optimizer.clip->maxNorm, optimizer.clip->normType});
+  }
+  return ir::verifyInvariants(*s.plan).withContext("the recipe given to ganc train");
+}
+
 Status createExecutor(Session &s) {
   const frontend::Spec &spec = s.spec();
   backend::ExecutorOptions options;
@@ -344,6 +374,7 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
   if (!plan)
     return plan.status();
   s->plan = plan.take();
+  GANC_TRY(frontend::loadOpLibraries(options.opLibraries));
   auto archive = frontend::loadArchive(options.model);
   if (!archive)
     return archive.status();
@@ -356,6 +387,7 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
   s->inputType = frontend::inputScalarType(s->spec());
   GANC_TRY(setUpDevice(*s));
   GANC_TRY(planShards(*s));
+  GANC_TRY(replanRecipe(*s));
   for (const ir::LossScaler &l : s->plan->lossScalers)
     s->lossScalers.emplace(l.name, LossScaler(l, s->device));
   GANC_TRY(createExecutor(*s));

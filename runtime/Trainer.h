@@ -8,12 +8,15 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace ganc::runtime {
 
 struct TrainOptions {
   std::string plan;
   std::string model;
+  /// --op-library: TORCH_LIBRARY operator libraries the archive's code calls, loaded first.
+  std::vector<std::string> opLibraries;
   std::string data;
   std::string outDir = "ganc-out";
   /// A checkpoint to continue from, or "auto": outDir's latest checkpoint if there is one,
@@ -30,6 +33,15 @@ struct TrainOptions {
   std::map<std::string, double> lr;
   std::map<std::string, std::pair<double, double>> betas;
   std::map<std::string, int64_t> intervals;
+  /// The training recipe over the spec's, re-planned in memory at start-up (no re-export):
+  /// autocast precision per phase ("" for every phase: "float32", "bfloat16", "float16"),
+  /// micro-batches per phase, gradient clipping per optimizer group (max norm, norm type;
+  /// a max norm of 0 turns the group's clipping off), and G_ema's half-life in images (< 0:
+  /// the spec's).
+  std::map<std::string, std::string> precision;
+  std::map<std::string, int64_t> accumulate;
+  std::map<std::string, std::pair<double, double>> clip;
+  double emaHalfLifeImages = -1;
   /// The batch per rank instead of the spec's (0: the spec's). The plan does not depend on
   /// it: used sets and buckets are the same at every batch.
   int64_t batchSize = 0;

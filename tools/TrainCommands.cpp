@@ -27,6 +27,8 @@ const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
        ganc run --nproc N PLAN --model MODEL.pt [options]
 
   --model PATH            the archive PLAN was compiled from (checked)
+  --op-library LIB.so     a TORCH_LIBRARY operator library the archive's code calls (the
+                          archive names the ones it needs); repeat it or list with commas
   --data PATH             torch.save tensor file [N, *data.shape] in [-1, 1], or a folder of
                           PNG/JPEG images (resized to the spec's data shape)
   --steps N               training steps (default 1000); a phase runs when step % interval == 0
@@ -49,6 +51,12 @@ const char *kTrainUsage = R"(usage: ganc train PLAN --model MODEL.pt [options]
   --lr [GROUP=]X          learning rate of every optimizer group, or of GROUP (repeatable)
   --betas [GROUP=]B1,B2   Adam betas of every Adam group, or of GROUP (repeatable)
   --interval PHASE=K      run PHASE every K steps instead of the spec's interval (repeatable)
+  --precision [PHASE=]P   autocast every phase's (or PHASE's) forward to P: float32,
+                          bfloat16 or float16, instead of the spec's (repeatable)
+  --accumulate PHASE=K    PHASE takes K micro-batches per step (1 to 4096; repeatable)
+  --clip GROUP=MAX[,TYPE] clip GROUP's all-reduced gradients to a TYPE-norm (default 2, a
+                          number >= 1 or inf) of MAX (0: no clipping; repeatable)
+  --ema-half-life-images N  G_ema's half-life in images instead of the spec's (0: beta 0)
   --batch-size N          batch per rank instead of the spec's
   --device cpu|cuda       cpu: Gloo; cuda: NCCL, one GPU per rank (cuda:LOCAL_RANK), each
                           phase captured once as a CUDA Graph and replayed
@@ -187,6 +195,11 @@ const std::map<std::string, OptionHandler> &trainOptions() {
   using O = TrainOptions;
   static const std::map<std::string, OptionHandler> options = {
       {"--model", [](R &r, S &f, O &o) { o.model = r.value(f); }},
+      {"--op-library",
+       [](R &r, S &f, O &o) {
+         for (std::string &library : ir::splitList(r.value(f)))
+           o.opLibraries.push_back(std::move(library));
+       }},
       {"--data", [](R &r, S &f, O &o) { o.data = r.value(f); }},
       {"--steps", [](R &r, S &f, O &o) { o.steps = r.number(f); }},
       {"--out", [](R &r, S &f, O &o) { o.outDir = r.value(f); }},
@@ -282,6 +295,40 @@ const std::map<std::string, OptionHandler> &trainOptions() {
          o.betas[group] = {R::real(f, text.substr(0, comma), 0, 1),
                            R::real(f, text.substr(comma + 1), 0, 1)};
        }},
+      {"--precision",
+       [](R &r, S &f, O &o) {
+         auto [phase, text] = r.keyed(f);
+         if (text != "float32" && text != "bfloat16" && text != "float16")
+           throw std::invalid_argument(f + " takes [PHASE=]float32, bfloat16 or float16, not '" +
+                                       text + "'");
+         o.precision[phase] = text;
+       }},
+      {"--accumulate",
+       [](R &r, S &f, O &o) {
+         auto [phase, text] = r.keyed(f);
+         std::optional<int64_t> k = ir::parseInt64(text);
+         if (phase.empty() || !k || *k < 1 || *k > 4096)
+           throw std::invalid_argument(f + " takes PHASE=K with K from 1 to 4096 (e.g. Dmain=2), not '" +
+                                       (phase.empty() ? text : phase + "=" + text) + "'");
+         o.accumulate[phase] = *k;
+       }},
+      {"--clip",
+       [](R &r, S &f, O &o) {
+         auto [group, text] = r.keyed(f);
+         if (group.empty())
+           throw std::invalid_argument(f + " takes GROUP=MAX_NORM[,TYPE] (e.g. generator=1.0), not '" +
+                                       text + "'");
+         size_t comma = text.find(',');
+         double maxNorm = R::real(f, text.substr(0, comma), 0, 1e12);
+         double type = 2.0;
+         if (comma != std::string::npos) {
+           std::string t = text.substr(comma + 1);
+           type = t == "inf" ? std::numeric_limits<double>::infinity() : R::real(f, t, 1, 1e6);
+         }
+         o.clip[group] = {maxNorm, type};
+       }},
+      {"--ema-half-life-images",
+       [](R &r, S &f, O &o) { o.emaHalfLifeImages = R::real(f, r.value(f), 0, 1e15); }},
       {"--interval",
        [](R &r, S &f, O &o) {
          auto [phase, text] = r.keyed(f);

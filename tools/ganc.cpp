@@ -30,6 +30,7 @@ const char *kUsage = R"(usage: ganc <command> [options]
 commands:
   compile MODEL.pt -o PLAN [--bucket-cap-mb N|auto] [--first-bucket-mb N] [--zero 0|1|2]
                             [--ranks N] [--emit ir|json|report] [--print-ir-after PASS]
+                            [--op-library LIB.so ...]
                             [--target-gpus N --profile TIMING.json [--link ib|...]
                              [--intra-link L] [--ranks-per-host N] [--alpha-us A]
                              [--bandwidth-gbps B]]
@@ -40,6 +41,8 @@ commands:
       --bucket-cap-mb auto picks each phase's caps that leave the least communication exposed
       at --target-gpus ranks, simulated from a `ganc train --profile` run on the links the
       link options describe (as ganc simulate's).
+      --op-library loads a TORCH_LIBRARY operator library the archive's code calls (it was
+      exported with ganc.export(..., op_libraries=[...])); repeat it or list them with commas.
   explain PLAN [--json]
       per phase: used and unused parameters, buckets, all-reduce order and bytes per step.
   train PLAN --model MODEL.pt [options]     one rank; reads RANK, WORLD_SIZE, LOCAL_RANK,
@@ -63,6 +66,8 @@ int fail(const std::string &message) {
 
 struct CompileArgs {
   std::string model, output, emit, printAfter;
+  /// --op-library: operator libraries to load before the archive.
+  std::vector<std::string> opLibraries;
   /// --bucket-cap-mb auto: tune each phase's caps for --target-gpus from --profile.
   bool autotune = false;
   tools::AutotuneOptions tune;
@@ -119,6 +124,9 @@ Status parseCompileArgs(const std::vector<std::string> &args, CompileArgs &c) {
         c.options.pass.ranks = integer("--ranks", 1, 1 << 20, "the world size to plan shards for");
       else if (a == "--emit")
         c.emit = value("--emit");
+      else if (a == "--op-library")
+        for (std::string &library : ir::splitList(value("--op-library")))
+          c.opLibraries.push_back(std::move(library));
       else if (a == "--print-ir-after")
         c.printAfter = value("--print-ir-after");
       else if (a == "-h" || a == "--help")
@@ -174,6 +182,8 @@ int compile(const std::vector<std::string> &args) {
     std::cout << kUsage;
     return 0;
   }
+  if (Status s = frontend::loadOpLibraries(c.opLibraries); !s)
+    return fail("compile: " + s.message());
   auto archive = frontend::loadArchive(c.model);
   if (!archive)
     return fail(archive.status().message());

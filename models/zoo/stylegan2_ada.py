@@ -450,7 +450,7 @@ class SynthesisBlock(nn.Module):
             assert_shape(img, [None, self.img_channels, self.resolution // 2, self.resolution // 2])
             img = upsample2d(img, self.resample_filter)
         y = self.torgb(x, next(w_iter))
-        img = img + y if img is not None else y  # (stylegan2-ada: img.add_(y); see docs/export.md)
+        img = img.add_(y) if img is not None else y
         return x, img
 
 

@@ -138,15 +138,17 @@ def _key(phase: dict) -> str:
 def compile(archive: str, output: str | None = None, *, bucket_cap_mb: float | str | None = None,
             first_bucket_mb: float | None = None, zero: int | None = None,
             ranks: int | None = None, target_gpus: int | None = None, profile: str | None = None,
-            link: str | None = None) -> Plan:
+            link: str | None = None, op_libraries=()) -> Plan:
     """`ganc compile ARCHIVE -o OUTPUT` (default: the archive's name with .plan). `zero` (0,
     1, 2) shards optimizer state instead of the spec's stage; `ranks` lays the shards out
     for that many ranks. `bucket_cap_mb="auto"` picks each phase's caps for `target_gpus`
-    ranks from a `train(..., profile=PATH)` run's `profile` (between hosts on `link`)."""
+    ranks from a `train(..., profile=PATH)` run's `profile` (between hosts on `link`).
+    `op_libraries`: the operator libraries the archive was exported with."""
     output = output or os.path.splitext(archive)[0] + ".plan"
     args = ["compile", archive, "-o", output, "--emit", "json"]
     flags = {"--bucket-cap-mb": bucket_cap_mb, "--first-bucket-mb": first_bucket_mb, "--zero": zero,
-             "--ranks": ranks, "--target-gpus": target_gpus, "--profile": profile, "--link": link}
+             "--ranks": ranks, "--target-gpus": target_gpus, "--profile": profile, "--link": link,
+             "--op-library": ",".join(str(p) for p in op_libraries) or None}
     for flag, value in flags.items():
         if value is not None:
             args += [flag, str(value)]
@@ -180,6 +182,10 @@ def _option_args(options: dict) -> list[str]:
             continue
         if isinstance(value, bool):
             args += [flag] if key not in _ON_OFF else [flag, "on" if value else "off"]
+        elif isinstance(value, dict):  # accumulate={"Dmain": 2}, clip={"G": (1.0, "inf")}
+            for k, v in value.items():
+                text = ",".join(str(x) for x in v) if isinstance(v, (list, tuple)) else str(v)
+                args += [flag, f"{k}={text}"]
         elif isinstance(value, (list, tuple)):
             args += [flag, ",".join(str(v) for v in value)]
         else:
@@ -197,8 +203,14 @@ def train(plan: Plan | str, model: str | None = None, data=None, *, nproc: int =
     {"images": tensor, "labels": int64 tensor [N]} for conditional models.
     Every other keyword is a `ganc train` option: steps=2000, seed=1, log_every=100,
     resume="auto", force=True, lr=2e-4, betas=(0.0, 0.99), zero=2, device="cuda",
-    cuda_graphs=False (or "step"), ... `quiet` stops the progress lines being echoed.
+    cuda_graphs=False (or "step"), and the recipe, re-planned at start-up without a new
+    export: precision="bfloat16" (or {"Dmain": "float16"}), accumulate={"Dmain": 2},
+    clip={"generator": (1.0, 2)}, non_finite="skip", ema_half_life_images=10000, ...
+    `quiet` stops the progress lines being echoed.
+    `op_libraries=[path, ...]`: the operator libraries the archive was exported with.
     """
+    if "op_libraries" in options:
+        options["op_library"] = list(options.pop("op_libraries")) or None
     if isinstance(plan, str):
         plan = Plan(plan, model, {})
     model = model or plan.model

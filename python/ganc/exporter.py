@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import warnings
 
 import torch
 
-from . import functions
-from .hybrid import Probe, Resolver, _rng_kept, fresh_types_on_failure, script_failure
+from . import functions, oplibs
+from .hybrid import Probe, Resolver, rng_kept, script_error, fresh_types_on_failure, script_failure
 from .scriptable import ExportError, make_scriptable, sync_batch_norm_paths
 from .spec import SPEC_VERSION, SpecError, dumps, validate
 
@@ -63,7 +64,8 @@ def phase_methods_scripted(gan: torch.nn.Module, methods, script: bool = True):
 _MISSING = object()
 
 
-def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, verbose: bool = True) -> dict:
+def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, verbose: bool = True,
+           op_libraries=()) -> dict:
     """Exports `gan` with every phase method and its spec to the archive `path`.
 
     By default the export is hybrid (see ganc.hybrid): the phase methods are scripted, and each
@@ -77,6 +79,10 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, ver
     parameters and buffers `gan` had. With `verbose`, one line per traced submodule, container
     and Function says what became of it and why.
 
+    `op_libraries`: paths of TORCH_LIBRARY operator libraries (shared libraries) whose
+    operators the model calls; they are loaded here and named in the archive, and `ganc
+    compile` / `ganc train` need them too (`--op-library`).
+
     Returns the validated spec. Raises SpecError for a spec that names a method or submodule
     that does not exist or a phase that does not return a scalar, and ExportError, naming the
     submodule and file:line, for code ganc cannot export.
@@ -86,11 +92,17 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, ver
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):  # said before the scripting, not by torch.jit.save after it
         raise FileNotFoundError(f"ganc.export: {path}: the folder {folder} does not exist")
+    libraries = oplibs.load(op_libraries)
     spec = _list_sync_batch_norms(validate(spec, gan), gan)
     model = make_scriptable(gan)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     model.train()
-    probe = _probe(model, spec)
+    # Where every network scripts, nothing is traced: the probe only checks the phases' losses,
+    # at a small batch (as exports always did); otherwise it records the calls to trace at.
+    scripts = not trace and all(script_error(child) is None for child in model.children())
+    ops = oplibs.Recorder() if libraries else contextlib.nullcontext()
+    with ops:
+        probe = _probe(model, spec, batch=2 if scripts else None)
     _restore(model, state)
     lines = functions.check_all(probe.functions.applied.values())
     names = [p["method"] for p in spec["phases"]]
@@ -122,27 +134,32 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, ver
             for name, m in scripted.named_modules():
                 m.training = modes[name]
     _restore(scripted, state)
+    extra = {"ganc.json": dumps(spec)}
+    needs = oplibs.requirements(scripted, libraries, ops.calls if libraries else None)
+    if needs:
+        extra["ganc_ops.json"] = needs
     if verbose:
         for line in lines:
             print(f"ganc.export: {line}")
-    torch.jit.save(scripted, path, _extra_files={"ganc.json": dumps(spec)})
+    torch.jit.save(scripted, path, _extra_files=extra)
     return spec
 
 
-def _probe(model: torch.nn.Module, spec: dict) -> Probe:
-    """Runs every phase once at the spec's shapes (and the sample grid's call in eval mode)
-    under the probe's hooks; checks that each phase returns a scalar loss."""
+def _probe(model: torch.nn.Module, spec: dict, batch: int | None = None) -> Probe:
+    """Runs every phase once at the spec's shapes (at `batch` instead of the spec's batch,
+    when given), and the sample grid's call in eval mode, under the probe's hooks; checks
+    that each phase returns a scalar loss."""
     probe = Probe(model)
-    with probe.recording(), _rng_kept():
+    with probe.recording(), rng_kept():
         torch.manual_seed(0)
         for phase in spec["phases"]:
-            phase_loss(getattr(model, phase["method"])(*example_inputs(spec, phase)), phase)
+            phase_loss(getattr(model, phase["method"])(*example_inputs(spec, phase, batch)), phase)
         sample = spec.get("sample")
         if sample:
             sub = model.get_submodule(sample["submodule"])
             training = sub.training
             sub.eval()
-            batch = min(spec["batch_size"], 8)
+            batch = batch or spec["batch_size"]  # ganc draws the grid a training batch at a time
             args = [torch.randn([batch] + list(sample["noise_shape"])).to(getattr(torch, spec.get("dtype", "float32")))]
             if sample.get("classes"):
                 args.append(torch.arange(batch) % sample["classes"])
@@ -226,7 +243,11 @@ def load_spec(path: str) -> dict:
         raise FileNotFoundError(f"{path}: no such file")
     try:
         torch.jit.load(path, _extra_files=files)
-    except RuntimeError:
+    except RuntimeError as e:
+        op = re.search(r"Unknown builtin op: (\S+)\.", str(e))
+        if op:
+            raise ValueError(f"{path} calls the operator {op.group(1)}: load its operator library first "
+                             "(torch.ops.load_library)") from None
         raise ValueError(f"{path} is not a TorchScript archive (write one with ganc.export)") from None
     if not files["ganc.json"]:
         raise ValueError(f"{path} holds no ganc.json: it was not written by ganc.export")

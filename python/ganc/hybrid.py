@@ -44,7 +44,7 @@ import torch.nn as nn
 from . import functions
 from .scriptable import ExportError
 
-__all__ = ["Probe", "resolve", "where_of", "script_failure"]
+__all__ = ["Probe", "Resolver", "Decision", "rng_kept", "script_error", "script_failure", "trace_module", "where_of"]
 
 
 @dataclass
@@ -304,7 +304,7 @@ def fresh_types_on_failure():
         raise
 
 
-def _script_error(module: nn.Module):
+def script_error(module: nn.Module):
     """None if `module` scripts, else TorchScript's reason in one line."""
     failure = _script_failure(module)
     return None if failure is None else failure[0]
@@ -403,7 +403,7 @@ class Resolver:
         if refusal is None and any(new is not child for new, child in zip(children.values(), module.children())):
             saved = dict(module._modules)
             module._modules.update(children)
-            if _script_error(module) is None:
+            if script_error(module) is None:
                 return module, decisions + [Decision(path, "scripted")], None
             module._modules.update(saved)
         if not self.probe.calls.get(path):
@@ -422,7 +422,7 @@ class Resolver:
 
     def _container(self, module, path):
         """A submodule only its (uncalled) parent called: a container too, all the way down."""
-        kids = {name: child if _script_error(child) is None else self._container(child, f"{path}.{name}")
+        kids = {name: child if script_error(child) is None else self._container(child, f"{path}.{name}")
                 for name, child in module.named_children()}
         return _container(module, kids)
 
@@ -437,7 +437,7 @@ def _seeded(python_seed: int, torch_seed: int = 0):
 
 
 @contextlib.contextmanager
-def _rng_kept():
+def rng_kept():
     """Leaves the Python, numpy and torch generators as they were."""
     states = (random.getstate(), _np.random.get_state() if _np is not None else None, torch.get_rng_state())
     try:
@@ -493,7 +493,7 @@ def _trace(module, calls, python_seed, specialise):
         module.__dict__[name] = _in_mode(module, call.method, call.training)
         inputs[name] = call.args
     try:
-        with _rng_kept(), warnings.catch_warnings(record=True) as caught, functions.derived():
+        with rng_kept(), warnings.catch_warnings(record=True) as caught, functions.derived():
             warnings.simplefilter("always")
             _seeded(python_seed)
             traced = torch.jit.trace_module(module, inputs, check_trace=False, strict=False)
@@ -549,7 +549,7 @@ def _run(fn, args, training, module, seed):
     state = {k: v.detach().clone() for k, v in module.state_dict().items()}
     module.train(training)
     try:
-        with _rng_kept(), torch.no_grad():
+        with rng_kept(), torch.no_grad():
             torch.manual_seed(seed)
             return fn(*_clone(args))
     finally:

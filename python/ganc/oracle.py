@@ -61,7 +61,7 @@ def _optimizer(params, spec, cuda=False, zero=False):
                         weight_decay=spec.get("weight_decay", 0.0), **impl)
     else:
         cls = torch.optim.Adam if kind == "adam" else torch.optim.AdamW
-        settings = dict(lr=spec["lr"], betas=tuple(spec.get("betas", (0.9, 0.999))),
+        settings = dict(lr=spec["lr"], betas=tuple(float(b) for b in spec.get("betas", (0.9, 0.999))),
                         eps=spec.get("eps", 1e-8),
                         weight_decay=spec.get("weight_decay", 0.0 if kind == "adam" else 1e-2), **impl)
     if zero:
@@ -212,8 +212,10 @@ def _eager_twin(scripted, module, spec):
 
 def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device, reducer,
             deterministic=False, benchmark=True, channels_last=False, global_batch_of=0, zero=False,
-            shared_gpu=False, eager_model=None):
+            shared_gpu=False, eager_model=None, op_libraries=()):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
+    for library in op_libraries:
+        torch.ops.load_library(library)
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     # Run the archive like eager PyTorch (and like ganc): the plain TorchScript interpreter
@@ -402,7 +404,7 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
 
 def run(archive, data_path, world, steps, seed, out_dir, device="cpu", reducer="ddp",
         deterministic=False, benchmark=True, channels_last=False, global_batch=False, zero=False,
-        shared_gpu=False, eager_model=None):
+        shared_gpu=False, eager_model=None, op_libraries=()):
     """Trains `steps` steps on `world` ranks (Gloo on CPU, NCCL with one GPU per rank on
     CUDA); rank 0 writes the all-reduced gradients of every step and phase, and the final
     parameters and buffers, to `out_dir`.
@@ -425,7 +427,10 @@ def run(archive, data_path, world, steps, seed, out_dir, device="cpu", reducer="
     batch norms of the spec's `sync_batch_norm` submodules are torch.nn.SyncBatchNorm (on
     CUDA tensors only: SyncBatchNorm refuses CPU ones). A spec with `sync_batch_norm` at more
     than one rank needs this or `global_batch`: the archive alone has per-rank batch norm.
+    `op_libraries`: TORCH_LIBRARY operator libraries the archive (and the eager model) call.
     """
+    for library in op_libraries:
+        torch.ops.load_library(library)
     spec = load_spec(archive)
     if spec.get("sync_batch_norm") and world > 1 and not global_batch and eager_model is None:
         raise ValueError(f"{archive}: its spec synchronises batch norm ('sync_batch_norm'); the eager "
@@ -434,5 +439,5 @@ def run(archive, data_path, world, steps, seed, out_dir, device="cpu", reducer="
     procs = 1 if global_batch else world
     mp.spawn(_worker, args=(procs, free_port(), archive, data_path, steps, seed, out_dir, device, reducer,
                             deterministic, benchmark, channels_last, world if global_batch else 0, zero,
-                            shared_gpu, eager_model),
+                            shared_gpu, eager_model, tuple(op_libraries)),
              nprocs=procs, join=True)

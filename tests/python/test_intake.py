@@ -8,6 +8,7 @@ same Python classes eagerly under DistributedDataParallel (their own autograd Fu
 backward), on the same data, seeds and world size.
 """
 import functools
+import json
 import os
 import random
 import re
@@ -73,12 +74,29 @@ def test_stylegan2_ada_style_code_trains_like_eager_ddp(ganc_bin, digits16, tmp_
             err = relative_error(got[name].float(), ref[name].float())
             assert err <= 1e-9, f"step {step} {phase}: {name} differs by {err:.3g}"
     assert phases == {"Gmain", "Gpl", "Dmain", "Dreg"}
+    # Every phase of the plan replays as a captured graph on CUDA: the traced networks' shape
+    # arithmetic stays on the host, and the per-call dispatch reads every parameter.
+    explained = subprocess.run([ganc_bin, "explain", plan], capture_output=True, text=True, check=True).stdout
+    assert explained.count("replay on CUDA: CUDA Graph") == 4, explained
     got = ganc.load_checkpoint(str(tmp_path / "ganc" / "params_final.pt"))
     ref = torch.load(str(tmp_path / "ddp" / "params_final.pt"))
     assert set(got) == set(ref)
     for name in ref:
         err = relative_error(got[name].float(), ref[name].float())
         assert err <= 1e-9, f"final {name} differs by {err:.3g}"
+
+
+def test_traced_g_ema_draws_the_sample_grid(ganc_bin, digits16, tmp_path):
+    """G_ema, traced in eval mode at the training batch, draws a 20-image grid in the runtime
+    (three batches of 8, the last one filled up and trimmed)."""
+    model = archive("stylegan2_ada")
+    plan = str(tmp_path / "plan")
+    subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
+    out = tmp_path / "run"
+    subprocess.run([ganc_bin, "train", plan, "--model", model, "--data", digits16, "--steps", "1",
+                    "--samples", "20", "--out", str(out), "--checkpoint-every", "1"], check=True,
+                   capture_output=True, timeout=300)
+    assert (out / "samples.png").exists()
 
 
 def test_export_says_what_was_traced_and_why(tmp_path, capsys):
@@ -311,3 +329,111 @@ def test_a_trace_that_fixes_a_shape_is_traced_per_call(tmp_path, capsys):
     assert torch.equal(loaded.phase_dreg(real), gan.phase_dreg(real))
     z = torch.randn(8, 2)
     assert torch.equal(loaded.phase_d(real, z), gan.phase_d(real, z))
+
+
+# -- operator libraries -----------------------------------------------------------------------
+
+def op_library():
+    """The test tree's TORCH_LIBRARY library (tests/ops/BiasAct.cpp), built with the tests."""
+    path = os.environ.get("GANC_TEST_OPS", os.path.join(os.environ.get("GANC_BUILD_DIR", ""), "tests",
+                                                         "libganc_test_ops.so"))
+    if not os.path.isfile(path):
+        pytest.fail(f"{path} is not built (the ganc_test_ops target of tests/CMakeLists.txt)")
+    torch.ops.load_library(path)
+    return path
+
+
+class FusedDiscriminator(nn.Module):
+    """Calls ganc_test::bias_act, StyleGAN's fused bias + leaky ReLU + gain, as one operator."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(2, 16, bias=False)
+        self.b1 = nn.Parameter(torch.randn(16) * 0.1)
+        self.fc2 = nn.Linear(16, 1)
+
+    def forward(self, x):
+        return self.fc2(torch.ops.ganc_test.bias_act(self.fc1(x), self.b1, 0.2, 1.4142135623730951))
+
+
+class OpGAN(TinyGAN):
+    """TinyGAN's phases (R1 included) on 2-d points, D calling the library's operator."""
+
+    def __init__(self):
+        super().__init__(nn.Identity())
+        self.generator = nn.Sequential(nn.Linear(2, 16), nn.LeakyReLU(0.2), nn.Linear(16, 2))
+        self.discriminator = FusedDiscriminator()
+
+
+def make_op_gan():
+    torch.manual_seed(0)
+    return OpGAN()
+
+
+def test_an_operator_library_exports_compiles_and_trains_like_eager_ddp(ganc_bin, datasets, tmp_path):
+    """A network calling a TORCH_LIBRARY operator with a C++ autograd kernel (R1 through it
+    too): the archive names the library, compile and train refuse in one line without
+    --op-library, and with it ganc trains at 2 ranks equal to eager DDP calling the same op."""
+    library = op_library()
+    model = str(tmp_path / "ops.pt")
+    spec = dict(tiny_spec(), name="ops", data={"shape": [2]})  # the ring's 2-d points
+    ganc.export(make_op_gan(), model, spec, op_libraries=[library], verbose=False)
+    import zipfile
+    with zipfile.ZipFile(model) as z:
+        needs = [n for n in z.namelist() if n.endswith("extra/ganc_ops.json")]
+        assert needs, z.namelist()
+        # Its backward reads nothing of x or b (the slope comes from a detached value): the
+        # measured rows keep b1 out of R1's used parameters, as in eager autograd.
+        assert json.loads(z.read(needs[0])) == {"libraries": ["libganc_test_ops.so"],
+                                                "ops": ["ganc_test::bias_act"],
+                                                "backward_reads": {"ganc_test::bias_act": [[], [], [], []]}}
+    plan = str(tmp_path / "ops.plan")
+    refused = subprocess.run([ganc_bin, "compile", model, "-o", plan], capture_output=True, text=True)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert ("needs the operator ganc_test::bias_act from the operator library libganc_test_ops.so, which "
+            "is not loaded: pass --op-library PATH/libganc_test_ops.so") in refused.stderr
+    subprocess.run([ganc_bin, "compile", model, "-o", plan, "--op-library", library], check=True,
+                   capture_output=True)
+    train = [ganc_bin, "run", "--nproc", "2", plan, "--model", model, "--data", datasets["ring"],
+             "--steps", "6", "--seed", str(SEED), "--sample-every", "0", "--checkpoint-every", "0",
+             "--log-every", "6"]
+    refused = subprocess.run(train + ["--out", str(tmp_path / "refused")], capture_output=True, text=True)
+    assert refused.returncode != 0 and "pass --op-library PATH/libganc_test_ops.so" in refused.stderr
+    subprocess.run(train + ["--out", str(tmp_path / "train"), "--op-library", library,
+                            "--dump-grads", str(tmp_path / "ganc")], check=True, capture_output=True, timeout=600)
+    with open(tmp_path / "train" / "run.json") as f:
+        assert json.load(f)["op_libraries"] == [library]
+    # R1's phase leaves the last layer's bias without a gradient, which DDP refuses: that
+    # phase's reference all-reduces by hand with DDP's arithmetic.
+    oracle.run(model, datasets["ring"], 2, 6, SEED, out_dir=str(tmp_path / "ddp"),
+               reducer={"dreg": "manual"}, eager_model=make_op_gan, op_libraries=[library])
+    loaded = ganc.load_spec(model)
+    for step, phase, got, ref in gradient_dumps(loaded, 6, str(tmp_path / "ganc"), str(tmp_path / "ddp")):
+        for name in ref:
+            err = relative_error(got[name], ref[name])
+            assert err <= 1e-5, f"step {step} {phase}: {name} differs by {err:.3g}"
+    got = ganc.load_checkpoint(str(tmp_path / "ganc" / "params_final.pt"))
+    ref = torch.load(str(tmp_path / "ddp" / "params_final.pt"))
+    for name in ref:
+        assert relative_error(got[name], ref[name]) <= 1e-4, name
+
+
+def test_a_python_custom_op_is_refused_with_what_to_do(tmp_path):
+    @torch.library.custom_op("ganc_intake_py::scale", mutates_args=())
+    def scale(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @scale.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+    scale.register_autograd(lambda ctx, grad: grad * 2)
+
+    class PyOp(nn.Module):
+        def forward(self, x):
+            return torch.ops.ganc_intake_py.scale(x)
+
+    with pytest.raises(ganc.ExportError, match=r"^ganc.export: discriminator.* calls the operator "
+                                               r"ganc_intake_py::scale, which is registered from Python \(a "
+                                               r"torch.library.custom_op\): .*TORCH_LIBRARY"):
+        ganc.export(TinyGAN(PyOp()), str(tmp_path / "m.pt"), tiny_spec(), verbose=False)
