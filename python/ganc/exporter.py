@@ -116,8 +116,10 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, ver
         _check_trace_trains(scripted, spec)
     else:
         decisions = _stitch(model, probe)
-        lines = [f"{d.path}: {d.detail}" if d.kind == "traced" else f"{d.path}: {d.kind} ({d.detail})"
-                 for d in decisions if d.kind != "scripted"] + lines
+        scripted_paths = [d.path for d in decisions if d.kind == "scripted"]
+        lines = ([f"scripted: {', '.join(scripted_paths)}"] if scripted_paths else []) + [
+            f"{d.path}: {d.detail}" if d.kind == "traced" else f"{d.path}: {d.kind} ({d.detail})"
+            for d in decisions if d.kind != "scripted"] + lines
         # Phase methods need not be decorated by the user.
         with phase_methods_scripted(model, names), fresh_types_on_failure():
             # Scripting reads every attribute, properties included: in eval mode a layer's

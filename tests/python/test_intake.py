@@ -323,7 +323,9 @@ def test_a_trace_that_fixes_a_shape_is_traced_per_call(tmp_path, capsys):
     gan = TwoBatchSizes()
     path = str(tmp_path / "m.pt")
     ganc.export(gan, path, tiny_spec())
-    assert "discriminator: one trace per call at forward([8, 4]), forward([4, 4])" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ganc.export: scripted: generator" in out, out
+    assert "discriminator: one trace per call at forward([8, 4]), forward([4, 4])" in out, out
     loaded = torch.jit.load(path)
     real = torch.randn(8, 4)
     assert torch.equal(loaded.phase_dreg(real), gan.phase_dreg(real))
@@ -437,3 +439,91 @@ def test_a_python_custom_op_is_refused_with_what_to_do(tmp_path):
                                                r"ganc_intake_py::scale, which is registered from Python \(a "
                                                r"torch.library.custom_op\): .*TORCH_LIBRARY"):
         ganc.export(TinyGAN(PyOp()), str(tmp_path / "m.pt"), tiny_spec(), verbose=False)
+
+
+# -- PyTorch-GAN's way: `*block(...)` lists, a module-level shape, `view(n, *img_shape)` -----
+
+img_shape = (1, 4, 4)
+
+
+class PyTorchGANGenerator(nn.Module):
+    """PyTorch-GAN's WGAN-GP generator, as written there: it does not script (`*img_shape`)."""
+
+    def __init__(self, latent_dim=8):
+        super().__init__()
+
+        def block(in_feat, out_feat, normalize=True):
+            layers = [nn.Linear(in_feat, out_feat)]
+            if normalize:
+                layers.append(nn.BatchNorm1d(out_feat, 0.8))
+            layers.append(nn.LeakyReLU(0.2, inplace=True))
+            return layers
+
+        self.model = nn.Sequential(*block(latent_dim, 32, normalize=False), *block(32, 64),
+                                   nn.Linear(64, int(np.prod(img_shape))), nn.Tanh())
+
+    def forward(self, z):
+        img = self.model(z)
+        img = img.view(img.shape[0], *img_shape)
+        return img
+
+
+class PyTorchGANDiscriminator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.model = nn.Sequential(nn.Linear(int(np.prod(img_shape)), 32), nn.LeakyReLU(0.2, inplace=True),
+                                   nn.Linear(32, 1))
+
+    def forward(self, img):
+        img_flat = img.view(img.shape[0], -1)
+        return self.model(img_flat)
+
+
+class PyTorchGANWGANGP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.generator = PyTorchGANGenerator()
+        self.discriminator = PyTorchGANDiscriminator()
+
+    def phase_d(self, real, z, alpha):
+        fake = self.generator(z).detach()
+        x = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
+        g = torch.autograd.grad([self.discriminator(x).sum()], [x], create_graph=True)[0]
+        assert g is not None
+        penalty = ((g.reshape(g.shape[0], -1).norm(2, dim=1) - 1) ** 2).mean()
+        return -self.discriminator(real).mean() + self.discriminator(fake).mean() + 10 * penalty
+
+    def phase_g(self, z):
+        return -self.discriminator(self.generator(z)).mean()
+
+
+def test_pytorch_gan_wgan_gp_exports_and_takes_its_penalty_like_eager(tmp_path, capsys):
+    """The generator does not script (`view(n, *img_shape)`): it is traced; D scripts. The
+    critic phase's gradient penalty and both phases' gradients equal eager's."""
+    spec = {"ganc_spec": 1, "name": "pytorch_gan_wgan_gp", "batch_size": 8, "data": {"shape": list(img_shape)},
+            "phases": [{"name": "d", "method": "phase_d", "updates": ["discriminator"],
+                        "inputs": [{"name": "real", "source": "data"},
+                                   {"name": "z", "source": "normal", "shape": [8]},
+                                   {"name": "alpha", "source": "uniform", "shape": [1, 1, 1]}]},
+                       {"name": "g", "method": "phase_g", "updates": ["generator"], "interval": 5,
+                        "inputs": [{"name": "z", "source": "normal", "shape": [8]}]}],
+            "optimizers": {"generator": {"type": "adam", "lr": 1e-4, "betas": [0.5, 0.9]},
+                           "discriminator": {"type": "adam", "lr": 1e-4, "betas": [0.5, 0.9]}}}
+    torch.manual_seed(0)
+    gan = PyTorchGANWGANGP()
+    path = str(tmp_path / "m.pt")
+    ganc.export(gan, path, spec)
+    out = capsys.readouterr().out
+    assert "ganc.export: scripted: discriminator" in out, out
+    assert re.search(r"ganc.export: generator: traced at forward\(\[8, 8\]\): .*test_intake.py:\d+", out), out
+    loaded = torch.jit.load(path)
+    real, z, alpha = torch.rand(8, *img_shape) * 2 - 1, torch.randn(8, 8), torch.rand(8, 1, 1, 1)
+    for method, args in (("phase_d", (real, z, alpha)), ("phase_g", (z,))):
+        want = getattr(gan, method)(*args)
+        got = getattr(loaded, method)(*args)
+        assert torch.equal(want, got), method
+        want_grads = torch.autograd.grad(want, list(gan.parameters()), allow_unused=True)
+        got_grads = torch.autograd.grad(got, list(loaded.parameters()), allow_unused=True)
+        for a, b in zip(want_grads, got_grads):
+            assert (a is None) == (b is None)
+            assert a is None or torch.equal(a, b), method
