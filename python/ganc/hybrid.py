@@ -409,8 +409,10 @@ class Resolver:
         if not self.probe.calls.get(path):
             kept = {name: new if new is not None else self._container(child, f"{path}.{name}")
                     for (name, child), new in zip(module.named_children(), children.values())}
-            return _container(module, kept), decisions + [Decision(path, "container",
-                                                                   f"no phase calls it; its forward: {error}")], None
+            # Its own line says it: the containers below it are not listed one by one.
+            below = [d for d in decisions if d.kind != "container"]
+            return _container(module, kept), below + [Decision(path, "container",
+                                                               f"no phase calls it; its forward: {error}")], None
         return self._traced(module, path, error)
 
     def _traced(self, module, path, error):
