@@ -1,8 +1,8 @@
 // Bucketed all-reduce of one phase's gradients, launched from post-accumulate hooks.
 #include "backend/Reducer.h"
 
-#include "frontend/Collectives.h"
-#include "frontend/Dtypes.h"
+#include "support/torch/Collectives.h"
+#include "support/torch/Dtypes.h"
 
 #include <ATen/ScalarOps.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -44,7 +44,7 @@ PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Ten
   };
   for (size_t b = 0; b < phase.buckets.size(); ++b) {
     const ir::Bucket &bucket = phase.buckets[b];
-    auto bucketType = frontend::scalarTypeOf(bucket.dtype);
+    auto bucketType = scalarTypeOf(bucket.dtype);
     if (!bucketType)
       return bucketType.status().withContext("phase '" + phase.name + "', bucket " +
                                              std::to_string(b));
@@ -270,7 +270,7 @@ PhaseReducer::scratchElements(const ir::Phase &phase, int64_t ranks, bool keepGr
   std::map<c10::ScalarType, int64_t> elements;
   for (size_t b = 0; b < phase.buckets.size(); ++b) {
     const ir::Bucket &bucket = phase.buckets[b];
-    auto dtype = frontend::scalarTypeOf(bucket.dtype);
+    auto dtype = scalarTypeOf(bucket.dtype);
     if (!dtype)
       return dtype.status().withContext("phase '" + phase.name + "', bucket " + std::to_string(b));
     elements[*dtype] += bucket.shardBytes * (ranks + (keepGradients ? 1 : 0)) /

@@ -37,6 +37,7 @@ import torch.multiprocessing as mp  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import ganc  # noqa: E402
+import results  # noqa: E402
 from ganc.oracle import Inputs, free_port, grad_scalers, _optimizer  # noqa: E402
 import zoo  # noqa: E402
 
@@ -179,6 +180,17 @@ def main():
     print(f"{'':12} {'steps/s':>10} {'steps/s':>10} {'steps/s':>10}")
     for model, d, f, g, rd, rf, ov in rows:
         print(f"{model:12} {d:10.1f} {f:10.1f} {g:10.1f} {rd:7.2f}x {rf:7.2f}x {ov * 1e6:15.0f} us/step")
+    results.write(
+        "cpu", f"Training steps per second on {args.nproc} Gloo ranks: ganc against eager DDP (one DDP "
+        "per submodule, find_unused_parameters=True) and StyleGAN3's flat all-reduce, median step "
+        "after warm-up, measured in the same run",
+        {model: {"eager_ddp_steps_per_second": d, "stylegan3_steps_per_second": f,
+                 "ganc_steps_per_second": g, "ganc_vs_ddp": rd, "ganc_vs_stylegan3": rf,
+                 "ganc_host_overhead_seconds": ov} for model, d, f, g, rd, rf, ov in rows},
+        {"columns": ["model", "eager DDP steps/s", "StyleGAN3-style steps/s", "ganc steps/s",
+                     "ganc vs DDP", "ganc vs StyleGAN3", "ganc host overhead"],
+         "rows": [[model, f"{d:.1f}", f"{f:.1f}", f"{g:.1f}", f"{rd:.2f}x", f"{rf:.2f}x",
+                   f"{ov * 1e6:.0f} us/step"] for model, d, f, g, rd, rf, ov in rows]})
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ def profile_model(model, steps, device, tmp):
 
 
 def markdown(results):
-    """The predictions as a Markdown table (the README's Scaling table)."""
+    """The predictions as a Markdown table (the scaling table of the GPU notes)."""
     out = [f"Predicted from one {results['device']} (torch {results['torch']}, {results['date']}); 8 GPUs "
            f"per host on NVLink, {results['link']} between hosts; batch per GPU fixed.", "",
            "| model | GPUs | ganc ms/step | exposed ms | efficiency | flat all-reduce ms/step | exposed ms "

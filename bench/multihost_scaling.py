@@ -10,7 +10,7 @@ all-reduces, not the host's scheduling, set the step time:
 2. Profiles each model on one rank (`ganc train --profile`, one thread, no link).
 3. Predicts 2 hosts x 1 rank and 2 hosts x 2 ranks with `ganc simulate` (those alpha and
    beta between hosts; each emulated host gets half of this machine's cores), then trains
-   both with torchrun in the namespaces, exactly as the README's two-node command, profiled,
+   both with torchrun in the namespaces, exactly as docs/usage.md's two-node command, profiled,
    and prints predicted against measured step time and exposed communication.
 4. Autotunes the buckets for each shape (`ganc compile --bucket-cap-mb auto` with the same
    links) and, where the caps differ from DDP's, trains the tuned plan too: the predicted

@@ -34,6 +34,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 import ganc  # noqa: E402
+import results  # noqa: E402
 from ganc.oracle import free_port  # noqa: E402
 import zoo  # noqa: E402
 
@@ -185,6 +186,16 @@ def main():
         print(f"{model:10} {ranks:5d} {one * 1e3:10.2f} {predicted * 1e3:13.2f} {measured * 1e3:12.2f}"
               f" {100 * (predicted - measured) / measured:7.1f}%   {exposed_predicted * 1e3:21.2f}"
               f" {exposed * 1e3:12.2f}")
+    results.write(
+        "cpu_scaling", "ganc simulate's predicted step time against the measured one at each world "
+        f"size (Gloo, one host, {cores:.2f} effective cores, one thread per rank)",
+        {"alpha_seconds": alpha, "beta_bytes_per_second": beta, "effective_cores": cores,
+         "rows": [{"model": m, "ranks": r, "one_rank_seconds": o, "predicted_seconds": p, "measured_seconds": s,
+                   "exposed_predicted_seconds": ep, "exposed_measured_seconds": e}
+                  for m, r, o, p, s, ep, e in rows]},
+        {"columns": ["model", "ranks", "1 rank ms", "predicted ms", "measured ms", "error"],
+         "rows": [[m, r, f"{o * 1e3:.2f}", f"{p * 1e3:.2f}", f"{s * 1e3:.2f}", f"{100 * (p - s) / s:.1f}%"]
+                  for m, r, o, p, s, ep, e in rows]})
 
 
 if __name__ == "__main__":

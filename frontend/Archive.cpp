@@ -1,9 +1,9 @@
 // Archive loading: the TorchScript module, its spec, the checks between them, its identity.
 #include "frontend/Archive.h"
 
-#include "frontend/Dtypes.h"
-#include "frontend/TorchError.h"
-#include "ir/Files.h"
+#include "support/Files.h"
+#include "support/torch/Dtypes.h"
+#include "support/torch/TorchError.h"
 
 #include <caffe2/serialize/inline_container.h>
 #include <dlfcn.h>

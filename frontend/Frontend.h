@@ -2,8 +2,8 @@
 #pragma once
 
 #include "frontend/Archive.h"
-#include "frontend/Dtypes.h"
 #include "frontend/Lowering.h"
 #include "frontend/Shapes.h"
 #include "frontend/Stages.h"
 #include "frontend/SyncBatchNorm.h"
+#include "support/torch/Dtypes.h"

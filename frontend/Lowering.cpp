@@ -3,10 +3,10 @@
 #include "frontend/Lowering.h"
 
 #include "frontend/Archive.h"
-#include "frontend/Dtypes.h"
 #include "frontend/Shapes.h"
 #include "frontend/SyncBatchNorm.h"
-#include "frontend/TorchError.h"
+#include "support/torch/Dtypes.h"
+#include "support/torch/TorchError.h"
 
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>

@@ -1,12 +1,26 @@
 // Shape probing: one run of a phase's graph on example inputs records every tensor's type.
 #include "frontend/Shapes.h"
 
-#include "frontend/Dtypes.h"
-#include "frontend/TorchError.h"
+#include "support/torch/Dtypes.h"
+#include "support/torch/TorchError.h"
 
 #include <torch/csrc/jit/runtime/interpreter.h>
 
 namespace ganc::frontend {
+
+c10::ScalarType inputScalarType(const Spec &spec) {
+  switch (spec.inputDtype) {
+  case InputDtype::Float64:
+    return c10::kDouble;
+  case InputDtype::BFloat16:
+    return c10::kBFloat16;
+  case InputDtype::Float16:
+    return c10::kHalf;
+  case InputDtype::Float32:
+    break;
+  }
+  return c10::kFloat;
+}
 
 namespace jit = torch::jit;
 

@@ -12,6 +12,9 @@
 
 namespace ganc::frontend {
 
+/// The dtype of floating phase inputs: the spec's `input_dtype`.
+c10::ScalarType inputScalarType(const Spec &spec);
+
 /// A random input of the right shape and dtype for one call of a phase (class ids for
 /// labels and categorical inputs), for shape probing and tests.
 at::Tensor exampleInput(const Spec &spec, const InputSpec &input, int64_t batch);

@@ -1,5 +1,6 @@
 // Reads and validates ganc.json.
 #include "frontend/Spec.h"
+#include "frontend/SpecSchema.h"
 
 #include "ir/Module.h"
 
@@ -89,51 +90,6 @@ Status field(const json &j, const char *key, T &out, const std::string &where) {
   return Status::ok();
 }
 
-/// Levenshtein distance, for "did you mean" suggestions.
-size_t editDistance(const std::string &a, const std::string &b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j)
-    row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-/// Every key of the object `j` must be one of `known`: a misspelled field is an error with a
-/// suggestion, never silently ignored. `where` names the object ("phase 'd'").
-Status knownKeys(const json &j, const std::vector<std::string> &known, const std::string &where) {
-  if (!j.is_object())
-    return Status::ok(); // the caller's own check says what it must be
-  for (const auto &item : j.items()) {
-    const std::string &key = item.key();
-    std::string best;
-    size_t bestDistance = 3; // suggest only close names
-    bool found = false;
-    for (const std::string &k : known) {
-      if (key == k) {
-        found = true;
-        break;
-      }
-      size_t d = editDistance(key, k);
-      if (d < bestDistance) {
-        bestDistance = d;
-        best = k;
-      }
-    }
-    if (!found)
-      return Status::error(where + "unknown key '" + key + "'" +
-                           (best.empty() ? std::string() : " (did you mean '" + best + "'?)"));
-  }
-  return Status::ok();
-}
-
 Expected<std::vector<int64_t>> shapeOf(const json &j, const std::string &where) {
   if (!j.is_array())
     return Status::error(where + " must be a list of integers");
@@ -144,12 +100,6 @@ Expected<std::vector<int64_t>> shapeOf(const json &j, const std::string &where) 
     shape.push_back(d.get<int64_t>());
   }
   return shape;
-}
-
-/// A version 2 field in a version 1 spec is refused: the writer must say which schema it means.
-Status needVersion2(const Spec &spec, const json &j, const char *field, const std::string &where) {
-  return need(spec.version >= 2 || !j.contains(field),
-              where + "'" + field + "' is a ganc_spec 2 field; set \"ganc_spec\": 2");
 }
 
 Expected<Precision> parsePrecision(const json &j, const std::string &where) {
@@ -163,7 +113,7 @@ Expected<Precision> parsePrecision(const json &j, const std::string &where) {
 
 /// 'clip_grad_norm': {"max_norm": x, "norm_type": p}, as torch.nn.utils.clip_grad_norm_.
 Status parseClip(const json &j, const std::string &where, OptimizerSpec &o) {
-  GANC_TRY(knownKeys(j, {"max_norm", "norm_type"}, where + ": clip_grad_norm: "));
+  GANC_TRY(knownKeys(j, "clip", where + ": clip_grad_norm: "));
   GANC_TRY(need(j.is_object() && j.contains("max_norm") && j["max_norm"].is_number() &&
                     j["max_norm"].get<double>() > 0,
                 where + ": 'clip_grad_norm' needs a positive 'max_norm'"));
@@ -231,8 +181,7 @@ Status parseLossScalers(const json &j, Spec &spec) {
     GANC_TRY(need(!name.empty() && name.find_first_of("\" \t\n") == std::string::npos,
                   where + ": a name cannot be empty or hold quotes or spaces"));
     GANC_TRY(need(v.is_object(), where + " must be an object"));
-    GANC_TRY(knownKeys(v, {"init_scale", "growth_factor", "backoff_factor", "growth_interval"},
-                       where + ": "));
+    GANC_TRY(knownKeys(v, "scaler", where + ": "));
     LossScalerSpec scaler;
     GANC_TRY(field(v, "init_scale", scaler.initScale, where + ": "));
     GANC_TRY(field(v, "growth_factor", scaler.growthFactor, where + ": "));
@@ -264,10 +213,7 @@ bool isPath(const std::string &path) {
 
 Status parseOptimizer(const std::string &group, const json &j, OptimizerSpec &o) {
   std::string where = "optimizer of '" + group + "'";
-  GANC_TRY(knownKeys(j,
-                     {"params", "type", "lr", "betas", "eps", "weight_decay", "momentum",
-                      "clip_grad_norm", "lr_schedule"},
-                     where + ": "));
+  GANC_TRY(knownKeys(j, "optimizer", where + ": "));
   GANC_TRY(need(j.is_object() && j.contains("type") && j["type"].is_string(),
                 where + " needs a 'type'"));
   o.params = {group};
@@ -321,9 +267,7 @@ Status parseOptimizers(const json &optimizers, Spec &spec) {
     const std::string where = "optimizer of '" + group + "': ";
     GANC_TRY(need(isPath(group),
                   "optimizer group '" + group + "': names hold letters, digits, '_' and '.'"));
-    GANC_TRY(needVersion2(spec, o, "clip_grad_norm", where));
-    GANC_TRY(needVersion2(spec, o, "params", where));
-    GANC_TRY(needVersion2(spec, o, "lr_schedule", where));
+    GANC_TRY(needVersion(spec.version, o, "optimizer", where));
     OptimizerSpec opt;
     GANC_TRY(parseOptimizer(group, o, opt));
     for (const std::string &path : opt.params)
@@ -338,7 +282,7 @@ Status parseOptimizers(const json &optimizers, Spec &spec) {
 }
 
 Status parseStages(const json &j, Spec &spec) {
-  GANC_TRY(knownKeys(j, {"attributes", "list"}, "'stages': "));
+  GANC_TRY(knownKeys(j, "stages", "'stages': "));
   GANC_TRY(need(j.is_object() && j.contains("attributes") && j["attributes"].is_array() &&
                     !j["attributes"].empty(),
                 "'stages' needs 'attributes': the int module attributes that select the stage "
@@ -361,7 +305,7 @@ Status parseStages(const json &j, Spec &spec) {
     StageSpec stage;
     stage.name = s["name"].get<std::string>();
     std::string where = "stage '" + stage.name + "'";
-    GANC_TRY(knownKeys(s, {"name", "steps", "fade_steps", "grows"}, where + ": "));
+    GANC_TRY(knownKeys(s, "stage", where + ": "));
     GANC_TRY(need(names.insert(stage.name).second, where + " is declared twice"));
     GANC_TRY(need(stage.name.find_first_of("@\" \t\n") == std::string::npos,
                   where + ": a stage name cannot hold '@', quotes or spaces"));
@@ -394,8 +338,7 @@ Status parseInput(const json &in, const Spec &spec, bool hasStages, const std::s
   GANC_TRY(need(in.is_object() && in.contains("name") && in["name"].is_string(),
                 where + ": every input needs a 'name'"));
   input.name = in["name"].get<std::string>();
-  GANC_TRY(knownKeys(in, {"name", "source", "shape", "classes"},
-                     where + ": input '" + input.name + "': "));
+  GANC_TRY(knownKeys(in, "input", where + ": input '" + input.name + "': "));
   std::string source;
   GANC_TRY(field(in, "source", source, where + ": input '" + input.name + "': "));
   const std::optional<InputSource> parsed = parseInputSource(source);
@@ -430,10 +373,7 @@ Status parsePhase(const json &p, const Spec &spec, bool hasStages, PhaseSpec &ph
                 "every phase needs a 'name'"));
   phase.name = p["name"].get<std::string>();
   std::string where = "phase '" + phase.name + "'";
-  GANC_TRY(knownKeys(
-      p,
-      {"name", "method", "updates", "interval", "inputs", "accumulate", "precision", "loss_scaler"},
-      where + ": "));
+  GANC_TRY(knownKeys(p, "phase", where + ": "));
   GANC_TRY(need(p.contains("method") && p["method"].is_string(), where + " needs a 'method'"));
   phase.method = p["method"].get<std::string>();
   if (p.contains("interval")) {
@@ -456,9 +396,7 @@ Status parsePhase(const json &p, const Spec &spec, bool hasStages, PhaseSpec &ph
                   where + ": input '" + input.name + "' is declared twice"));
     phase.inputs.push_back(input);
   }
-  GANC_TRY(needVersion2(spec, p, "accumulate", where + ": "));
-  GANC_TRY(needVersion2(spec, p, "precision", where + ": "));
-  GANC_TRY(needVersion2(spec, p, "loss_scaler", where + ": "));
+  GANC_TRY(needVersion(spec.version, p, "phase", where + ": "));
   if (p.contains("loss_scaler")) {
     GANC_TRY(need(p["loss_scaler"].is_string() &&
                       spec.lossScalers.count(p["loss_scaler"].get<std::string>()) > 0,
@@ -485,7 +423,7 @@ Status parsePhase(const json &p, const Spec &spec, bool hasStages, PhaseSpec &ph
 Status parseEma(const json &e, Spec &spec) {
   GANC_TRY(need(e.is_object() && e.contains("submodule") && e.contains("copy"),
                 "'ema' needs 'submodule' (the trained one) and 'copy' (its average)"));
-  GANC_TRY(knownKeys(e, {"submodule", "copy", "half_life_images", "beta"}, "'ema': "));
+  GANC_TRY(knownKeys(e, "ema", "'ema': "));
   EmaSpec ema;
   ema.submodule = e["submodule"].get<std::string>();
   ema.copy = e["copy"].get<std::string>();
@@ -506,7 +444,7 @@ Status parseEma(const json &e, Spec &spec) {
 Status parseSample(const json &s, Spec &spec) {
   GANC_TRY(need(s.is_object() && s.contains("submodule") && s.contains("noise_shape"),
                 "'sample' needs 'submodule' and 'noise_shape'"));
-  GANC_TRY(knownKeys(s, {"submodule", "noise_shape", "classes"}, "'sample': "));
+  GANC_TRY(knownKeys(s, "sample", "'sample': "));
   SampleSpec sample;
   sample.submodule = s["submodule"].get<std::string>();
   auto shape = shapeOf(s["noise_shape"], "'sample.noise_shape'");
@@ -521,17 +459,13 @@ Status parseSample(const json &s, Spec &spec) {
 /// The model-wide training-step fields (version 2): precision, loss_scalers, sync_batch_norm,
 /// non_finite, zero.
 Status parseModelWideTrainingStep(const json &j, Spec &spec) {
-  GANC_TRY(needVersion2(spec, j, "zero", ""));
+  GANC_TRY(needVersion(spec.version, j, "spec", ""));
   if (j.contains("zero"))
     GANC_TRY(need(j["zero"].is_number_integer() && j["zero"].get<int64_t>() >= 0 &&
                       j["zero"].get<int64_t>() <= 2,
                   "'zero' must be 0 (off), 1 (shard optimizer state) or 2 (and gradients), got " +
                       j["zero"].dump()));
   GANC_TRY(field(j, "zero", spec.zero, ""));
-  GANC_TRY(needVersion2(spec, j, "precision", ""));
-  GANC_TRY(needVersion2(spec, j, "loss_scalers", ""));
-  GANC_TRY(needVersion2(spec, j, "sync_batch_norm", ""));
-  GANC_TRY(needVersion2(spec, j, "non_finite", ""));
   GANC_TRY(field(j, "non_finite", spec.nonFinite, ""));
   GANC_TRY(need(spec.nonFinite == "stop" || spec.nonFinite == "skip",
                 "'non_finite' must be stop or skip, got '" + spec.nonFinite + "'"));
@@ -558,11 +492,7 @@ Status parseModelWideTrainingStep(const json &j, Spec &spec) {
 Status parseInto(const json &j, Spec &spec) {
   GANC_TRY(need(j.is_object(), "must be a JSON object"));
   GANC_TRY(need(j.contains("ganc_spec"), "missing 'ganc_spec' (the schema version)"));
-  GANC_TRY(knownKeys(j,
-                     {"ganc_spec", "name", "batch_size", "data", "dtype", "precision",
-                      "loss_scalers", "sync_batch_norm", "non_finite", "zero", "phases",
-                      "optimizers", "buffers", "sample", "ema", "stages"},
-                     ""));
+  GANC_TRY(knownKeys(j, "spec", ""));
   GANC_TRY(need(j["ganc_spec"].is_number_integer() && j["ganc_spec"].get<int>() >= 1 &&
                     j["ganc_spec"].get<int>() <= kSpecVersion,
                 "'ganc_spec' is " + j["ganc_spec"].dump() + ", this ganc reads versions 1 to " +
@@ -579,7 +509,7 @@ Status parseInto(const json &j, Spec &spec) {
   spec.batchSize = j["batch_size"].get<int64_t>();
   GANC_TRY(need(j.contains("data") && j["data"].is_object() && j["data"].contains("shape"),
                 "missing 'data': {\"shape\": [...]}"));
-  GANC_TRY(knownKeys(j["data"], {"shape", "classes", "xflip"}, "'data': "));
+  GANC_TRY(knownKeys(j["data"], "data", "'data': "));
   auto dataShape = shapeOf(j["data"]["shape"], "'data.shape'");
   if (!dataShape)
     return dataShape.status();

@@ -1,7 +1,7 @@
 // The ganc spec (ganc.json inside the archive): phases, inputs, optimizers, buffer policy.
 #pragma once
 
-#include "ir/Status.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <map>

@@ -1,10 +1,9 @@
-// Synchronised batch norm: the ganc::sync_batch_norm op (statistics over every rank's batch)
-// and the rewrite of a submodule's aten::batch_norm ops into it.
+// Synchronised batch norm at compile time: the rewrite of a submodule's aten::batch_norm ops
+// into ganc::sync_batch_norm (statistics over every rank's batch).
 #pragma once
 
-#include "ir/Status.h"
+#include "support/Status.h"
 
-#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/ir/ir.h>
 
@@ -12,10 +11,6 @@
 #include <string>
 
 namespace ganc::frontend {
-
-/// The process group ganc::sync_batch_norm all-reduces over (one per process; the runtime
-/// sets it at start-up). Without one, or at world size 1, the op is batch norm itself.
-void setSyncBatchNormGroup(c10::intrusive_ptr<c10d::Backend> group);
 
 /// Replaces every aten::batch_norm of `graph` that belongs to a module under one of
 /// `submodules` ("generator" covers "generator.main.1") by ganc::sync_batch_norm: by the

@@ -1,7 +1,7 @@
 // Types, values and the module's lookup helpers.
 #include "ir/Module.h"
 
-#include "ir/TextFormat.h"
+#include "support/TextFormat.h"
 
 #include <algorithm>
 #include <cctype>

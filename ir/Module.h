@@ -1,7 +1,7 @@
 // The ganc IR: a module of parameters, buffers and training phases, each phase an SSA graph.
 #pragma once
 
-#include "ir/Status.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <map>

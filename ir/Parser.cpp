@@ -1,6 +1,8 @@
 // Reads the ganc IR text form (the printer's output, plus `//` comments) back into a Module.
+#include "ir/Lexer.h"
 #include "ir/Module.h"
-#include "ir/TextFormat.h"
+#include "ir/PhaseAttrs.h"
+#include "support/TextFormat.h"
 
 #include <cctype>
 #include <cstdlib>
@@ -10,9 +12,9 @@ namespace ganc::ir {
 
 namespace {
 
-class Parser {
+class Parser : Lexer {
 public:
-  explicit Parser(const std::string &text) : text_(text) {}
+  explicit Parser(const std::string &text) : Lexer(text) {}
 
   Expected<std::unique_ptr<Module>> run() {
     auto module = std::make_unique<Module>();
@@ -77,126 +79,6 @@ public:
   }
 
 private:
-  // ---- lexical helpers -------------------------------------------------------------------
-
-  void skipSpace() {
-    while (pos_ < text_.size()) {
-      if (std::isspace(static_cast<unsigned char>(text_[pos_]))) {
-        if (text_[pos_] == '\n')
-          ++line_;
-        ++pos_;
-      } else if (text_.compare(pos_, 2, "//") == 0) {
-        while (pos_ < text_.size() && text_[pos_] != '\n')
-          ++pos_;
-      } else {
-        break;
-      }
-    }
-  }
-
-  Status error(const std::string &message) const { return errorAt(line_, message); }
-
-  Status errorAt(int line, const std::string &message) const {
-    return Status::error("line " + std::to_string(line) + ": " + message);
-  }
-
-  bool peek(char c) {
-    skipSpace();
-    return pos_ < text_.size() && text_[pos_] == c;
-  }
-
-  Status expect(char c) {
-    if (!peek(c))
-      return error(std::string("expected '") + c + "'" +
-                   (pos_ < text_.size() ? std::string(", got '") + text_[pos_] + "'" : ""));
-    ++pos_;
-    return Status::ok();
-  }
-
-  static bool isNameChar(char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
-  }
-
-  /// Names of ops, types and keywords; "::" may appear inside ("aten::conv2d"), a lone ':' not.
-  std::string identifier() {
-    skipSpace();
-    size_t start = pos_;
-    while (pos_ < text_.size()) {
-      char c = text_[pos_];
-      if (c == ':') {
-        if (text_.compare(pos_, 2, "::") != 0)
-          break;
-        pos_ += 2;
-        continue;
-      }
-      if (!isNameChar(c))
-        break;
-      ++pos_;
-    }
-    return text_.substr(start, pos_ - start);
-  }
-
-  bool peekWord(const std::string &word) {
-    skipSpace();
-    return text_.compare(pos_, word.size(), word) == 0 &&
-           (pos_ + word.size() >= text_.size() || !isNameChar(text_[pos_ + word.size()]));
-  }
-
-  Status expectWord(const std::string &word) {
-    if (!peekWord(word))
-      return error("expected '" + word + "'");
-    pos_ += word.size();
-    return Status::ok();
-  }
-
-  Status sigilName(char sigil, std::string &out) {
-    GANC_TRY(expect(sigil));
-    size_t start = pos_;
-    while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) ||
-                                   text_[pos_] == '_' || text_[pos_] == '.'))
-      ++pos_;
-    if (start == pos_)
-      return error(std::string("expected a name after '") + sigil + "'");
-    out = text_.substr(start, pos_ - start);
-    return Status::ok();
-  }
-
-  Status symbol(std::string &out) { return sigilName('@', out); }
-
-  Status string(std::string &out) {
-    GANC_TRY(expect('"'));
-    out.clear();
-    while (pos_ < text_.size() && text_[pos_] != '"') {
-      char c = text_[pos_++];
-      if (c == '\\' && pos_ < text_.size()) {
-        c = text_[pos_++];
-        if (c == 'n')
-          c = '\n';
-      }
-      out += c;
-    }
-    if (pos_ >= text_.size())
-      return error("unterminated string");
-    ++pos_;
-    return Status::ok();
-  }
-
-  Status integer(int64_t &out) {
-    skipSpace();
-    size_t start = pos_;
-    if (pos_ < text_.size() && text_[pos_] == '-')
-      ++pos_;
-    while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_])))
-      ++pos_;
-    if (start == pos_ || (pos_ == start + 1 && text_[start] == '-'))
-      return error("expected an integer");
-    auto value = parseInt64(text_.substr(start, pos_ - start));
-    if (!value)
-      return error("integer " + text_.substr(start, pos_ - start) + " is out of range");
-    out = *value;
-    return Status::ok();
-  }
-
   /// `loss_scaler "name" init_scale x growth_factor x backoff_factor x growth_interval n`.
   Status parseLossScaler(Module &module) {
     LossScaler l;
@@ -210,21 +92,6 @@ private:
     GANC_TRY(expectWord("growth_interval"));
     GANC_TRY(integer(l.growthInterval));
     module.lossScalers.push_back(l);
-    return Status::ok();
-  }
-
-  /// A floating-point number as formatDouble prints it ("2.0", "1e-06", "inf").
-  Status number(double &out) {
-    skipSpace();
-    size_t start = pos_;
-    while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) ||
-                                   text_[pos_] == '.' || text_[pos_] == '-' || text_[pos_] == '+'))
-      ++pos_;
-    std::string token = text_.substr(start, pos_ - start);
-    char *end = nullptr;
-    out = std::strtod(token.c_str(), &end);
-    if (token.empty() || end != token.c_str() + token.size())
-      return error("expected a number, got '" + token + "'");
     return Status::ok();
   }
 
@@ -301,52 +168,30 @@ private:
 
   // ---- phases and ops ----------------------------------------------------------------------
 
-  /// A phase's own (autotuned) bucket caps: "bucket_cap C first F", and "tuned ranks N
-  /// exposed X default Y".
-  Status parseTunedCaps(Phase &p, const std::string &word) {
-    if (word == "bucket_cap") {
-      GANC_TRY(integer(p.bucketCapBytes));
-      GANC_TRY(expectWord("first"));
-      return integer(p.firstBucketCapBytes);
+  /// The IR parser's tokens, as the phase attribute table (PhaseAttrs.def) reads them.
+  struct Reader final : AttrReader {
+    explicit Reader(Parser &parser) : p(parser) {}
+    Status integer(int64_t &out) override { return p.integer(out); }
+    Status number(double &out) override { return p.number(out); }
+    Status string(std::string &out) override { return p.string(out); }
+    Status word(std::string &out) override {
+      out = p.identifier();
+      return out.empty() ? p.error("expected a word") : Status::ok();
     }
-    GANC_TRY(expectWord("ranks"));
-    GANC_TRY(integer(p.tunedRanks));
-    GANC_TRY(expectWord("exposed"));
-    GANC_TRY(number(p.tunedExposedSeconds));
-    GANC_TRY(expectWord("default"));
-    return number(p.defaultExposedSeconds);
-  }
+    Status nameList(std::vector<std::string> &out) override { return p.symbolList(out, false); }
+    Status expectWord(const std::string &word) override { return p.expectWord(word); }
+    Parser &p;
+  };
 
   Status parsePhase(Phase &p, const Module &m) {
     scope_.clear();
     GANC_TRY(symbol(p.name));
     GANC_TRY(expect('{'));
+    Reader reader(*this);
     while (!peek('}')) {
       std::string word = identifier();
-      if (word == "method") {
-        GANC_TRY(string(p.method));
-      } else if (word == "updates") {
-        GANC_TRY(symbolList(p.updates, false));
-      } else if (word == "interval") {
-        GANC_TRY(integer(p.interval));
-      } else if (word == "stage") {
-        GANC_TRY(string(p.stage));
-      } else if (word == "loss_scaler") {
-        GANC_TRY(string(p.lossScaler));
-      } else if (word == "accumulate") {
-        GANC_TRY(integer(p.accumulate));
-      } else if (word == "bucket_cap" || word == "tuned") {
-        GANC_TRY(parseTunedCaps(p, word));
-      } else if (word == "autocast") {
-        p.autocast = identifier();
-      } else if (word == "clip_grad_norm") {
-        ClipGradNorm clip;
-        clip.group = identifier();
-        GANC_TRY(expectWord("max_norm"));
-        GANC_TRY(number(clip.maxNorm));
-        GANC_TRY(expectWord("norm_type"));
-        GANC_TRY(number(clip.normType));
-        p.clips.push_back(clip);
+      if (const PhaseAttr *attr = findPhaseAttr(word)) {
+        GANC_TRY(attr->parse(p, reader));
       } else if (word == "input") {
         auto v = typedValue(p);
         if (!v)
@@ -616,9 +461,6 @@ private:
     return expect('}');
   }
 
-  const std::string &text_;
-  size_t pos_ = 0;
-  int line_ = 1;
   std::map<std::string, Value *> scope_;
 };
 

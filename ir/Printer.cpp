@@ -1,41 +1,13 @@
 // Prints a module in the stable text form that ir/Parser.cpp reads back.
 #include "ir/Module.h"
-#include "ir/TextFormat.h"
+#include "ir/PhaseAttrs.h"
+#include "support/TextFormat.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
 namespace ganc::ir {
-
-std::string formatDouble(double value) {
-  char buffer[64];
-  // Shortest form that reads back to the same double, always with a '.' or exponent so that
-  // the parser knows it is a float.
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buffer, sizeof(buffer), "%.*g", precision, value);
-    if (std::strtod(buffer, nullptr) == value)
-      break;
-  }
-  std::string s = buffer;
-  if (s.find_first_of(".eEn") == std::string::npos)
-    s += ".0";
-  return s;
-}
-
-std::string quote(const std::string &text) {
-  std::string s = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\')
-      s += '\\';
-    if (c == '\n') {
-      s += "\\n";
-      continue;
-    }
-    s += c;
-  }
-  return s + "\"";
-}
 
 namespace {
 
@@ -113,27 +85,9 @@ private:
 
   void printPhase(const Phase &p) {
     line(1, "phase @" + p.name + " {");
-    line(2, "method " + quote(p.method));
-    line(2, "updates " + symbolList(p.updates, 0));
-    line(2, "interval " + std::to_string(p.interval));
-    if (!p.stage.empty())
-      line(2, "stage " + quote(p.stage));
-    if (p.accumulate != 1)
-      line(2, "accumulate " + std::to_string(p.accumulate));
-    if (!p.autocast.empty())
-      line(2, "autocast " + p.autocast);
-    if (!p.lossScaler.empty())
-      line(2, "loss_scaler " + quote(p.lossScaler));
-    if (p.bucketCapBytes)
-      line(2, "bucket_cap " + std::to_string(p.bucketCapBytes) + " first " +
-                  std::to_string(p.firstBucketCapBytes));
-    if (p.tunedRanks)
-      line(2, "tuned ranks " + std::to_string(p.tunedRanks) + " exposed " +
-                  formatDouble(p.tunedExposedSeconds) + " default " +
-                  formatDouble(p.defaultExposedSeconds));
-    for (const ClipGradNorm &clip : p.clips)
-      line(2, "clip_grad_norm " + clip.group + " max_norm " + formatDouble(clip.maxNorm) +
-                  " norm_type " + formatDouble(clip.normType));
+    for (const PhaseAttr &attr : phaseAttrs())
+      for (const std::string &text : attr.print(p))
+        line(2, text);
     for (const PhaseInput &input : p.inputs)
       line(2, "input %" + input.value->name + " : " + input.value->type.str() + " from " +
                   input.source);

@@ -1,5 +1,6 @@
 // Checks the IR's invariants; run after every pass in tests and by ganc-opt.
 #include "ir/Module.h"
+#include "ir/PhaseAttrs.h"
 
 #include <algorithm>
 #include <map>
@@ -74,27 +75,8 @@ private:
   }
 
   Status verifyPhase(const Phase &p) {
-    if (p.interval < 1)
-      return Status::error("interval must be at least 1, got " + std::to_string(p.interval));
-    if (p.updates.empty())
-      return Status::error("updates no submodule");
-    if (p.accumulate < 1)
-      return Status::error("accumulate must be at least 1, got " + std::to_string(p.accumulate));
-    if (!p.autocast.empty() && p.autocast != "bf16" && p.autocast != "f16")
-      return Status::error("autocast to " + p.autocast + ": only bf16 and f16 are autocast dtypes");
-    if (!p.lossScaler.empty() &&
-        std::none_of(m_.lossScalers.begin(), m_.lossScalers.end(),
-                     [&](const LossScaler &l) { return l.name == p.lossScaler; }))
-      return Status::error("uses undeclared loss scaler \"" + p.lossScaler + "\"");
-    for (const ClipGradNorm &clip : p.clips) {
-      if (std::none_of(m_.parameters.begin(), m_.parameters.end(),
-                       [&](const Tensor &t) { return t.group == clip.group && p.trains(t.name); }))
-        return Status::error("clips optimizer group '" + clip.group +
-                             "', which steps no parameter the phase trains");
-      if (!(clip.maxNorm > 0) || !(clip.normType > 0))
-        return Status::error("clip_grad_norm of '" + clip.group +
-                             "' needs a positive max_norm and norm_type");
-    }
+    for (const PhaseAttr &attr : phaseAttrs())
+      GANC_TRY(attr.check(p, m_));
     // Value names only need to be unique within a phase.
     defined_.clear();
     valueNames_.clear();

@@ -2,11 +2,11 @@
 #include "runtime/Checkpoint.h"
 
 #include "backend/Reducer.h"
-#include "frontend/Collectives.h"
-#include "frontend/TorchError.h"
-#include "ir/Files.h"
 #include "runtime/Dict.h"
 #include "runtime/RunDir.h"
+#include "support/Files.h"
+#include "support/torch/Collectives.h"
+#include "support/torch/TorchError.h"
 
 #include <torch/serialize.h>
 
@@ -232,8 +232,7 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
   try {
     ckpt = torch::pickle_load(*bytes).toGenericDict();
   } catch (const std::exception &e) {
-    return Status::error("--resume " + path + ": not a ganc checkpoint (" + frontend::firstLine(e) +
-                         ")");
+    return Status::error("--resume " + path + ": not a ganc checkpoint (" + firstLine(e) + ")");
   }
   if (!ckpt.contains("format") || ckpt.at("format").toStringRef() != "ganc-checkpoint")
     return Status::error("--resume " + path + ": not a ganc checkpoint");

@@ -1,7 +1,7 @@
 // Dataset loading (torch.save files, image folders through stb_image) and rank sharding.
 #include "runtime/Data.h"
 
-#include "ir/Files.h"
+#include "support/Files.h"
 
 #include <torch/serialize.h>
 

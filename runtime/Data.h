@@ -1,7 +1,7 @@
 // Training data: a tensor file or a folder of images, sharded by rank like DistributedSampler.
 #pragma once
 
-#include "ir/Status.h"
+#include "support/Status.h"
 
 #include <torch/torch.h>
 

@@ -1,7 +1,7 @@
 // Rank discovery the torchrun way and c10d process-group set-up (TCPStore + Gloo/NCCL).
 #pragma once
 
-#include "ir/Status.h"
+#include "support/Status.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>

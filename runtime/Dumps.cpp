@@ -3,7 +3,7 @@
 
 #include "runtime/Dict.h"
 
-#include "ir/Files.h"
+#include "support/Files.h"
 
 #include <torch/serialize.h>
 

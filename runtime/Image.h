@@ -1,7 +1,7 @@
 // Writes a grid of generator samples as a PNG.
 #pragma once
 
-#include "ir/Status.h"
+#include "support/Status.h"
 
 #include <torch/torch.h>
 

@@ -113,7 +113,7 @@ Expected<std::unique_ptr<PhaseInputs>> PhaseInputs::create(const Session &sessio
     for (const frontend::PhaseSpec &p : spec.phases)
       if (readsData(p))
         micro = std::max(micro, p.accumulate);
-    const bool copyStream = session.options.uploadStream == "copy";
+    const bool copyStream = session.options.uploadStream == UploadStream::Copy;
     for (int64_t j = 0; j < micro; ++j) {
       in->batch_.push_back(std::make_unique<backend::StagedBatch>(
           shape, in->data_.scalar_type(), session.device, session.channelsLast, copyStream));

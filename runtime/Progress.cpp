@@ -1,8 +1,8 @@
 // Loss history, progress lines and timing.json.
 #include "runtime/Progress.h"
 
-#include "frontend/Collectives.h"
-#include "ir/Files.h"
+#include "support/Files.h"
+#include "support/torch/Collectives.h"
 
 #include <nlohmann/json.hpp>
 

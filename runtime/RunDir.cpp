@@ -1,8 +1,8 @@
 // The run directory: claiming it, --resume auto, run.json, checkpoint rotation.
 #include "runtime/RunDir.h"
 
-#include "ir/Files.h"
 #include "runtime/Setup.h"
+#include "support/Files.h"
 
 #include <nlohmann/json.hpp>
 
@@ -277,12 +277,12 @@ Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &re
         {"non_finite", o.nonFinite},
         {"cuda_graphs", o.cudaGraphs ? (o.stepGraphs ? "step" : "on") : "off"},
         {"dist_backend", s.group.backend->getBackendName()},
-        {"comm_stream", o.commStream},
-        {"memset_nodes", o.memsetNodes},
-        {"copy_nodes", o.copyNodes},
-        {"upload_stream", o.uploadStream},
+        {"comm_stream", nameOf(o.commStream, commStreamNames())},
+        {"memset_nodes", nameOf(o.memsetNodes, graphNodesNames())},
+        {"copy_nodes", nameOf(o.copyNodes, graphNodesNames())},
+        {"upload_stream", nameOf(o.uploadStream, uploadStreamNames())},
         {"deterministic", o.deterministic},
-        {"memory_format", o.memoryFormat}}},
+        {"memory_format", nameOf(o.memoryFormat, memoryFormatNames())}}},
       {"overrides", overrides},
       {"spec", effective},
   };

@@ -4,8 +4,8 @@
 #pragma once
 
 #include "frontend/Spec.h"
-#include "ir/Status.h"
 #include "runtime/Trainer.h"
+#include "support/Status.h"
 
 #include <string>
 #include <vector>

@@ -2,10 +2,12 @@
 #include "runtime/Setup.h"
 
 #include "backend/Device.h"
-#include "frontend/Collectives.h"
-#include "ir/Files.h"
+#include "backend/SyncBatchNorm.h"
+#include "ir/Plan.h"
 #include "passes/Pass.h"
 #include "runtime/RunDir.h"
+#include "support/Files.h"
+#include "support/torch/Collectives.h"
 
 #include <c10/core/impl/VirtualGuardImpl.h>
 
@@ -48,7 +50,7 @@ Status setUpDevice(Session &s) {
   std::chrono::seconds timeout(o.timeoutSeconds);
   if (o.device == "cpu") {
     s.device = c10::kCPU;
-    if (o.memoryFormat == "channels_last")
+    if (o.memoryFormat == MemoryFormat::ChannelsLast)
       s.channelsLast = backend::toChannelsLast(s.module());
     return joinGroup(s, createGlooGroup(s.rank, timeout));
   }
@@ -58,7 +60,7 @@ Status setUpDevice(Session &s) {
     return Status::error("--device cuda: no GPU is visible to this process (or this ganc was "
                          "built without the CUDA backend)");
   const int gpus = static_cast<int>(torch::cuda::device_count());
-  const bool gloo = o.distBackend == "gloo";
+  const bool gloo = o.distBackend == DistBackend::Gloo;
   if (!gloo && s.rank.localRank >= gpus)
     return Status::error("--device cuda: LOCAL_RANK " + std::to_string(s.rank.localRank) +
                          " has no GPU (" + std::to_string(gpus) +
@@ -74,7 +76,7 @@ Status setUpDevice(Session &s) {
   if (o.deterministic)
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
   s.module().to(s.device);
-  if (o.memoryFormat != "contiguous")
+  if (o.memoryFormat != MemoryFormat::Contiguous)
     s.channelsLast = backend::toChannelsLast(s.module());
   return joinGroup(s, gloo ? createGlooGroup(s.rank, timeout) : createNcclGroup(s.rank, timeout));
 }
@@ -143,10 +145,11 @@ Status createExecutor(Session &s) {
   options.stepGraphs = s.options.launchesSteps();
   options.keepGradients = !s.options.dumpDir.empty();
   options.warmupIterations = s.options.warmup;
-  options.memsetsAsKernels = s.options.memsetNodes == "kernel";
-  options.copiesAsKernels = s.options.copyNodes == "kernel";
-  options.collectivesOnComputeStream = s.options.commStream == "compute" ||
-                                       (s.options.commStream == "auto" && s.rank.worldSize == 1);
+  options.memsetsAsKernels = s.options.memsetNodes == GraphNodes::Kernel;
+  options.copiesAsKernels = s.options.copyNodes == GraphNodes::Kernel;
+  options.collectivesOnComputeStream =
+      s.options.commStream == CommStream::Compute ||
+      (s.options.commStream == CommStream::Auto && s.rank.worldSize == 1);
   options.profile = !s.options.profile.empty();
   for (const auto &phase : s.plan->phases)
     if (!phase->lossScaler.empty())
@@ -169,7 +172,7 @@ Status createExecutor(Session &s) {
       options.phaseGraphs[phase.name] = graph.take();
     }
   }
-  frontend::setSyncBatchNormGroup(s.group.backend);
+  backend::setSyncBatchNormGroup(s.group.backend);
   auto executor = backend::createExecutor(*s.plan, s.module(), s.group.backend, options);
   if (!executor)
     return executor.status().withContext(s.options.plan);

@@ -2,7 +2,6 @@
 // exit 1) are separate functions; the loop reads as the algorithm.
 #include "runtime/Trainer.h"
 
-#include "frontend/TorchError.h"
 #include "runtime/Checkpoint.h"
 #include "runtime/Dumps.h"
 #include "runtime/Ema.h"
@@ -11,12 +10,40 @@
 #include "runtime/RunDir.h"
 #include "runtime/Samples.h"
 #include "runtime/Setup.h"
+#include "support/torch/TorchError.h"
 
 #include <chrono>
 #include <iostream>
 #include <sstream>
 
 namespace ganc::runtime {
+
+const Spellings<DistBackend> &distBackendNames() {
+  static const Spellings<DistBackend> names = {
+      {"auto", DistBackend::Auto}, {"nccl", DistBackend::Nccl}, {"gloo", DistBackend::Gloo}};
+  return names;
+}
+const Spellings<CommStream> &commStreamNames() {
+  static const Spellings<CommStream> names = {
+      {"auto", CommStream::Auto}, {"side", CommStream::Side}, {"compute", CommStream::Compute}};
+  return names;
+}
+const Spellings<GraphNodes> &graphNodesNames() {
+  static const Spellings<GraphNodes> names = {{"kernel", GraphNodes::Kernel},
+                                              {"keep", GraphNodes::Keep}};
+  return names;
+}
+const Spellings<UploadStream> &uploadStreamNames() {
+  static const Spellings<UploadStream> names = {{"copy", UploadStream::Copy},
+                                                {"compute", UploadStream::Compute}};
+  return names;
+}
+const Spellings<MemoryFormat> &memoryFormatNames() {
+  static const Spellings<MemoryFormat> names = {{"auto", MemoryFormat::Auto},
+                                                {"channels_last", MemoryFormat::ChannelsLast},
+                                                {"contiguous", MemoryFormat::Contiguous}};
+  return names;
+}
 
 namespace {
 
@@ -107,7 +134,7 @@ private:
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
           });
     } catch (const std::exception &e) {
-      return frontend::fromException(e, ErrorKind::Runtime, "")
+      return fromException(e, ErrorKind::Runtime, "")
           .inPhase(key)
           .withContext("rank " + std::to_string(s_.rank.rank) + ", step " + std::to_string(step));
     }
@@ -236,13 +263,12 @@ Status train(const TrainOptions &given) {
   try {
     GANC_TRY(prepare(options, session, inputs, ema, firstStep).as(ErrorKind::BadInput));
   } catch (const std::exception &e) {
-    return frontend::fromException(e, ErrorKind::BadInput, "");
+    return fromException(e, ErrorKind::BadInput, "");
   }
   try {
     return Trainer(*session, *inputs, ema.get(), firstStep).train().as(ErrorKind::Runtime);
   } catch (const std::exception &e) {
-    return frontend::fromException(e, ErrorKind::Runtime,
-                                   "rank " + std::to_string(session->rank.rank));
+    return fromException(e, ErrorKind::Runtime, "rank " + std::to_string(session->rank.rank));
   }
 }
 

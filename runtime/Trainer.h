@@ -2,7 +2,7 @@
 // logging, sample grids, checkpoints.
 #pragma once
 
-#include "ir/Status.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <map>
@@ -11,6 +11,32 @@
 #include <vector>
 
 namespace ganc::runtime {
+
+/// The collectives' backend: auto is Gloo on CPU, NCCL on CUDA.
+enum class DistBackend { Auto, Nccl, Gloo };
+/// Where NCCL's gradient collectives run (see TrainOptions::commStream).
+enum class CommStream { Auto, Side, Compute };
+/// What becomes of small memset or copy nodes in a captured CUDA Graph.
+enum class GraphNodes { Kernel, Keep };
+/// The stream a data batch's host-to-device copy runs on.
+enum class UploadStream { Copy, Compute };
+/// The layout of 4-D weights, buffers and data.
+enum class MemoryFormat { Auto, ChannelsLast, Contiguous };
+
+/// Each enum's spellings, on the command line and in run.json.
+template <typename E> using Spellings = std::vector<std::pair<std::string, E>>;
+const Spellings<DistBackend> &distBackendNames();
+const Spellings<CommStream> &commStreamNames();
+const Spellings<GraphNodes> &graphNodesNames();
+const Spellings<UploadStream> &uploadStreamNames();
+const Spellings<MemoryFormat> &memoryFormatNames();
+/// The spelling of `value` in `names`.
+template <typename E> const std::string &nameOf(E value, const Spellings<E> &names) {
+  for (const auto &entry : names)
+    if (entry.second == value)
+      return entry.first;
+  return names.front().first;
+}
 
 struct TrainOptions {
   std::string plan;
@@ -59,7 +85,7 @@ struct TrainOptions {
   /// The collectives' backend: "auto" (Gloo on CPU, NCCL on CUDA), "nccl" (CUDA only) or
   /// "gloo" (on CUDA too, eagerly: Gloo copies device tensors through the host, which a CUDA
   /// Graph cannot hold; several ranks may then share one GPU, cuda:LOCAL_RANK % GPUs).
-  std::string distBackend = "auto";
+  DistBackend distBackend = DistBackend::Auto;
   /// On CUDA: capture each phase once and replay it (false: run every phase eagerly).
   bool cudaGraphs = true;
   /// On CUDA, with cudaGraphs (--cuda-graphs step): once every phase a step runs is captured,
@@ -74,18 +100,18 @@ struct TrainOptions {
   /// the rest of backward), "compute" (the compute stream, in order: a captured phase is one
   /// straight line of nodes) or "auto" (compute with one rank, where nothing overlaps; side
   /// with more).
-  std::string commStream = "auto";
+  CommStream commStream = CommStream::Auto;
   /// On CUDA, with cudaGraphs: "kernel" (each captured memset node of up to 1 MiB becomes a
   /// kernel node writing the same bytes, which the GPU runs with less idle around it) or
   /// "keep" (the graphs as captured).
-  std::string memsetNodes = "kernel";
+  GraphNodes memsetNodes = GraphNodes::Kernel;
   /// On CUDA, with cudaGraphs: "kernel" (each captured copy node between two places in the
   /// GPU's memory, up to 1 MiB, becomes a kernel node copying the same bytes) or "keep".
-  std::string copyNodes = "kernel";
+  GraphNodes copyNodes = GraphNodes::Kernel;
   /// On CUDA: where each data batch goes from its pinned host buffer to the GPU: "copy" (a
   /// stream of its own, beside the phases' kernels; the compute stream waits for it just
   /// before the batch is read) or "compute" (on the compute stream, in order).
-  std::string uploadStream = "copy";
+  UploadStream uploadStream = UploadStream::Copy;
   /// On CUDA: eager iterations of each phase before its capture.
   int warmup = 3;
   /// On CUDA: deterministic cuDNN algorithms (and PyTorch's deterministic kernels), so
@@ -94,7 +120,7 @@ struct TrainOptions {
   /// Layout of 4-D parameters, buffers and data: "contiguous" (NCHW), "channels_last"
   /// (NHWC, what cuDNN's tensor-core convolutions run on natively) or "auto" (channels-last
   /// on CUDA for models with convolutions, contiguous on CPU).
-  std::string memoryFormat = "auto";
+  MemoryFormat memoryFormat = MemoryFormat::Auto;
   /// On CUDA: cuDNN benchmark mode (algorithms timed during warm-up, before capture).
   /// Ignored with `deterministic`.
   bool cudnnBenchmark = true;

@@ -32,7 +32,7 @@
 #                           of graph launches by size and shape, bench/graph_launch.py;
 #                           traces.tgz: torch.compile's and ganc's profiled steps, Chrome traces)
 #   OUT_DIR/scaling.json    GPU profiles and ganc simulate's predictions (scaling.txt: tables,
-#                           scaling.md: the README's table)
+#                           scaling.md: the scaling table of docs/notes)
 #
 # Without a GPU it gets as far as it can (headers, build, zoo export) and stops with one line
 # saying so (exit 3). The headers: `apt-get download nlohmann-json3-dev libstb-dev libgloo-dev`

@@ -1,7 +1,7 @@
 // The alpha-beta communication model.
 #include "tools/CommModel.h"
 
-#include "ir/TextFormat.h"
+#include "support/TextFormat.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,31 +25,20 @@ Link Topology::linkFor(int64_t ranks) const {
   return chosen;
 }
 
-Expected<bool> parseTopologyOption(const std::vector<std::string> &args, size_t &i, Topology &t) {
-  const std::string &flag = args[i];
-  const bool known = flag == "--link" || flag == "--intra-link" || flag == "--ranks-per-host" ||
-                     flag == "--alpha-us" || flag == "--bandwidth-gbps";
-  if (!known)
-    return false;
-  if (i + 1 >= args.size())
-    return Status::error(flag + " needs a value");
-  const std::string &value = args[++i];
+void setTopology(const std::string &flag, const std::string &value, Topology &t) {
+  t.given = true;
   if (flag == "--link" || flag == "--intra-link") {
     if (!links().count(value))
-      return Status::error(flag + " takes nvlink, ib, ethernet or loopback, not '" + value + "'");
+      throw OptionError(flag + " takes nvlink, ib, ethernet or loopback, not '" + value + "'");
     (flag == "--link" ? t.link : t.intraLink) = value;
   } else if (flag == "--ranks-per-host") {
-    const std::optional<int64_t> n = ir::parseInt64(value);
+    const std::optional<int64_t> n = parseInt64(value);
     if (!n || *n < 1)
-      return Status::error(flag + " takes a positive integer, not '" + value + "'");
+      throw OptionError(flag + " takes a positive integer, not '" + value + "'");
     t.ranksPerHost = *n;
   } else {
-    const std::optional<double> x = ir::parseDouble(value);
-    if (!x || !(*x > 0))
-      return Status::error(flag + " takes a positive number, not '" + value + "'");
-    (flag == "--alpha-us" ? t.alphaUs : t.bandwidthGBps) = *x;
+    (flag == "--alpha-us" ? t.alphaUs : t.bandwidthGBps) = positive(flag, value);
   }
-  return true;
 }
 
 double allReduceSeconds(int64_t bytes, int64_t ranks, const Link &link) {

@@ -2,7 +2,8 @@
 // link classes and the alpha-beta time of an all-reduce.
 #pragma once
 
-#include "ir/Status.h"
+#include "support/Options.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <map>
@@ -27,14 +28,29 @@ struct Topology {
   std::string link = "ib", intraLink = "nvlink";
   int64_t ranksPerHost = 8;
   std::optional<double> alphaUs, bandwidthGBps;
+  /// Whether a topology option was given.
+  bool given = false;
   /// The link an all-reduce over `ranks` is bound by.
   Link linkFor(int64_t ranks) const;
 };
 
-/// If args[i] is one of the topology options (--link, --intra-link, --ranks-per-host,
-/// --alpha-us, --bandwidth-gbps), reads it and its value into `t`, advances `i` past the value
-/// and returns true; false if it is another option. Bad values are one-line errors.
-Expected<bool> parseTopologyOption(const std::vector<std::string> &args, size_t &i, Topology &t);
+/// Reads one topology option's value into `t` (flag: --link, --intra-link, --ranks-per-host,
+/// --alpha-us or --bandwidth-gbps); a bad value throws OptionError.
+void setTopology(const std::string &flag, const std::string &value, Topology &t);
+
+/// The topology options, for a command whose target holds a Topology at `get(target)`.
+template <typename Target> std::vector<Option<Target>> topologyOptions(Topology &(*get)(Target &)) {
+  auto set = [get](const std::string &f, const std::string &v, Target &t) {
+    setTopology(f, v, get(t));
+  };
+  return {
+      {"--link", "nvlink|ib|ethernet|loopback", "the link between hosts (default ib)", set},
+      {"--intra-link", "NAME", "the link within a host (default nvlink)", set},
+      {"--ranks-per-host", "N", "ranks sharing a host (default 8): larger rings cross hosts", set},
+      {"--alpha-us", "A", "latency per ring step instead of the links' (both)", set},
+      {"--bandwidth-gbps", "B", "bus bandwidth in GB/s instead of the links' (both)", set},
+  };
+}
 
 /// An all-reduce of `bytes` over `ranks`: the faster of a ring, 2(N-1) alpha + 2(N-1)/N B /
 /// beta, and a double binary tree, 2 ceil(log2 N) alpha + 2 B / beta (NCCL chooses the same

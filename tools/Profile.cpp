@@ -1,7 +1,7 @@
 // Reading `ganc train --profile` files.
 #include "tools/Profile.h"
 
-#include "ir/Files.h"
+#include "support/Files.h"
 
 #include <nlohmann/json.hpp>
 

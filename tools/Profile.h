@@ -3,7 +3,7 @@
 #pragma once
 
 #include "ir/Module.h"
-#include "ir/Status.h"
+#include "support/Status.h"
 #include "tools/CommModel.h"
 
 #include <cstdint>

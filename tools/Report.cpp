@@ -1,7 +1,8 @@
 // `ganc explain` and `--emit json|report`: views of a plan for people and for other tools.
 #include "tools/Report.h"
 
-#include "ir/TextFormat.h"
+#include "ir/PhaseAttrs.h"
+#include "support/TextFormat.h"
 
 #include <nlohmann/json.hpp>
 
@@ -105,33 +106,20 @@ void stageHeader(std::ostream &out, const ir::Module &plan, const std::string &s
     list("no longer trained since", dropped);
 }
 
-/// The phase's training-step features: autocast, accumulation, clipping.
+/// The phase's training-step features: each phase attribute's line (PhaseAttrs.def), and the
+/// synchronised batch norms lowering put in.
 void stepFeatures(std::ostream &out, const ir::Phase &phase) {
-  if (!phase.autocast.empty())
-    out << "  autocast: forward in " << phase.autocast
-        << " (torch.autocast rules; parameters and optimizer state stay float32)\n";
-  if (phase.accumulate > 1)
-    out << "  accumulate: " << phase.accumulate << " micro-batches per step, each loss divided by "
-        << phase.accumulate
-        << "; gradients summed locally, all-reduced once, in the last backward\n";
-  if (!phase.lossScaler.empty())
-    out << "  loss scaling: by scaler " << phase.lossScaler
-        << " (loss x scale; gradients unscaled after the all-reduce; on inf/NaN the step is "
-           "skipped and the scale backs off)\n";
+  for (const ir::PhaseAttr &attr : ir::phaseAttrs()) {
+    std::istringstream lines(attr.explain(phase));
+    for (std::string line; std::getline(lines, line);)
+      out << "  " << line << "\n";
+  }
   int syncBatchNorms = 0;
   phase.walk([&](const ir::Op &op) { syncBatchNorms += op.name == "ganc::sync_batch_norm"; });
   if (syncBatchNorms > 0)
     out << "  synchronised batch norm: " << syncBatchNorms
         << " batch norm op(s) rewritten to ganc::sync_batch_norm (statistics and backward sums "
            "over every rank)\n";
-  for (const ir::ClipGradNorm &clip : phase.clips) {
-    out << "  clip_grad_norm: " << clip.group << " to " << ir::formatDouble(clip.maxNorm) << " (";
-    if (std::isinf(clip.normType))
-      out << "max-";
-    else
-      out << ir::formatDouble(clip.normType) << "-";
-    out << "norm over its used, all-reduced gradients)\n";
-  }
 }
 
 /// What the phase does not train: the submodules it never all-reduces, the frozen parameters
@@ -198,9 +186,9 @@ std::string explain(const ir::Module &plan) {
         << humanBytes(plan.bucketCapBytes);
   out << "\n";
   for (const ir::LossScaler &l : plan.lossScalers)
-    out << "loss scaler " << l.name << ": scale " << ir::formatDouble(l.initScale) << " at first, x"
-        << ir::formatDouble(l.growthFactor) << " after " << l.growthInterval
-        << " steps without inf/NaN, x" << ir::formatDouble(l.backoffFactor)
+    out << "loss scaler " << l.name << ": scale " << formatDouble(l.initScale) << " at first, x"
+        << formatDouble(l.growthFactor) << " after " << l.growthInterval
+        << " steps without inf/NaN, x" << formatDouble(l.backoffFactor)
         << " and the step skipped on one\n";
   if (plan.zeroStage && plan.shardRanks > 1) {
     auto [perRank, whole] = momentBytes(plan);

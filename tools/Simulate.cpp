@@ -12,8 +12,9 @@
 #include "tools/CommModel.h"
 #include "tools/Profile.h"
 
-#include "ir/Files.h"
-#include "ir/TextFormat.h"
+#include "ir/Plan.h"
+#include "support/Files.h"
+#include "support/TextFormat.h"
 
 #include <nlohmann/json.hpp>
 
@@ -28,33 +29,6 @@
 namespace ganc::tools {
 
 namespace {
-
-const char *kUsage =
-    R"(usage: ganc simulate PLAN --profile TIMING.json --gpus 1,8,64,512,1024 [options]
-
-Predicts the step time, the communication left exposed and the scaling efficiency (batch per
-rank fixed) at each world size, from an unsharded `ganc train --profile` run of the plan's
-model (per phase: forward and backward, when each gradient was ready, the optimizer; each of
-the plan's buckets is ready with its last gradient, so one profile serves any caps) and an
-alpha-beta model of all-reduce (the faster of a ring, 2(N-1) alpha + 2(N-1)/N B/beta, and a
-double binary tree, 2 ceil(log2 N) alpha + 2 B/beta). A sharded plan reduce-scatters (stage
-2; (N-1) alpha + (N-1)/N B/beta), steps 1/N of the optimizer per rank and all-gathers each
-bucket once stepped. Beside it, StyleGAN3's schedule (one flat all-reduce after backward) on
-the same links.
-
-  --link nvlink|ib|ethernet|loopback   the link between hosts (default ib)
-  --intra-link NAME       the link within a host (default nvlink)
-  --ranks-per-host N      ranks sharing a host (default 8): larger rings cross hosts
-  --alpha-us A            latency per ring step instead of the links' (both)
-  --bandwidth-gbps B      bus bandwidth in GB/s instead of the links' (both)
-  --cores-per-host C      CPU ranks sharing C cores (a real number: measured throughput, as
-                          hyper-threads give less than a core each): compute slows by
-                          ranks x threads / C when that exceeds 1 (default: each rank has
-                          its own device)
-  --json                  the predictions as JSON
-link defaults: nvlink 5 us, 300 GB/s; ib 10 us, 40 GB/s; ethernet 30 us, 10 GB/s;
-loopback 50 us, 2 GB/s.
-)";
 
 struct Options {
   std::string plan, profile;
@@ -84,63 +58,62 @@ struct Prediction {
   double step = 0, exposed = 0, flatStep = 0, flatExposed = 0;
 };
 
+Topology &topologyOf(Options &o) { return o.topology; }
+
+const Command<Options> &simulateTable() {
+  using S = const std::string;
+  static const Command<Options> command = [] {
+    Command<Options> c{
+        {"ganc simulate",
+         {"PLAN --profile TIMING.json --gpus 1,8,64,512,1024 [options]"},
+         "Predicts the step time, the communication left exposed and the scaling efficiency "
+         "(batch per rank fixed) at each world size, from an unsharded `ganc train --profile` "
+         "run of the plan's model (per phase: forward and backward, when each gradient was "
+         "ready, the optimizer; each of the plan's buckets is ready with its last gradient, so "
+         "one profile serves any caps) and an alpha-beta model of all-reduce (the faster of a "
+         "ring, 2(N-1) alpha + 2(N-1)/N B/beta, and a double binary tree, 2 ceil(log2 N) alpha "
+         "+ 2 B/beta). A sharded plan reduce-scatters (stage 2; (N-1) alpha + (N-1)/N B/beta), "
+         "steps 1/N of the optimizer per rank and all-gathers each bucket once stepped. Beside "
+         "it, StyleGAN3's schedule (one flat all-reduce after backward) on the same links.",
+         {},
+         "link defaults: nvlink 5 us, 300 GB/s; ib 10 us, 40 GB/s; ethernet 30 us, 10 GB/s;\n"
+         "loopback 50 us, 2 GB/s."},
+        {{"--profile", "TIMING.json", "the timing `ganc train --profile` wrote",
+          storeText(&Options::profile)},
+         {"--gpus", "N,N,...", "the world sizes to predict",
+          [](S &f, S &v, Options &o) {
+            o.gpus.clear();
+            for (const std::string &item : listOf(v)) {
+              std::optional<int64_t> n = parseInt64(item);
+              if (!n || *n < 1 || *n > (1 << 24)) // as compile's --target-gpus
+                throw OptionError(f + " takes world sizes from 1 to 16777216 like 1,8,64, not '" +
+                                  v + "'");
+              o.gpus.push_back(*n);
+            }
+            if (o.gpus.empty())
+              throw OptionError(f + " is empty: give the world sizes to predict, like 1,8,64");
+          }}},
+        [](S &argument, Options &o) {
+          if (!o.plan.empty())
+            throw OptionError("more than one plan given ('" + o.plan + "', '" + argument + "')");
+          o.plan = argument;
+        }};
+    for (Option<Options> &option : topologyOptions(&topologyOf))
+      c.options.push_back(std::move(option));
+    c.options.push_back(
+        {"--cores-per-host", "C",
+         "CPU ranks sharing C cores (a real number: measured throughput, as hyper-threads give "
+         "less than a core each): compute slows by ranks x threads / C when that exceeds 1 "
+         "(default: each rank has its own device)",
+         [](S &f, S &v, Options &o) { o.coresPerHost = positive(f, v); }});
+    c.options.push_back({"--json", "", "the predictions as JSON", storeTrue(&Options::json)});
+    return c;
+  }();
+  return command;
+}
+
 Status parseArgs(const std::vector<std::string> &args, Options &o) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string &a = args[i];
-    auto value = [&]() -> Expected<std::string> {
-      if (i + 1 >= args.size())
-        return Status::error(a + " needs a value");
-      return args[++i];
-    };
-    auto positive = [&](double &out) -> Status {
-      auto v = value();
-      if (!v)
-        return v.status();
-      std::optional<double> x = ir::parseDouble(*v);
-      if (!x || !(*x > 0))
-        return Status::error(a + " takes a positive number, not '" + *v + "'");
-      out = *x;
-      return Status::ok();
-    };
-    auto topology = parseTopologyOption(args, i, o.topology);
-    if (!topology)
-      return topology.status();
-    if (*topology)
-      continue;
-    if (a == "-h" || a == "--help") {
-      o.help = true;
-    } else if (a == "--profile") {
-      auto v = value();
-      if (!v)
-        return v.status();
-      o.profile = *v;
-    } else if (a == "--gpus") {
-      auto v = value();
-      if (!v)
-        return v.status();
-      std::stringstream list(*v);
-      std::string item;
-      while (std::getline(list, item, ',')) {
-        std::optional<int64_t> n = ir::parseInt64(item);
-        if (!n || *n < 1 || *n > (1 << 24)) // as compile's --target-gpus
-          return Status::error("--gpus takes world sizes from 1 to 16777216 like 1,8,64, not '" +
-                               *v + "'");
-        o.gpus.push_back(*n);
-      }
-      if (o.gpus.empty())
-        return Status::error("--gpus is empty: give the world sizes to predict, like 1,8,64");
-    } else if (a == "--cores-per-host") {
-      GANC_TRY(positive(o.coresPerHost));
-    } else if (a == "--json") {
-      o.json = true;
-    } else if (!a.empty() && a[0] == '-') {
-      return Status::error("unknown option '" + a + "'");
-    } else if (o.plan.empty()) {
-      o.plan = a;
-    } else {
-      return Status::error("more than one plan given ('" + o.plan + "', '" + a + "')");
-    }
-  }
+  GANC_TRY(simulateTable().parse(args, o, o.help));
   if (o.help)
     return Status::ok();
   if (o.plan.empty())
@@ -231,6 +204,8 @@ std::string format(double value, int decimals) {
 
 } // namespace
 
+CommandDoc simulateCommandDoc() { return simulateTable().documented(); }
+
 int simulateCommand(const std::vector<std::string> &args) {
   auto fail = [](const std::string &message) {
     std::cerr << "ganc: error: simulate: " << message << "\n";
@@ -240,7 +215,7 @@ int simulateCommand(const std::vector<std::string> &args) {
   if (Status s = parseArgs(args, o); !s)
     return fail(s.message());
   if (o.help) {
-    std::cout << kUsage;
+    std::cout << simulateTable().documented().usage();
     return 0;
   }
   auto plan = ir::readPlan(o.plan);

@@ -1,9 +1,13 @@
 // ganc-opt: runs named passes over ganc IR text and prints the result (for FileCheck tests), or
 // writes it as a checksummed plan.
-#include "ir/Files.h"
 #include "ir/Module.h"
-#include "ir/TextFormat.h"
+#include "ir/PhaseAttrs.h"
+#include "ir/Plan.h"
 #include "passes/Pass.h"
+#include "support/Files.h"
+#include "support/Options.h"
+#include "support/TextFormat.h"
+#include "tools/CommonOptions.h"
 
 #include <fstream>
 #include <iostream>
@@ -13,37 +17,12 @@ using namespace ganc;
 
 namespace {
 
-void usage(std::ostream &out) {
-  out << "usage: ganc-opt [options] FILE|-\n"
-         "  --pass=NAME           run one pass (repeatable, in order)\n"
-         "  --pipeline            run the default compile pipeline\n"
-         "  --print-ir-after=NAME print the IR after pass NAME to stdout\n"
-         "  --split-input-file    treat '// -----' lines as separators of independent inputs\n"
-         "  --bucket-cap-mb=N     bucket cap in MiB (default 25)\n"
-         "  --first-bucket-mb=N   first bucket cap in MiB (default 1)\n"
-         "  --zero=N              sharded optimizer state stage (0, 1, 2; default: the IR's)\n"
-         "  --ranks=N             the world size the sharding pass lays shards out for\n"
-         "  --no-verify           do not run the verifier after each pass\n"
-         "  -o FILE               write the verified result as a plan, with its checksum line\n"
-         "                        (what `ganc train` reads after a plan was edited by hand)\n"
-         "passes:\n";
-  for (const passes::PassInfo &info : passes::allPasses())
-    out << "  " << info.name << std::string(18 - std::string(info.name).size(), ' ')
-        << info.description << "\n";
-}
-
-bool flagValue(const std::string &arg, const std::string &flag, std::string &value) {
-  if (arg.rfind(flag + "=", 0) != 0)
-    return false;
-  value = arg.substr(flag.size() + 1);
-  return true;
-}
-
 /// What the command line asks for.
 struct Options {
   std::vector<std::string> pipeline;
   std::string file, printAfter, output;
   bool split = false;
+  bool listAttributes = false;
   passes::PipelineOptions pipelineOptions;
 };
 
@@ -83,57 +62,76 @@ std::vector<std::string> splitInput(const std::string &text) {
   return inputs;
 }
 
-/// A bucket cap in MiB as bytes: a finite number in [0, 1 TiB).
-Status parseMiB(const std::string &flag, const std::string &value, int64_t &bytes) {
-  std::optional<double> mib = ir::parseDouble(value);
-  if (!mib || *mib < 0 || *mib >= 1024.0 * 1024.0)
-    return Status::error(flag + " must be a number of MiB in [0, 1048576), got '" + value + "'");
-  bytes = static_cast<int64_t>(*mib * 1024 * 1024);
-  return Status::ok();
+const Command<Options> &optTable() {
+  using S = const std::string;
+  using O = Options;
+  std::string passList;
+  for (const passes::PassInfo &info : passes::allPasses())
+    passList += std::string("  ") + info.name +
+                std::string(18 - std::string(info.name).size(), ' ') + info.description + "\n";
+  static const Command<Options> command = {
+      {"ganc-opt",
+       {"[options] FILE|-"},
+       "Runs named passes over ganc IR text and prints the result (what the lit/FileCheck tests "
+       "drive), or writes it as a checksummed plan.",
+       {},
+       "passes:\n" + passList},
+      {{"--pass", "NAME", "run one pass (repeatable, in order)",
+        [](S &f, S &v, O &o) {
+          if (!passes::findPass(v))
+            throw OptionError("unknown pass '" + v + "' (see --help)");
+          o.pipeline.push_back(v);
+        }},
+       {"--pipeline", "", "run the default compile pipeline",
+        [](S &, S &, O &o) {
+          for (const std::string &name : passes::defaultPipeline())
+            o.pipeline.push_back(name);
+        }},
+       {"--print-ir-after", "NAME", "print the IR after pass NAME to stdout",
+        storeText(&O::printAfter)},
+       {"--split-input-file", "", "treat '// -----' lines as separators of independent inputs",
+        storeTrue(&O::split)},
+       {"--bucket-cap-mb", "N", "bucket cap in MiB (default 25)",
+        [](S &f, S &v, O &o) { o.pipelineOptions.pass.bucketCapBytes = tools::mebibytes(f, v); }},
+       {"--first-bucket-mb", "N", "first bucket cap in MiB (default 1)",
+        [](S &f, S &v, O &o) {
+          o.pipelineOptions.pass.firstBucketCapBytes = tools::mebibytes(f, v);
+        }},
+       {"--zero", "0|1|2", "sharded optimizer state stage (default: the IR's)",
+        [](S &f, S &v, O &o) { o.pipelineOptions.pass.zeroStage = tools::zeroStage(f, v); }},
+       {"--ranks", "N", "the world size the sharding pass lays shards out for",
+        [](S &f, S &v, O &o) { o.pipelineOptions.pass.ranks = tools::worldSize(f, v); }},
+       {"--no-verify", "", "do not run the verifier after each pass",
+        [](S &, S &, O &o) { o.pipelineOptions.verifyEach = false; }},
+       {"--list-phase-attributes", "",
+        "print the phase attribute table (ir/PhaseAttrs.def) as Markdown and exit",
+        storeTrue(&O::listAttributes)},
+       {"--output",
+        "FILE",
+        "write the verified result as a plan, with its checksum line (what `ganc train` reads "
+        "after a plan was edited by hand)",
+        storeText(&O::output),
+        {"-o"}}},
+      [](S &argument, O &o) {
+        if (!o.file.empty())
+          throw OptionError("more than one input given ('" + o.file + "', '" + argument + "')");
+        o.file = argument;
+      }};
+  return command;
+}
+
+/// The phase attributes as docs/ir.md lists them: keyword, syntax, meaning.
+std::string phaseAttributesMarkdown() {
+  std::string out = "| attribute | syntax | meaning |\n| --- | --- | --- |\n";
+  for (const ir::PhaseAttr &attr : ir::phaseAttrs())
+    out += std::string("| `") + attr.keyword + "` | `" + attr.keyword + " " + attr.form() + "` | " +
+           attr.help + " |\n";
+  return out;
 }
 
 /// Reads the command line into `o`; `help` is set by --help.
 Status parseArgs(int argc, char **argv, Options &o, bool &help) {
-  std::string value;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      help = true;
-    } else if (flagValue(arg, "--pass", value)) {
-      if (!passes::findPass(value))
-        return Status::error("unknown pass '" + value + "' (see --help)");
-      o.pipeline.push_back(value);
-    } else if (arg == "--pipeline") {
-      for (const std::string &name : passes::defaultPipeline())
-        o.pipeline.push_back(name);
-    } else if (flagValue(arg, "--print-ir-after", value)) {
-      o.printAfter = value;
-    } else if (arg == "--split-input-file") {
-      o.split = true;
-    } else if (flagValue(arg, "--bucket-cap-mb", value)) {
-      GANC_TRY(parseMiB("--bucket-cap-mb", value, o.pipelineOptions.pass.bucketCapBytes));
-    } else if (flagValue(arg, "--first-bucket-mb", value)) {
-      GANC_TRY(parseMiB("--first-bucket-mb", value, o.pipelineOptions.pass.firstBucketCapBytes));
-    } else if (flagValue(arg, "--zero", value)) {
-      std::optional<int64_t> stage = ir::parseInt64(value);
-      if (!stage || *stage < 0 || *stage > 2)
-        return Status::error("--zero must be 0, 1 or 2, got '" + value + "'");
-      o.pipelineOptions.pass.zeroStage = static_cast<int>(*stage);
-    } else if (flagValue(arg, "--ranks", value)) {
-      std::optional<int64_t> ranks = ir::parseInt64(value);
-      if (!ranks || *ranks < 1)
-        return Status::error("--ranks must be a positive integer, got '" + value + "'");
-      o.pipelineOptions.pass.ranks = *ranks;
-    } else if (arg == "--no-verify") {
-      o.pipelineOptions.verifyEach = false;
-    } else if (arg == "-o" && i + 1 < argc) {
-      o.output = argv[++i];
-    } else if (!arg.empty() && arg[0] == '-' && arg != "-") {
-      return Status::error("unknown option '" + arg + "' (see --help)");
-    } else {
-      o.file = arg;
-    }
-  }
+  GANC_TRY(optTable().parse(std::vector<std::string>(argv + 1, argv + argc), o, help));
   if (!o.output.empty() && (o.split || !o.pipelineOptions.verifyEach))
     return Status::error("-o writes one verified plan: not with --split-input-file or --no-verify");
   return Status::ok();
@@ -142,29 +140,30 @@ Status parseArgs(int argc, char **argv, Options &o, bool &help) {
 } // namespace
 
 int main(int argc, char **argv) {
+  if (argc == 2 && std::string(argv[1]) == "--help-markdown") {
+    std::cout << optTable().documented().markdown();
+    return 0;
+  }
   Options options;
   bool help = false;
   if (Status s = parseArgs(argc, argv, options, help); !s) {
     std::cerr << "ganc-opt: error: " << s.message() << "\n";
     return 2;
   }
+  if (options.listAttributes) {
+    std::cout << phaseAttributesMarkdown();
+    return 0;
+  }
   if (help || options.file.empty()) {
-    usage(help ? std::cout : std::cerr);
+    (help ? std::cout : std::cerr) << optTable().documented().usage();
     return help ? 0 : 2;
   }
-  std::string text;
-  if (options.file == "-") {
-    std::stringstream buffer;
-    buffer << std::cin.rdbuf();
-    text = buffer.str();
-  } else {
-    auto bytes = readFile(options.file);
-    if (!bytes) {
-      std::cerr << "ganc-opt: error: " << bytes.status().message() << "\n";
-      return 2;
-    }
-    text.assign(bytes->begin(), bytes->end());
+  auto read = readTextOrStdin(options.file);
+  if (!read) {
+    std::cerr << "ganc-opt: error: " << read.status().message() << "\n";
+    return 2;
   }
+  const std::string &text = *read;
   if (!options.printAfter.empty())
     options.pipelineOptions.afterPass = [&](const std::string &name, const ir::Module &m) {
       if (name == options.printAfter)

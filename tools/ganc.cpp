@@ -1,10 +1,13 @@
 // ganc: the command-line driver (compile, explain, train, run).
 #include "frontend/Frontend.h"
-#include "ir/Files.h"
-#include "ir/TextFormat.h"
+#include "frontend/SpecSchema.h"
+#include "ir/Plan.h"
 #include "passes/Pass.h"
+#include "support/Files.h"
+#include "support/TextFormat.h"
 #include "tools/Autotune.h"
 #include "tools/CommModel.h"
+#include "tools/CommonOptions.h"
 #include "tools/Report.h"
 #include "tools/Simulate.h"
 #include "tools/TrainCommands.h"
@@ -28,32 +31,23 @@ namespace {
 const char *kUsage = R"(usage: ganc <command> [options]
 
 commands:
-  compile MODEL.pt -o PLAN [--bucket-cap-mb N|auto] [--first-bucket-mb N] [--zero 0|1|2]
-                            [--ranks N] [--emit ir|json|report] [--print-ir-after PASS]
-                            [--op-library LIB.so ...]
-                            [--target-gpus N --profile TIMING.json [--link ib|...]
-                             [--intra-link L] [--ranks-per-host N] [--alpha-us A]
-                             [--bandwidth-gbps B]]
-      lower every phase of a TorchScript GAN archive (with its ganc.json spec) to the ganc IR,
-      find the parameters each phase trains, bucket their all-reduces, and write the plan.
-      --zero shards optimizer state (stage 1) and gradients (2), the spec's `zero` otherwise;
-      --ranks N lays the shards out for N ranks (a run on another world size re-plans them).
-      --bucket-cap-mb auto picks each phase's caps that leave the least communication exposed
-      at --target-gpus ranks, simulated from a `ganc train --profile` run on the links the
-      link options describe (as ganc simulate's).
-      --op-library loads a TORCH_LIBRARY operator library the archive's code calls (it was
-      exported with ganc.export(..., op_libraries=[...])); repeat it or list them with commas.
-  explain PLAN [--json]
-      per phase: used and unused parameters, buckets, all-reduce order and bytes per step.
-  train PLAN --model MODEL.pt [options]     one rank; reads RANK, WORLD_SIZE, LOCAL_RANK,
-                                            MASTER_ADDR, MASTER_PORT like torchrun
+  compile MODEL.pt -o PLAN [options]   lower a TorchScript GAN archive (with its ganc.json
+                                       spec) to the ganc IR, find the parameters each phase
+                                       trains, bucket their all-reduces, write the plan
+  explain PLAN [--json]                per phase: used and unused parameters, buckets,
+                                       all-reduce order and bytes per step
+  train PLAN --model MODEL.pt [options]
+                                       one rank; reads RANK, WORLD_SIZE, LOCAL_RANK,
+                                       MASTER_ADDR, MASTER_PORT like torchrun
   run --nproc N PLAN --model MODEL.pt [options]
-                                            start N local ranks of `ganc train`
-  plot OUT [-o PNG]                         a run's loss curves as a PNG (Python, matplotlib)
-  simulate PLAN --profile TIMING.json --gpus 1,8,64 [--link ib|...]
-      predicted step time, exposed communication and scaling efficiency per world size, from
-      a `ganc train --profile` run and an alpha-beta model of ring and tree all-reduce.
-  (ganc COMMAND --help lists each command's options; ganc --version says which ganc)
+                                       start N local ranks of `ganc train`
+  simulate PLAN --profile TIMING.json --gpus 1,8,64 [options]
+                                       predicted step time and scaling efficiency per world
+                                       size, from a `ganc train --profile` run
+  spec FILE|-                          check a spec (ganc.json) with the C++ validator
+  plot OUT [-o PNG]                    a run's loss curves as a PNG (Python, matplotlib)
+  (ganc COMMAND --help lists each command's options; ganc --version says which ganc;
+   docs/cli.md has them all)
 
 exit codes: 0 success, 2 bad input (one line on stderr says which file/phase/parameter),
             1 a rank failed during training.
@@ -71,97 +65,99 @@ struct CompileArgs {
   /// --bucket-cap-mb auto: tune each phase's caps for --target-gpus from --profile.
   bool autotune = false;
   tools::AutotuneOptions tune;
-  bool tuneLinks = false; // a link option was given
   passes::PipelineOptions options;
   bool help = false;
 };
 
+tools::Topology &topologyOf(CompileArgs &c) { return c.tune.topology; }
+
+const Command<CompileArgs> &compileTable() {
+  using S = const std::string;
+  using C = CompileArgs;
+  static const Command<CompileArgs> command = [] {
+    Command<CompileArgs> c{
+        {"ganc compile",
+         {"MODEL.pt -o PLAN [options]"},
+         "Lowers every phase of a TorchScript GAN archive (with its ganc.json spec) to the ganc "
+         "IR, finds the parameters each phase trains, buckets their all-reduces, and writes the "
+         "plan.",
+         {},
+         ""},
+        {{"--output",
+          "PLAN",
+          "where the plan goes (written atomically, with its checksum)",
+          [](S &, S &v, C &c) { c.output = v; },
+          {"-o"}},
+         {"--bucket-cap-mb", "N|auto",
+          "bucket cap in MiB (default 25, DDP's); auto picks each phase's caps that leave the "
+          "least communication exposed at --target-gpus ranks, simulated from a `ganc train "
+          "--profile` run on the links the link options describe (as ganc simulate's)",
+          [](S &f, S &v, C &c) {
+            if (v == "auto")
+              c.autotune = true;
+            else
+              c.options.pass.bucketCapBytes = tools::mebibytes(f, v);
+          }},
+         {"--first-bucket-mb", "N", "the first bucket's cap in MiB (default 1, DDP's)",
+          [](S &f, S &v, C &c) { c.options.pass.firstBucketCapBytes = tools::mebibytes(f, v); }},
+         {"--zero", "0|1|2",
+          "shards optimizer state (1) and gradients too (2), or neither (0); the spec's `zero` "
+          "otherwise",
+          [](S &f, S &v, C &c) { c.options.pass.zeroStage = tools::zeroStage(f, v); }},
+         {"--ranks", "N",
+          "lays the shards out for N ranks (a run on another world size re-plans them)",
+          [](S &f, S &v, C &c) { c.options.pass.ranks = tools::worldSize(f, v); }},
+         {"--emit", "ir|json|report",
+          "print the plan to stdout as IR text, JSON or `ganc explain`'s report",
+          [](S &f, S &v, C &c) {
+            c.emit =
+                choice<std::string>(f, v, {{"ir", "ir"}, {"json", "json"}, {"report", "report"}});
+          }},
+         {"--print-ir-after", "PASS", "print the IR after pass PASS (see ganc-opt --help)",
+          [](S &f, S &v, C &c) {
+            if (!passes::findPass(v))
+              throw OptionError(f + " names unknown pass '" + v + "'");
+            c.printAfter = v;
+          }},
+         {"--op-library", "LIB.so",
+          "loads a TORCH_LIBRARY operator library the archive's code calls (it was exported "
+          "with ganc.export(..., op_libraries=[...])); repeat it or list them with commas",
+          appendList(&C::opLibraries)},
+         {"--target-gpus", "N", "with --bucket-cap-mb auto: the world size to tune buckets for",
+          [](S &f, S &v, C &c) { c.tune.ranks = tools::worldSize(f, v); }},
+         {"--profile", "TIMING.json",
+          "with --bucket-cap-mb auto: the timing `ganc train --profile` wrote",
+          [](S &, S &v, C &c) { c.tune.profile = v; }}},
+        [](S &argument, C &c) {
+          if (!c.model.empty())
+            throw OptionError("more than one model given ('" + c.model + "', '" + argument + "')");
+          c.model = argument;
+        }};
+    for (Option<CompileArgs> &option : tools::topologyOptions(&topologyOf))
+      c.options.push_back(std::move(option));
+    return c;
+  }();
+  return command;
+}
+
 /// Reads `ganc compile`'s command line and checks it; errors are one line for fail().
 Status parseCompileArgs(const std::vector<std::string> &args, CompileArgs &c) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string &a = args[i];
-    auto value = [&](const char *flag) -> std::string {
-      if (i + 1 >= args.size())
-        throw std::runtime_error(std::string(flag) + " needs a value");
-      return args[++i];
-    };
-    auto megabytes = [&](const char *flag) {
-      const std::string text = value(flag);
-      const std::optional<double> mib = ir::parseDouble(text);
-      if (!mib || !(*mib > 0) || *mib >= 1048576)
-        throw std::runtime_error(std::string(flag) +
-                                 " takes a number of MiB in (0, 1048576), not '" + text + "'");
-      return static_cast<int64_t>(*mib * 1048576);
-    };
-    auto integer = [&](const char *flag, int64_t low, int64_t high, const char *meaning) {
-      const std::string text = value(flag);
-      const std::optional<int64_t> n = ir::parseInt64(text);
-      if (!n || *n < low || *n > high)
-        throw std::runtime_error(std::string(flag) + " takes " + meaning + ", not '" + text + "'");
-      return *n;
-    };
-    try {
-      if (a == "-o" || a == "--output")
-        c.output = value("-o");
-      else if (a == "--bucket-cap-mb" && i + 1 < args.size() && args[i + 1] == "auto")
-        c.autotune = (++i, true);
-      else if (a == "--bucket-cap-mb")
-        c.options.pass.bucketCapBytes = megabytes("--bucket-cap-mb");
-      else if (a == "--target-gpus")
-        c.tune.ranks = integer("--target-gpus", 1, 1 << 24, "the world size to tune buckets for");
-      else if (a == "--profile")
-        c.tune.profile = value("--profile");
-      else if (auto topology = tools::parseTopologyOption(args, i, c.tune.topology); !topology)
-        return topology.status();
-      else if (*topology)
-        c.tuneLinks = true;
-      else if (a == "--first-bucket-mb")
-        c.options.pass.firstBucketCapBytes = megabytes("--first-bucket-mb");
-      else if (a == "--zero")
-        c.options.pass.zeroStage = static_cast<int>(
-            integer("--zero", 0, 2, "0 (off), 1 (shard optimizer state) or 2 (and gradients)"));
-      else if (a == "--ranks")
-        c.options.pass.ranks = integer("--ranks", 1, 1 << 20, "the world size to plan shards for");
-      else if (a == "--emit")
-        c.emit = value("--emit");
-      else if (a == "--op-library")
-        for (std::string &library : ir::splitList(value("--op-library")))
-          c.opLibraries.push_back(std::move(library));
-      else if (a == "--print-ir-after")
-        c.printAfter = value("--print-ir-after");
-      else if (a == "-h" || a == "--help")
-        c.help = true;
-      else if (!a.empty() && a[0] == '-')
-        return Status::error("unknown option '" + a + "'");
-      else if (c.model.empty())
-        c.model = a;
-      else
-        return Status::error("more than one model given ('" + c.model + "', '" + a + "')");
-    } catch (const std::exception &e) {
-      return Status::error(e.what());
-    }
-  }
+  GANC_TRY(compileTable().parse(args, c, c.help));
   if (c.help)
     return Status::ok();
   if (c.model.empty())
     return Status::error("no MODEL.pt given (ganc compile MODEL.pt -o PLAN)");
   if (c.output.empty() && c.emit.empty())
     return Status::error("say where the plan goes with -o PLAN");
-  if (!c.emit.empty() && c.emit != "ir" && c.emit != "json" && c.emit != "report")
-    return Status::error("--emit takes ir, json or report, not '" + c.emit + "'");
-  if (c.options.pass.bucketCapBytes <= 0 || c.options.pass.firstBucketCapBytes <= 0)
-    return Status::error("bucket caps must be positive");
   if (c.autotune && (c.tune.ranks == 0 || c.tune.profile.empty()))
     return Status::error("--bucket-cap-mb auto needs --target-gpus N and --profile TIMING.json "
                          "(from ganc train --profile)");
   if (!c.autotune && (c.tune.ranks || !c.tune.profile.empty()))
     return Status::error("--target-gpus and --profile tune buckets: add --bucket-cap-mb auto");
-  if (!c.autotune && c.tuneLinks)
+  if (!c.autotune && c.tune.topology.given)
     return Status::error("--link, --intra-link, --ranks-per-host, --alpha-us and "
                          "--bandwidth-gbps describe the links buckets are tuned for: add "
                          "--bucket-cap-mb auto");
-  if (!c.printAfter.empty() && !passes::findPass(c.printAfter))
-    return Status::error("--print-ir-after names unknown pass '" + c.printAfter + "'");
   if (!c.output.empty()) {
     // The plan may replace an earlier plan, never the model or anything that is not a file.
     namespace fs = std::filesystem;
@@ -179,7 +175,7 @@ int compile(const std::vector<std::string> &args) {
   if (Status s = parseCompileArgs(args, c); !s)
     return fail("compile: " + s.message());
   if (c.help) {
-    std::cout << kUsage;
+    std::cout << compileTable().documented().usage();
     return 0;
   }
   if (Status s = frontend::loadOpLibraries(c.opLibraries); !s)
@@ -218,26 +214,112 @@ int compile(const std::vector<std::string> &args) {
   return 0;
 }
 
-int explainCommand(std::vector<std::string> args) {
-  if (args.size() == 1 && (args[0] == "-h" || args[0] == "--help")) {
-    std::cout << "usage: ganc explain PLAN [--json]\n\n"
-                 "Per phase: how it is replayed, the used, unused, conditional and frozen\n"
-                 "parameters with sizes, the optimizer groups it steps, its training-step\n"
-                 "features, and its buckets in all-reduce order with the bytes per step.\n"
-                 "--json: the same plan as JSON (what compile --emit json prints).\n";
+struct ExplainArgs {
+  std::string plan;
+  bool json = false, help = false;
+};
+
+const Command<ExplainArgs> &explainTable() {
+  static const Command<ExplainArgs> command = {
+      {"ganc explain",
+       {"PLAN [--json]"},
+       "Per phase: how it is replayed, the used, unused, conditional and frozen parameters with "
+       "sizes, the optimizer groups it steps, its training-step features, and its buckets in "
+       "all-reduce order with the bytes per step.",
+       {},
+       ""},
+      {{"--json", "", "the same plan as JSON (what compile --emit json prints)",
+        storeTrue(&ExplainArgs::json)}},
+      [](const std::string &argument, ExplainArgs &e) {
+        if (!e.plan.empty())
+          throw OptionError("usage: ganc explain PLAN [--json]");
+        e.plan = argument;
+      }};
+  return command;
+}
+
+int explainCommand(const std::vector<std::string> &args) {
+  ExplainArgs e;
+  if (Status s = explainTable().parse(args, e, e.help); !s)
+    return fail("explain: " + s.message());
+  if (e.help) {
+    std::cout << explainTable().documented().usage();
     return 0;
   }
-  auto json = std::find(args.begin(), args.end(), "--json");
-  const bool asJson = json != args.end();
-  if (asJson)
-    args.erase(json);
-  if (args.size() != 1)
+  if (e.plan.empty())
     return fail("explain: usage: ganc explain PLAN [--json]");
-  auto plan = ir::readPlan(args[0]);
+  auto plan = ir::readPlan(e.plan);
   if (!plan)
     return fail(plan.status().message());
-  std::cout << (asJson ? tools::planJson(**plan) : tools::explain(**plan));
+  std::cout << (e.json ? tools::planJson(**plan) : tools::explain(**plan));
   return 0;
+}
+
+struct SpecArgs {
+  std::string file;
+  bool markdown = false, fieldsJson = false, help = false;
+};
+
+const Command<SpecArgs> &specTable() {
+  static const Command<SpecArgs> command = {
+      {"ganc spec",
+       {"FILE|-", "--markdown", "--fields-json"},
+       "Checks a spec (ganc.json, as JSON text) with the validator `ganc compile` uses, and says "
+       "what is wrong in one line (exit 2). `ganc.validate` runs it too, so a spec is checked by "
+       "one validator; the checks that need the live module stay in Python.",
+       {},
+       ""},
+      {{"--markdown", "", "print docs/spec.md's field table (frontend/SpecFields.def) and exit",
+        storeTrue(&SpecArgs::markdown)},
+       {"--fields-json", "",
+        "print every object's keys and the versions that added them, as JSON (what the Python "
+        "package reads) and exit",
+        storeTrue(&SpecArgs::fieldsJson)}},
+      [](const std::string &argument, SpecArgs &a) {
+        if (!a.file.empty())
+          throw OptionError("more than one spec given");
+        a.file = argument;
+      }};
+  return command;
+}
+
+int specCommand(const std::vector<std::string> &args) {
+  SpecArgs a;
+  if (Status s = specTable().parse(args, a, a.help); !s)
+    return fail("spec: " + s.message());
+  if (a.help) {
+    std::cout << specTable().documented().usage();
+    return 0;
+  }
+  if (a.markdown || a.fieldsJson) {
+    std::cout << (a.markdown ? frontend::specFieldsMarkdown() : frontend::specFieldsJson());
+    return 0;
+  }
+  if (a.file.empty())
+    return fail("spec: give a spec file, or - for standard input");
+  auto text = readTextOrStdin(a.file);
+  if (!text)
+    return fail("spec: " + text.status().message());
+  auto spec = frontend::parseSpec(*text);
+  if (!spec)
+    return fail((a.file == "-" ? std::string("spec") : a.file) + ": " + spec.status().message());
+  return 0;
+}
+
+/// docs/cli.md: every command's options, from the tables that parse them (ganc-opt's section
+/// comes from `ganc-opt --help-markdown`).
+std::string cliMarkdown() {
+  std::string out = "# Command line\n\n"
+                    "Generated from the option tables the commands parse with (`ganc "
+                    "--help-markdown`, `ganc-opt --help-markdown`); do not edit by hand: "
+                    "`python scripts/gen_docs.py` rewrites it and the tests fail when it is "
+                    "stale. Every option takes its value as `--flag value` or `--flag=value`.\n\n";
+  out += "```\n" + std::string(kUsage) + "```\n\n";
+  for (const CommandDoc &doc :
+       {compileTable().documented(), explainTable().documented(), tools::trainCommandDoc(),
+        tools::runCommandDoc(), tools::simulateCommandDoc(), specTable().documented()})
+    out += doc.markdown();
+  return out;
 }
 
 /// `ganc plot` is Python (matplotlib): run it with the Python ganc was installed into.
@@ -273,6 +355,8 @@ int main(int argc, char **argv) {
     return plotCommand(args);
   if (command == "simulate")
     return tools::simulateCommand(args);
+  if (command == "spec")
+    return specCommand(args);
   if (command == "train")
     return tools::trainCommand(args);
   if (command == "run")
@@ -285,6 +369,10 @@ int main(int argc, char **argv) {
 #endif
     std::cout << "ganc " << GANC_VERSION << " (LibTorch " << TORCH_VERSION << ", CUDA backend "
               << cuda << ")\n";
+    return 0;
+  }
+  if (command == "--help-markdown") {
+    std::cout << cliMarkdown();
     return 0;
   }
   if (command == "-h" || command == "--help" || command == "help") {

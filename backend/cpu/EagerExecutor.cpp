@@ -1,7 +1,7 @@
 // The eager executor: the phase method under autograd, all-reduces launched from hooks.
 #include "backend/cpu/EagerExecutor.h"
 
-#include "frontend/Collectives.h"
+#include "support/torch/Collectives.h"
 
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>

@@ -14,7 +14,7 @@
 #ifdef GANC_WITH_CUDA_KERNELS
 #include "backend/cuda/FillKernel.h"
 #endif
-#include "frontend/TorchError.h"
+#include "support/torch/TorchError.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
@@ -649,8 +649,7 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
           c.graph->finishCapture({options_.memsetsAsKernels, options_.copiesAsKernels});
         } catch (const std::exception &e) {
           throw std::runtime_error("capturing phase '" + phase + "' as a CUDA Graph failed (" +
-                                   frontend::firstLine(e) +
-                                   "); --cuda-graphs off runs every phase eagerly");
+                                   firstLine(e) + "); --cuda-graphs off runs every phase eagerly");
         }
       }
     }

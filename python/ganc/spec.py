@@ -1,7 +1,10 @@
 """The ganc spec (ganc.json): what the phases of a GAN are and how to train them.
 
-The schema is versioned by the integer field ``ganc_spec``; docs/spec.md documents it. The C++
-frontend validates the same rules and rejects an archive whose spec breaks them.
+The schema is versioned by the integer field ``ganc_spec``; docs/spec.md documents it. Its
+keys, and the version that added each, are declared once, in frontend/SpecFields.def; this
+package reads them from spec_fields.json (generated from it, checked for drift by the tests).
+``validate`` runs the C++ validator (``ganc spec -``, the one `ganc compile` runs) on what it
+returns, so a spec ganc.export accepts is one ganc compile accepts.
 """
 from __future__ import annotations
 
@@ -9,13 +12,18 @@ import copy
 import difflib
 import json
 import math
+import os
+import subprocess
 
 SPEC_VERSION = 2  # written by ganc.export; versions 1 and 2 are read
 READ_VERSIONS = (1, 2)
+_FIELDS = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "spec_fields.json")))
+# Every key each object may hold; anything else is a misspelling, refused with a suggestion.
+KEYS = {kind: tuple(keys) for kind, keys in _FIELDS["keys"].items()}
 # Fields version 2 added; a version 1 spec using one is refused (an older ganc would ignore it).
-V2_SPEC_FIELDS = ("precision", "loss_scalers", "sync_batch_norm", "non_finite", "zero")
-V2_PHASE_FIELDS = ("accumulate", "precision", "loss_scaler")
-V2_OPTIMIZER_FIELDS = ("clip_grad_norm", "params", "lr_schedule")
+V2_SPEC_FIELDS = tuple(_FIELDS["version"].get("spec", {}))
+V2_PHASE_FIELDS = tuple(_FIELDS["version"].get("phase", {}))
+V2_OPTIMIZER_FIELDS = tuple(_FIELDS["version"].get("optimizer", {}))
 PRECISIONS = ("float32", "bfloat16", "float16")
 SOURCES = ("data", "labels", "normal", "uniform", "categorical", "fade")
 OPTIMIZERS = ("adam", "adamw", "sgd")
@@ -23,24 +31,6 @@ BUFFER_POLICIES = ("broadcast", "local")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 
 
-# Every key each object may hold; anything else is a misspelling, refused with a suggestion.
-KEYS = {
-    "spec": ("ganc_spec", "name", "batch_size", "data", "dtype", "precision", "loss_scalers",
-             "sync_batch_norm", "non_finite", "zero", "phases", "optimizers", "buffers", "sample", "ema",
-             "stages"),
-    "data": ("shape", "classes", "xflip"),
-    "phase": ("name", "method", "updates", "interval", "inputs", "accumulate", "precision",
-              "loss_scaler"),
-    "input": ("name", "source", "shape", "classes"),
-    "optimizer": ("params", "type", "lr", "betas", "eps", "weight_decay", "momentum", "clip_grad_norm",
-                  "lr_schedule"),
-    "clip": ("max_norm", "norm_type"),
-    "scaler": ("init_scale", "growth_factor", "backoff_factor", "growth_interval"),
-    "ema": ("submodule", "copy", "half_life_images", "beta"),
-    "sample": ("submodule", "noise_shape", "classes"),
-    "stages": ("attributes", "list"),
-    "stage": ("name", "steps", "fade_steps", "grows"),
-}
 
 
 def _known_keys(obj, kind: str, where: str) -> None:
@@ -363,7 +353,26 @@ def validate(spec: dict, module=None) -> dict:
         if module is not None:
             _require(isinstance(getattr(module, sample["submodule"], None), torch_module()),
                      f"spec: sample submodule {sample['submodule']!r} does not exist")
+    check_with_compiler(spec)
     return spec
+
+
+def check_with_compiler(spec: dict) -> None:
+    """Runs the C++ validator (`ganc spec -`) on `spec`: the rules `ganc compile` enforces, from
+    the one schema. Where ganc's tools are not built (a source checkout before its CMake
+    build), `ganc compile` runs the same validator on the archive instead."""
+    from .cli import ToolsNotFound, executable
+    try:
+        ganc = executable("ganc")
+    except ToolsNotFound:
+        return
+    done = subprocess.run([ganc, "spec", "-"], input=json.dumps(spec), capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        message = lines[-1] if lines else f"ganc spec exited with {done.returncode}"
+        for prefix in ("ganc: error: spec: ", "ganc: error: "):
+            message = message[len(prefix):] if message.startswith(prefix) else message
+        raise SpecError(f"spec: {message}")
 
 
 def _positive_ints(shape) -> bool:

@@ -2,9 +2,10 @@
 // bytes, parsing, verifying and running the compile pipeline must return a Status, never
 // crash (AddressSanitizer and UndefinedBehaviorSanitizer watch); and a module that parses and
 // verifies must print to text that parses back and prints identically.
-#include "ir/Files.h"
 #include "ir/Module.h"
+#include "ir/Plan.h"
 #include "passes/Pass.h"
+#include "support/Files.h"
 
 #include <cstdint>
 #include <string>

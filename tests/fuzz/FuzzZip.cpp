@@ -1,7 +1,7 @@
 // libFuzzer target: the zip container check that runs before LibTorch parses any checkpoint,
 // data file or model archive. Whatever the bytes, it must return a Status without reading
 // outside them; an archive it accepts must still be accepted once sealed.
-#include "ir/Files.h"
+#include "support/Files.h"
 
 #include <cstdint>
 #include <vector>

@@ -1,5 +1,5 @@
 """Two hosts for real: ranks in two network namespaces joined by a veth pair, started by
-torchrun on each "host" exactly as the README's two-node example does, training over Gloo
+torchrun on each "host" exactly as docs/usage.md's two-node example does, training over Gloo
 across that link; the weights must equal a one-host run of the same world size.
 
 Needs root (CAP_NET_ADMIN) and `ip`; elsewhere it is skipped, saying why.

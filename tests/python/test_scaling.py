@@ -61,7 +61,7 @@ def half_ring(nbytes, ranks, alpha, beta):
 
 
 def documented_model(facts, p, ranks, alpha, beta, slow=1.0):
-    """(step, flat step) by the README's model: each of the plan's buckets ready when its last
+    """(step, flat step) by the simulator's model: each of the plan's buckets ready when its last
     gradient was profiled, reduced in the plan's order one at a time; sharded plans
     reduce-scatter (stage 2), step 1/ranks of the optimizer bucket by bucket and all-gather
     each bucket once stepped."""

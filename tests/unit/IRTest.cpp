@@ -1,8 +1,11 @@
 // The IR's C++ API: building, printing, parsing back, verifying.
 #include "ir/Module.h"
+#include "ir/PhaseAttrs.h"
 #include "passes/Pass.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 using namespace ganc;
 
@@ -125,4 +128,58 @@ TEST(IRTest, VerifierNamesPhaseInLocation) {
   Status status = ir::verify(*m);
   ASSERT_FALSE(status.isOk());
   EXPECT_EQ(status.location().phase, m->phases[0]->key());
+}
+
+// Every row of ir/PhaseAttrs.def reads back what it printed, and a phase that sets all of them
+// round-trips: a new attribute without a line here fails the first expectation.
+TEST(IRTest, EveryPhaseAttributeRoundTrips) {
+  const std::string text = R"(module @m {
+  stage "8x8" grows [d]
+  loss_scaler "s" init_scale 65536.0 growth_factor 2.0 backoff_factor 0.5 growth_interval 2000
+  param @d.w : f32[1,4] owner d group d
+  phase @d {
+    method "phase_d"
+    updates [d]
+    interval 4
+    stage "8x8"
+    accumulate 2
+    autocast bf16
+    loss_scaler "s"
+    bucket_cap 1048576 first 262144
+    tuned ranks 8 exposed 0.25 default 0.5
+    clip_grad_norm d max_norm 1.0 norm_type inf
+    clip_grad_norm d max_norm 2.0 norm_type 2.0
+    input %x : f32[8,4] from data
+    graph {
+      %w = ganc.param @d.w : f32[1,4]
+      %out = aten::linear(%x, %w) : f32[8,1]
+      return %out
+    }
+  }
+}
+)";
+  for (const ir::PhaseAttr &attr : ir::phaseAttrs()) {
+    EXPECT_NE(text.find("\n    " + std::string(attr.keyword) + " "), std::string::npos)
+        << "no line of this test sets phase attribute '" << attr.keyword << "'";
+    EXPECT_NE(std::string(attr.help), "") << attr.keyword;
+  }
+  auto parsed = ir::parse(text);
+  ASSERT_TRUE(parsed.isOk()) << parsed.status().message();
+  EXPECT_EQ(ir::print(**parsed), text);
+  const ir::Phase &phase = *(*parsed)->phases[0];
+  EXPECT_EQ(phase.interval, 4);
+  EXPECT_EQ(phase.firstBucketCapBytes, 262144);
+  ASSERT_EQ(phase.clips.size(), 2u);
+  EXPECT_TRUE(std::isinf(phase.clips[0].maxNorm) || std::isinf(phase.clips[0].normType));
+}
+
+// A table row's rule is the verifier's: a phase attribute out of range names the phase.
+TEST(IRTest, PhaseAttributeRulesAreTheVerifiers) {
+  auto m = twoLayerModule();
+  m->phases[0]->accumulate = 0;
+  Status status = ir::verify(*m);
+  ASSERT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("accumulate must be at least 1, got 0"), std::string::npos)
+      << status.message();
+  EXPECT_EQ(status.location().phase, "d");
 }

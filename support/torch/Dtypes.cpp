@@ -1,7 +1,7 @@
 // Dtype names.
-#include "frontend/Dtypes.h"
+#include "support/torch/Dtypes.h"
 
-namespace ganc::frontend {
+namespace ganc {
 
 namespace {
 
@@ -35,18 +35,4 @@ Expected<c10::ScalarType> scalarTypeOf(const std::string &name) {
   return Status::error("unknown dtype '" + name + "'");
 }
 
-c10::ScalarType inputScalarType(const Spec &spec) {
-  switch (spec.inputDtype) {
-  case InputDtype::Float64:
-    return c10::kDouble;
-  case InputDtype::BFloat16:
-    return c10::kBFloat16;
-  case InputDtype::Float16:
-    return c10::kHalf;
-  case InputDtype::Float32:
-    break;
-  }
-  return c10::kFloat;
-}
-
-} // namespace ganc::frontend
+} // namespace ganc

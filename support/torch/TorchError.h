@@ -1,7 +1,7 @@
 // The one conversion of LibTorch's exceptions (c10::Error and the rest) into ganc's terms.
 #pragma once
 
-#include "ir/Status.h"
+#include "support/Status.h"
 
 #include <c10/util/Exception.h>
 
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace ganc::frontend {
+namespace ganc {
 
 /// The cause of a TorchScript interpreter failure in one line: the underlying error (the
 /// traceback's last "...Error: ..." line) and where in the user's code it happened, e.g.
@@ -75,4 +75,4 @@ inline Status fromException(const std::exception &e, ErrorKind kind, const std::
                                        : Status::error(message);
 }
 
-} // namespace ganc::frontend
+} // namespace ganc

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace ganc::ir {
+namespace ganc {
 
 /// The shortest decimal text that reads back to exactly `value`, always marked as a float.
 std::string formatDouble(double value);
@@ -55,4 +55,4 @@ inline std::vector<std::string> splitList(const std::string &text) {
   return items;
 }
 
-} // namespace ganc::ir
+} // namespace ganc

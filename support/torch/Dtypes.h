@@ -1,14 +1,13 @@
 // The one mapping between LibTorch dtypes, IR dtype names and spec dtype names.
 #pragma once
 
-#include "frontend/Spec.h"
-#include "ir/Status.h"
+#include "support/Status.h"
 
 #include <c10/core/ScalarType.h>
 
 #include <string>
 
-namespace ganc::frontend {
+namespace ganc {
 
 /// "f32", "bf16", ... for a torch dtype; "" for one the IR has no name for.
 std::string dtypeName(c10::ScalarType type);
@@ -17,8 +16,4 @@ std::string dtypeName(c10::ScalarType type);
 /// silent float32.
 Expected<c10::ScalarType> scalarTypeOf(const std::string &name);
 
-/// The torch dtype of the spec's floating inputs ("float32", "float64", "bfloat16",
-/// "float16"; the spec validator admits no other).
-c10::ScalarType inputScalarType(const Spec &spec);
-
-} // namespace ganc::frontend
+} // namespace ganc

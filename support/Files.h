@@ -1,9 +1,9 @@
-// File helpers every command shares: read a whole file, write one atomically, check a zip
-// container before LibTorch parses it, stamp and read a plan.
+// File helpers every layer shares: read a whole file, write one atomically, check a zip
+// container before LibTorch parses it.
 #pragma once
 
 #include "ir/Module.h"
-#include "ir/Status.h"
+#include "support/Status.h"
 
 #include <functional>
 #include <memory>
@@ -15,6 +15,9 @@ namespace ganc {
 
 /// The bytes of `path` (a regular file); errors give the OS reason.
 Expected<std::vector<char>> readFile(const std::string &path);
+
+/// The text of `path`, or of standard input when `path` is "-".
+Expected<std::string> readTextOrStdin(const std::string &path);
 
 /// Writes `bytes` to `path` through a temporary file beside it and a rename, so a failed
 /// write never leaves a truncated file where a good one was; the temporary file is removed
@@ -44,19 +47,4 @@ Expected<std::vector<std::pair<std::string, std::vector<char>>>>
 readZipEntries(const std::vector<char> &bytes,
                const std::function<bool(const std::string &)> &wanted);
 
-namespace ir {
-
-/// `text` (a printed plan) with its checksum line appended: what `ganc compile -o` and
-/// `ganc-opt -o` write after verifying the plan.
-std::string stampPlan(const std::string &text);
-
-/// Checks the checksum line stampPlan wrote: a plan edited by hand after it was verified, or
-/// damaged, is refused before anything parses it.
-Status checkPlanStamp(const std::string &text);
-
-/// Reads the plan at `path`, checks its checksum, parses and verifies it (every error names
-/// the file).
-Expected<std::unique_ptr<Module>> readPlan(const std::string &path);
-
-} // namespace ir
 } // namespace ganc

@@ -1,0 +1,31 @@
+// Option values more than one command takes, declared once so that the same flag reads the
+// same way everywhere (ganc compile, train, simulate and ganc-opt).
+#pragma once
+
+#include "support/Options.h"
+#include "support/TextFormat.h"
+
+#include <cstdint>
+#include <string>
+
+namespace ganc::tools {
+
+/// A bucket cap in MiB, as bytes: a number in (0, 1048576).
+inline int64_t mebibytes(const std::string &flag, const std::string &text) {
+  const std::optional<double> mib = parseDouble(text);
+  if (!mib || !(*mib > 0) || *mib >= 1048576)
+    throw OptionError(flag + " takes a number of MiB in (0, 1048576), not '" + text + "'");
+  return static_cast<int64_t>(*mib * 1048576);
+}
+
+/// A sharded optimizer state stage.
+inline int zeroStage(const std::string &flag, const std::string &text) {
+  return choice<int>(flag, text, {{"0", 0}, {"1", 1}, {"2", 2}});
+}
+
+/// A world size (1 to 2^24).
+inline int64_t worldSize(const std::string &flag, const std::string &text) {
+  return integerIn(flag, text, 1, int64_t{1} << 24);
+}
+
+} // namespace ganc::tools
