@@ -53,31 +53,7 @@ PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Ten
     at::Tensor flat = r->zero_ ? carve(dtype, bucket.shardBytes * r->world_ / elementSize)
                                : torch::zeros({bucket.bytes / elementSize},
                                               at::TensorOptions(dtype).device(device));
-    for (const ir::Bucket::Slot &slot : bucket.slots) {
-      auto it = parameters.find(slot.parameter);
-      if (it == parameters.end())
-        return Status::error("phase '" + phase.name + "': the plan's parameter '" + slot.parameter +
-                             "' does not exist in the model");
-      const at::Tensor &p = it->second;
-      if (p.scalar_type() != dtype || p.nbytes() != static_cast<size_t>(slot.bytes))
-        return Status::error("phase '" + phase.name + "': parameter '" + slot.parameter + "' has " +
-                             std::to_string(p.nbytes()) + " bytes of " +
-                             std::string(c10::toString(p.scalar_type())) + " in the model but " +
-                             std::to_string(slot.bytes) + " bytes of " + bucket.dtype +
-                             " in the plan");
-      if (r->zero_) {
-        r->slots_[slot.parameter] = Slot{static_cast<int>(b), at::Tensor()};
-        continue;
-      }
-      // The slot has the parameter's strides (as DDP's bucket views do), so a channels-last
-      // weight gets a channels-last gradient and the fused optimizers see one layout.
-      at::Tensor view = p.is_non_overlapping_and_dense()
-                            ? flat.as_strided(p.sizes(), p.strides(), slot.offset / elementSize)
-                            : flat.narrow(0, slot.offset / elementSize, p.numel()).view(p.sizes());
-      r->slots_[slot.parameter] = Slot{static_cast<int>(b), view};
-    }
-    r->buffers_.push_back(flat);
-    r->slotsPerBucket_.push_back(static_cast<int>(bucket.slots.size()));
+    GANC_TRY(r->bindBucket(phase, b, parameters, flat));
   }
   if (r->zero_)
     for (size_t b = 0; b < phase.buckets.size(); ++b) {
@@ -101,6 +77,40 @@ PhaseReducer::create(const ir::Phase &phase, const std::map<std::string, at::Ten
   r->pending_.assign(r->buffers_.size(), 0);
   r->staged_.resize(r->buffers_.size());
   return r;
+}
+
+Status PhaseReducer::bindBucket(const ir::Phase &phase, size_t b,
+                                const std::map<std::string, at::Tensor> &parameters,
+                                const at::Tensor &flat) {
+  const ir::Bucket &bucket = phase.buckets[b];
+  const c10::ScalarType dtype = flat.scalar_type();
+  const int64_t elementSize = static_cast<int64_t>(c10::elementSize(dtype));
+  for (const ir::Bucket::Slot &slot : bucket.slots) {
+    auto it = parameters.find(slot.parameter);
+    if (it == parameters.end())
+      return Status::error("phase '" + phase.name + "': the plan's parameter '" + slot.parameter +
+                           "' does not exist in the model");
+    const at::Tensor &p = it->second;
+    if (p.scalar_type() != dtype || p.nbytes() != static_cast<size_t>(slot.bytes))
+      return Status::error("phase '" + phase.name + "': parameter '" + slot.parameter + "' has " +
+                           std::to_string(p.nbytes()) + " bytes of " +
+                           std::string(c10::toString(p.scalar_type())) + " in the model but " +
+                           std::to_string(slot.bytes) + " bytes of " + bucket.dtype +
+                           " in the plan");
+    if (zero_) {
+      slots_[slot.parameter] = Slot{static_cast<int>(b), at::Tensor()};
+      continue;
+    }
+    // The slot has the parameter's strides (as DDP's bucket views do), so a channels-last
+    // weight gets a channels-last gradient and the fused optimizers see one layout.
+    at::Tensor view = p.is_non_overlapping_and_dense()
+                          ? flat.as_strided(p.sizes(), p.strides(), slot.offset / elementSize)
+                          : flat.narrow(0, slot.offset / elementSize, p.numel()).view(p.sizes());
+    slots_[slot.parameter] = Slot{static_cast<int>(b), view};
+  }
+  buffers_.push_back(flat);
+  slotsPerBucket_.push_back(static_cast<int>(bucket.slots.size()));
+  return Status::ok();
 }
 
 void PhaseReducer::prepare(const std::map<std::string, at::Tensor> &parameters) {

@@ -115,6 +115,10 @@ private:
     std::vector<at::Tensor> paramPieces, bucketPieces;
     at::Tensor param, grad;
   };
+  /// Binds bucket b's slots to views of its flat buffer `flat` (sharded: records them; the
+  /// shards bind later), after checking each parameter against the plan.
+  Status bindBucket(const ir::Phase &phase, size_t b,
+                    const std::map<std::string, at::Tensor> &parameters, const at::Tensor &flat);
   Status createShards(const ir::Phase &phase, const std::map<std::string, at::Tensor> &parameters,
                       c10::ScalarType dtype, size_t b);
   /// Holds `parameter`'s fresh gradient (its .grad) for its bucket's write; a gradient

@@ -235,6 +235,18 @@ Status Progress::endStep(int64_t done, int64_t images) {
     stopTrace();
   if (done % o.logEvery != 0 && done != o.steps)
     return Status::ok();
+  GANC_TRY(drainPending());
+  const std::map<std::string, std::map<std::string, Moments>> stats = std::move(statsInterval_);
+  statsInterval_.clear();
+  auto moments = reduceInterval(done, stats);
+  if (!moments)
+    return moments.status();
+  if (session_.isRankZero())
+    logLine(done, *moments, stats);
+  return Status::ok();
+}
+
+Status Progress::drainPending() {
   for (const PendingLoss &p : pending_) {
     lastLoss_[p.phase] = p.loss.item<double>();
     interval_[p.phase].add(lastLoss_[p.phase]);
@@ -255,7 +267,12 @@ Status Progress::endStep(int64_t done, int64_t images) {
   for (const PendingStat &p : pendingStats_)
     statsInterval_[p.phase][p.name].add(p.value.item<double>());
   pendingStats_.clear();
+  return Status::ok();
+}
 
+Expected<std::vector<double>>
+Progress::reduceInterval(int64_t done,
+                         const std::map<std::string, std::map<std::string, Moments>> &stats) {
   // The interval's losses, averaged over every rank: one all-reduce of (count, sum, sum of
   // squares) per phase, in the spec's phase order on every rank.
   std::vector<double> moments;
@@ -266,8 +283,6 @@ Status Progress::endStep(int64_t done, int64_t images) {
   interval_.clear();
   // The logged values follow, by phase and name; every rank must log the same names (checked
   // first, with a fixed-size all-reduce of their count and a hash of their names).
-  const std::map<std::string, std::map<std::string, Moments>> stats = std::move(statsInterval_);
-  statsInterval_.clear();
   std::vector<double> signature = {0, 0};
   for (const auto &[phase, values] : stats)
     for (const auto &[name, m] : values) {
@@ -284,8 +299,11 @@ Status Progress::endStep(int64_t done, int64_t images) {
                              ": the phases log different values on "
                              "different ranks; a phase must log the same names on every rank");
   allReduceSum(session_, moments);
-  if (!session_.isRankZero())
-    return Status::ok();
+  return moments;
+}
+
+void Progress::logLine(int64_t done, const std::vector<double> &moments,
+                       const std::map<std::string, std::map<std::string, Moments>> &stats) {
   auto now = Clock::now();
   double seconds = std::chrono::duration<double>(now - lastLog_).count();
   // Images per second over every rank (each stages the same number per step).
@@ -303,7 +321,7 @@ Status Progress::endStep(int64_t done, int64_t images) {
       {"timestamp",
        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()}};
   std::ostringstream line;
-  line << "step " << done << "/" << o.steps;
+  line << "step " << done << "/" << session_.options.steps;
   size_t k = 0;
   for (const frontend::PhaseSpec &phase : session_.spec().phases) {
     const double count = moments[k], sum = moments[k + 1], squares = moments[k + 2];
@@ -338,7 +356,6 @@ Status Progress::endStep(int64_t done, int64_t images) {
   std::cout << line.str() << rate << std::endl;
   imagesSinceLog_ = 0;
   lastLog_ = now;
-  return Status::ok();
 }
 
 /// Per step: wall time, the work (CPU: host time in the model's forward and backward,

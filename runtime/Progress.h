@@ -95,6 +95,13 @@ private:
     at::Tensor value;
   };
   std::vector<PendingStat> pendingStats_;
+  /// endStep's parts at a log step: the pending losses and logged values read (a non-finite
+  /// loss stops the run), the interval's moments all-reduced over the ranks, rank 0's line.
+  Status drainPending();
+  Expected<std::vector<double>>
+  reduceInterval(int64_t done, const std::map<std::string, std::map<std::string, Moments>> &stats);
+  void logLine(int64_t done, const std::vector<double> &moments,
+               const std::map<std::string, std::map<std::string, Moments>> &stats);
   /// The last logged means over ranks and interval (summary.json).
   std::map<std::string, double> loggedMean_;
   std::ofstream stats_;

@@ -99,7 +99,10 @@ std::string resolveResume(const TrainOptions &o) {
   return fs::exists(latest, ec) ? latest : "";
 }
 
-Status applyOverrides(frontend::Spec &spec, const TrainOptions &o) {
+namespace {
+
+/// The command line's optimizer-group overrides: --lr, --betas, --clip.
+Status overrideGroups(frontend::Spec &spec, const TrainOptions &o) {
   auto groupNames = [&] {
     std::vector<std::string> names;
     for (const auto &[name, group] : spec.optimizers)
@@ -139,8 +142,6 @@ Status applyOverrides(frontend::Spec &spec, const TrainOptions &o) {
     if (adam == 0)
       return Status::error("--betas: no optimizer group uses Adam (groups: " + groupNames() + ")");
   }
-  if (o.batchSize > 0)
-    spec.batchSize = o.batchSize;
   for (const auto &[key, limit] : o.clip) {
     std::vector<frontend::OptimizerSpec *> targets;
     GANC_TRY(groups("--clip", key, targets));
@@ -150,11 +151,11 @@ Status applyOverrides(frontend::Spec &spec, const TrainOptions &o) {
               ? std::optional<frontend::ClipSpec>(frontend::ClipSpec{limit.first, limit.second})
               : std::nullopt;
   }
-  if (o.emaHalfLifeImages >= 0) {
-    if (!spec.ema)
-      return Status::error("--ema-half-life-images: the spec has no 'ema' (no G_ema to average)");
-    spec.ema->halfLifeImages = o.emaHalfLifeImages;
-  }
+  return Status::ok();
+}
+
+/// The command line's per-phase overrides: --precision, --accumulate, --interval.
+Status overridePhases(frontend::Spec &spec, const TrainOptions &o) {
   auto phaseNamed = [&](const std::string &flag,
                         const std::string &name) -> Expected<frontend::PhaseSpec *> {
     for (frontend::PhaseSpec &p : spec.phases)
@@ -188,25 +189,33 @@ Status applyOverrides(frontend::Spec &spec, const TrainOptions &o) {
     (*phase)->accumulate = k;
   }
   for (const auto &[name, interval] : o.intervals) {
-    auto phase = std::find_if(spec.phases.begin(), spec.phases.end(),
-                              [&](const frontend::PhaseSpec &p) { return p.name == name; });
-    if (phase == spec.phases.end()) {
-      std::vector<std::string> names;
-      for (const frontend::PhaseSpec &p : spec.phases)
-        names.push_back(p.name);
-      return Status::error("--interval " + name + "=: the spec has no phase '" + name +
-                           "' (phases: " + join(names) + ")");
-    }
-    phase->interval = interval;
+    auto phase = phaseNamed("--interval", name);
+    if (!phase)
+      return phase.status();
+    (*phase)->interval = interval;
   }
   return Status::ok();
 }
 
-Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &resumedFrom) {
+} // namespace
+
+Status applyOverrides(frontend::Spec &spec, const TrainOptions &o) {
+  GANC_TRY(overrideGroups(spec, o));
+  if (o.batchSize > 0)
+    spec.batchSize = o.batchSize;
+  if (o.emaHalfLifeImages >= 0) {
+    if (!spec.ema)
+      return Status::error("--ema-half-life-images: the spec has no 'ema' (no G_ema to average)");
+    spec.ema->halfLifeImages = o.emaHalfLifeImages;
+  }
+  return overridePhases(spec, o);
+}
+
+namespace {
+
+/// The effective spec: the archive's, with what the command line changed.
+nlohmann::json effectiveSpec(const frontend::Spec &spec) {
   using nlohmann::json;
-  const TrainOptions &o = s.options;
-  const frontend::Spec &spec = s.spec();
-  // The effective spec: the archive's, with what the command line changed.
   json effective = json::parse(spec.text);
   for (const auto &[name, g] : spec.optimizers) {
     json &j = effective["optimizers"][name];
@@ -214,6 +223,12 @@ Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &re
     j["lr"] = g.lr;
     if (g.type != "sgd")
       j["betas"] = {g.beta1, g.beta2};
+    if (g.clip)
+      j["clip_grad_norm"] = {
+          {"max_norm", g.clip->maxNorm},
+          {"norm_type", std::isinf(g.clip->normType) ? json("inf") : json(g.clip->normType)}};
+    else
+      j.erase("clip_grad_norm");
   }
   for (json &phase : effective["phases"])
     for (const frontend::PhaseSpec &p : spec.phases)
@@ -222,17 +237,15 @@ Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &re
         phase["accumulate"] = p.accumulate;
         phase["precision"] = frontend::precisionName(p.precision);
       }
-  for (const auto &[name, g] : spec.optimizers) {
-    json &j = effective["optimizers"][name];
-    if (g.clip)
-      j["clip_grad_norm"] = {
-          {"max_norm", g.clip->maxNorm},
-          {"norm_type", std::isinf(g.clip->normType) ? json("inf") : json(g.clip->normType)}};
-    else
-      j.erase("clip_grad_norm");
-  }
   if (spec.ema)
     effective["ema"]["half_life_images"] = spec.ema->halfLifeImages;
+  effective["batch_size"] = spec.batchSize;
+  return effective;
+}
+
+/// What the command line changed of the spec, as it said it.
+nlohmann::json overridesOf(const TrainOptions &o) {
+  using nlohmann::json;
   json overrides = json::object();
   for (const auto &[key, lr] : o.lr)
     overrides["lr"][key.empty() ? "*" : key] = lr;
@@ -251,7 +264,16 @@ Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &re
                               {"norm_type", std::isinf(c.second) ? json("inf") : json(c.second)}};
   if (o.emaHalfLifeImages >= 0)
     overrides["ema_half_life_images"] = o.emaHalfLifeImages;
-  effective["batch_size"] = spec.batchSize;
+  return overrides;
+}
+
+} // namespace
+
+Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &resumedFrom) {
+  using nlohmann::json;
+  const TrainOptions &o = s.options;
+  const json effective = effectiveSpec(s.spec());
+  const json overrides = overridesOf(o);
   std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char started[32];
   std::strftime(started, sizeof(started), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));

@@ -106,12 +106,40 @@ Status planShards(Session &s) {
   return ir::verifyInvariants(plan).withContext("sharding " + s.options.plan);
 }
 
+/// The plan's phase facts are what trains (a plan edited and checked in again with
+/// `ganc-opt -o` trains as edited): each spec phase takes its interval, micro-batches, autocast
+/// and loss scaler from the plan's phase of that name, and each optimizer group its clipping.
+/// The rest of the spec (optimizers, data, sampling, EMA, stages) is the archive's, which the
+/// plan's identity ties to it.
+void adoptPlanFacts(const ir::Module &plan, frontend::Spec &spec) {
+  for (frontend::PhaseSpec &p : spec.phases) {
+    const auto phase = std::find_if(plan.phases.begin(), plan.phases.end(),
+                                    [&](const auto &planned) { return planned->name == p.name; });
+    if (phase == plan.phases.end())
+      continue;
+    const ir::Phase &planned = **phase;
+    p.interval = planned.interval;
+    p.accumulate = planned.accumulate;
+    p.precision = planned.autocast == "bf16"  ? frontend::Precision::BFloat16
+                  : planned.autocast == "f16" ? frontend::Precision::Float16
+                                              : frontend::Precision::Float32;
+    p.lossScaler = planned.lossScaler;
+  }
+  for (auto &[group, optimizer] : spec.optimizers) {
+    optimizer.clip.reset();
+    for (const auto &phase : plan.phases)
+      for (const ir::ClipGradNorm &clip : phase->clips)
+        if (clip.group == group)
+          optimizer.clip = frontend::ClipSpec{clip.maxNorm, clip.normType};
+  }
+}
+
 /// The plan's training-step facts again from the spec as the command line changed it
 /// (--precision, --accumulate, --clip): what lowering derives from the spec, so a plan needs no
 /// new export or compile to train in bfloat16 or with another recipe.
 Status replanRecipe(Session &s) {
   const TrainOptions &o = s.options;
-  if (o.precision.empty() && o.accumulate.empty() && o.clip.empty())
+  if (o.precision.empty() && o.accumulate.empty() && o.clip.empty() && o.intervals.empty())
     return Status::ok();
   const frontend::Spec &spec = s.spec();
   for (auto &phase : s.plan->phases) {
@@ -121,6 +149,7 @@ Status replanRecipe(Session &s) {
         ps = &p;
     if (ps == nullptr)
       continue;
+    phase->interval = ps->interval;
     phase->accumulate = ps->accumulate;
     phase->autocast = ps->precision == frontend::Precision::Float32    ? ""
                       : ps->precision == frontend::Precision::BFloat16 ? "bf16"
@@ -382,6 +411,7 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
   if (!archive)
     return archive.status();
   s->archive = std::make_unique<frontend::Archive>(archive.take());
+  adoptPlanFacts(*s->plan, s->archive->spec);
   GANC_TRY(applyOverrides(s->archive->spec, options));
   if (s->archive->identity != s->plan->identity)
     return Status::error(options.plan + " was compiled from another model (identity " +

@@ -10,6 +10,8 @@ are stale (exit 1) without writing:
   docs/benchmarks.md   from bench/results/*.json, which the benchmarks write
   python/ganc/spec_fields.json   the spec's keys for the Python validator (`ganc spec
                        --fields-json`, from frontend/SpecFields.def)
+  python/ganc/train_options.json ganc train's options, which ganc.train's keywords map to
+                       (`ganc --options-json`, from the train option table)
 """
 
 import argparse
@@ -111,7 +113,8 @@ def main():
     read = lambda name: open(os.path.join(ROOT, name)).read()  # noqa: E731
     wanted = {"docs/cli.md": cli(tools), "docs/ir.md": ir(tools, read("docs/ir.md")),
               "docs/spec.md": spec(tools, read("docs/spec.md")), "docs/benchmarks.md": benchmarks(),
-              "python/ganc/spec_fields.json": run(os.path.join(tools, "ganc"), "spec", "--fields-json")}
+              "python/ganc/spec_fields.json": run(os.path.join(tools, "ganc"), "spec", "--fields-json"),
+              "python/ganc/train_options.json": run(os.path.join(tools, "ganc"), "--options-json")}
     stale = []
     for name, text in wanted.items():
         path = os.path.join(ROOT, name)

@@ -6,7 +6,7 @@
 #
 #   scripts/setup.sh            # what the demo needs: compilers, headers, torch, ganc
 #   scripts/setup.sh --tests    # and what the tests need: GoogleTest, FileCheck/lit, clang
-#                               # (fuzzers, sanitizers), clang-format/clang-tidy, pytest
+#                               # (fuzzers, sanitizers), clang-format/clang-tidy, pytest, lizard
 #   GANC_VENV=/path scripts/setup.sh
 set -euo pipefail
 
@@ -41,7 +41,7 @@ fi
 # --- Python environment with the pinned torch wheel ---------------------------------------
 PY="$VENV/bin/python"
 PY_PACKAGES=(numpy scikit-learn pillow scikit-build-core tensorboard matplotlib)
-[ "$TESTS" = ON ] && PY_PACKAGES+=(pytest)
+[ "$TESTS" = ON ] && PY_PACKAGES+=(pytest lizard)
 MODULES=$(printf '%s\n' "${PY_PACKAGES[@]}" | sed 's/scikit-learn/sklearn/; s/pillow/PIL/; s/-/_/g' | paste -sd, -)
 if ! "$PY" -c "import torch, $MODULES, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
   if [ ! -x "$PY" ]; then

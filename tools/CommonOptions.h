@@ -25,7 +25,10 @@ inline int zeroStage(const std::string &flag, const std::string &text) {
 
 /// A world size (1 to 2^24).
 inline int64_t worldSize(const std::string &flag, const std::string &text) {
-  return integerIn(flag, text, 1, int64_t{1} << 24);
+  const std::optional<int64_t> n = parseInt64(text);
+  if (!n || *n < 1 || *n > (int64_t{1} << 24))
+    throw OptionError(flag + " takes a world size from 1 to 16777216, not '" + text + "'");
+  return *n;
 }
 
 } // namespace ganc::tools

@@ -178,8 +178,10 @@ std::string summary(const ir::Module &plan, const std::string &path) {
   return out.str();
 }
 
-std::string explain(const ir::Module &plan) {
-  std::ostringstream out;
+namespace {
+
+/// The plan's own lines: name, caps, loss scalers, sharded optimizer state.
+void planHeader(std::ostream &out, const ir::Module &plan) {
   out << "plan for " << plan.name << " (model " << plan.identity << ")";
   if (plan.bucketCapBytes)
     out << ", bucket caps: first " << humanBytes(plan.firstBucketCapBytes) << ", then "
@@ -202,6 +204,71 @@ std::string explain(const ir::Module &plan) {
         << "): the shards are laid out when the run starts, for its number of ranks "
            "(ganc compile --ranks N shows them here)\n";
   }
+}
+
+/// A phase's used, unused and conditional parameters with their sizes.
+void parameterLines(std::ostream &out, const ir::Module &plan, const ir::Phase &phase) {
+  auto list = [&](const std::vector<std::string> &names) {
+    for (const std::string &name : names) {
+      const ir::Tensor *p = plan.findParameter(name);
+      out << "    " << pad(name, 44) << pad(p->type.str(), 22) << humanBytes(p->bytes()) << "\n";
+    }
+  };
+  int64_t usedBytes = 0;
+  for (const std::string &name : phase.used)
+    usedBytes += plan.findParameter(name)->bytes();
+  out << "  used parameters: " << phase.used.size() << " (" << humanBytes(usedBytes) << ")\n";
+  list(phase.used);
+  out << "  unused parameters (no all-reduce, no update, grad stays None): " << phase.unused.size()
+      << "\n";
+  list(phase.unused);
+  if (!phase.conditional.empty()) {
+    out << "  reached only under a branch on data (a prim::If or prim::Loop region; which "
+           "were reached is all-reduced after backward, and one no rank reached keeps grad "
+           "None and is not stepped, as in eager DDP): "
+        << phase.conditional.size() << "\n";
+    for (const std::string &name : phase.conditional)
+      out << "    " << name << "\n";
+  }
+}
+
+/// A phase's buckets in all-reduce order, their bytes, autotuning and sharding.
+void bucketLines(std::ostream &out, const ir::Module &plan, const ir::Phase &phase) {
+  if (!phase.schedule.empty()) {
+    out << "  all-reduce order:\n";
+    for (const ir::ScheduledAllReduce &s : phase.schedule) {
+      const ir::Bucket &b = phase.buckets[s.bucket];
+      out << "    bucket #" << s.bucket << ": " << b.slots.size() << " parameter"
+          << (b.slots.size() == 1 ? ", " : "s, ") << humanBytes(b.bytes) << " " << b.dtype
+          << ", launched after the gradient of " << s.afterParameter << "\n";
+    }
+  }
+  out << "  all-reduced per run: " << humanBytes(bucketBytes(phase)) << " in "
+      << phase.buckets.size() << " bucket" << (phase.buckets.size() == 1 ? "" : "s") << "\n";
+  if (phase.tunedRanks) {
+    const bool oneBucket = phase.bucketCapBytes >= (int64_t{1} << 50);
+    out << "  buckets autotuned for " << phase.tunedRanks << " ranks: "
+        << (oneBucket ? std::string("one bucket")
+                      : "cap " + humanBytes(phase.bucketCapBytes) + ", first " +
+                            humanBytes(phase.firstBucketCapBytes))
+        << "; predicted communication exposed after backward "
+        << microseconds(phase.tunedExposedSeconds)
+        << " (DDP's 25 MiB / 1 MiB caps: " << microseconds(phase.defaultExposedSeconds) << ")\n";
+  }
+  if (plan.shardRanks > 1) {
+    const int64_t sharded = shardedBytes(plan, phase);
+    out << "  sharded (zero " << plan.zeroStage << ", " << plan.shardRanks
+        << " ranks): " << (plan.zeroStage == 2 ? "reduce-scattered " : "all-reduced ")
+        << humanBytes(sharded) << " per run instead (one shard per rank), then "
+        << humanBytes(sharded) << " of updated parameters all-gathered\n";
+  }
+}
+
+} // namespace
+
+std::string explain(const ir::Module &plan) {
+  std::ostringstream out;
+  planHeader(out, plan);
   std::set<std::string> owners;
   for (const ir::Tensor &p : plan.parameters)
     owners.insert(p.owner);
@@ -224,58 +291,9 @@ std::string explain(const ir::Module &plan) {
       out << "  replay on CUDA: "
           << (phase->eagerReason.empty() ? "CUDA Graph" : "eager (" + phase->eagerReason + ")")
           << "\n";
-    int64_t usedBytes = 0;
-    for (const std::string &name : phase->used)
-      usedBytes += plan.findParameter(name)->bytes();
-    out << "  used parameters: " << phase->used.size() << " (" << humanBytes(usedBytes) << ")\n";
-    for (const std::string &name : phase->used) {
-      const ir::Tensor *p = plan.findParameter(name);
-      out << "    " << pad(name, 44) << pad(p->type.str(), 22) << humanBytes(p->bytes()) << "\n";
-    }
-    out << "  unused parameters (no all-reduce, no update, grad stays None): "
-        << phase->unused.size() << "\n";
-    for (const std::string &name : phase->unused) {
-      const ir::Tensor *p = plan.findParameter(name);
-      out << "    " << pad(name, 44) << pad(p->type.str(), 22) << humanBytes(p->bytes()) << "\n";
-    }
-    if (!phase->conditional.empty()) {
-      out << "  reached only under a branch on data (a prim::If or prim::Loop region; which "
-             "were reached is all-reduced after backward, and one no rank reached keeps grad "
-             "None and is not stepped, as in eager DDP): "
-          << phase->conditional.size() << "\n";
-      for (const std::string &name : phase->conditional)
-        out << "    " << name << "\n";
-    }
+    parameterLines(out, plan, *phase);
     frozenLines(out, plan, *phase, owners);
-    if (!phase->schedule.empty()) {
-      out << "  all-reduce order:\n";
-      for (const ir::ScheduledAllReduce &s : phase->schedule) {
-        const ir::Bucket &b = phase->buckets[s.bucket];
-        out << "    bucket #" << s.bucket << ": " << b.slots.size() << " parameter"
-            << (b.slots.size() == 1 ? ", " : "s, ") << humanBytes(b.bytes) << " " << b.dtype
-            << ", launched after the gradient of " << s.afterParameter << "\n";
-      }
-    }
-    int64_t bytes = bucketBytes(*phase);
-    out << "  all-reduced per run: " << humanBytes(bytes) << " in " << phase->buckets.size()
-        << " bucket" << (phase->buckets.size() == 1 ? "" : "s") << "\n";
-    if (phase->tunedRanks) {
-      const bool oneBucket = phase->bucketCapBytes >= (int64_t{1} << 50);
-      out << "  buckets autotuned for " << phase->tunedRanks << " ranks: "
-          << (oneBucket ? std::string("one bucket")
-                        : "cap " + humanBytes(phase->bucketCapBytes) + ", first " +
-                              humanBytes(phase->firstBucketCapBytes))
-          << "; predicted communication exposed after backward "
-          << microseconds(phase->tunedExposedSeconds)
-          << " (DDP's 25 MiB / 1 MiB caps: " << microseconds(phase->defaultExposedSeconds) << ")\n";
-    }
-    if (plan.shardRanks > 1) {
-      const int64_t sharded = shardedBytes(plan, *phase);
-      out << "  sharded (zero " << plan.zeroStage << ", " << plan.shardRanks
-          << " ranks): " << (plan.zeroStage == 2 ? "reduce-scattered " : "all-reduced ")
-          << humanBytes(sharded) << " per run instead (one shard per rank), then "
-          << humanBytes(sharded) << " of updated parameters all-gathered\n";
-    }
+    bucketLines(out, plan, *phase);
   }
   if (stage.empty())
     out << "\nall-reduced per training step (amortised over intervals): "

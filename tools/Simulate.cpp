@@ -9,8 +9,8 @@
 // stays fixed (weak scaling), so the efficiency at N ranks is step(1) / step(N).
 #include "tools/Simulate.h"
 
-#include "tools/CommModel.h"
-#include "tools/Profile.h"
+#include "perf/CommModel.h"
+#include "perf/Profile.h"
 
 #include "ir/Plan.h"
 #include "support/Files.h"
@@ -27,6 +27,8 @@
 #include <sstream>
 
 namespace ganc::tools {
+
+using namespace ganc::perf;
 
 namespace {
 

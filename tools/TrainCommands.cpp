@@ -41,8 +41,8 @@ int usageError(const std::string &message) {
   return 2;
 }
 
-/// Every option of `ganc train` (and so of `ganc run`): what it means and what it sets.
-std::vector<Option<TrainOptions>> trainOptionTable() {
+/// `ganc train`'s options for what runs and what it writes.
+std::vector<Option<TrainOptions>> runOptions() {
   using O = TrainOptions;
   using S = const std::string;
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
@@ -92,6 +92,14 @@ std::vector<Option<TrainOptions>> trainOptionTable() {
        "TensorBoard event files in --out, written beside the run by python -m "
        "ganc.tensorboard (default on)",
        storeChoice(&O::tensorboard, onOff())},
+  };
+}
+
+/// The training recipe over the spec's (re-planned in memory at start-up).
+std::vector<Option<TrainOptions>> recipeOptions() {
+  using O = TrainOptions;
+  using S = const std::string;
+  return {
       {"--lr", "[GROUP=]X", "learning rate of every optimizer group, or of GROUP (repeatable)",
        [](S &f, S &v, O &o) {
          auto [group, text] = keyed(v);
@@ -160,6 +168,14 @@ std::vector<Option<TrainOptions>> trainOptionTable() {
        [](S &f, S &v, O &o) { o.emaHalfLifeImages = realIn(f, v, 0, 1e15); }},
       {"--batch-size", "N", "batch per rank instead of the spec's",
        storeInteger(&O::batchSize, 1, 1 << 24)},
+  };
+}
+
+/// Devices, collectives and CUDA Graphs.
+std::vector<Option<TrainOptions>> deviceOptions() {
+  using O = TrainOptions;
+  using S = const std::string;
+  return {
       {"--device", "cpu|cuda",
        "cpu: Gloo; cuda: NCCL, one GPU per rank (cuda:LOCAL_RANK), each phase captured once "
        "as a CUDA Graph and replayed",
@@ -210,6 +226,15 @@ std::vector<Option<TrainOptions>> trainOptionTable() {
        "layout of 4-D weights, buffers and data (default auto: channels_last on CUDA, "
        "contiguous on CPU)",
        storeChoice(&O::memoryFormat, runtime::memoryFormatNames())},
+  };
+}
+
+/// Failure handling, sharding, threads, and what a run dumps or profiles.
+std::vector<Option<TrainOptions>> diagnosticOptions() {
+  using O = TrainOptions;
+  using S = const std::string;
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  return {
       {"--timeout-s", "S", "give up on a silent peer after S seconds (default 120)",
        storeInteger(&O::timeoutSeconds, 1, 1000000000)},
       {"--non-finite", "stop|skip",
@@ -240,6 +265,15 @@ std::vector<Option<TrainOptions>> trainOptionTable() {
        "Perfetto or chrome://tracing)",
        storeText(&O::kernelTraceFile)},
   };
+}
+
+/// Every option of `ganc train` (and so of `ganc run`), in the order `--help` lists them.
+std::vector<Option<TrainOptions>> trainOptionTable() {
+  std::vector<Option<TrainOptions>> all;
+  for (auto group : {runOptions, recipeOptions, deviceOptions, diagnosticOptions})
+    for (Option<TrainOptions> &option : group())
+      all.push_back(std::move(option));
+  return all;
 }
 
 const Command<TrainOptions> &trainTable() {

@@ -171,17 +171,32 @@ def simulate(plan: Plan | str, profile: str, gpus=(1, 8, 64, 512, 1024), **optio
 
 
 # Options given as booleans that the driver spells on/off.
-_ON_OFF = {"cuda_graphs", "cudnn_benchmark"}
+# `ganc train`'s options and their values (generated from its option table).
+_TRAIN_OPTIONS = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                             "train_options.json")))["train"]
 
 
-def _option_args(options: dict) -> list[str]:
+def _option_args(options: dict, table: dict | None = None) -> list[str]:
+    """Keyword arguments as command-line options: a flag takes True (False leaves it out), an
+    on|off option takes a bool, a KEY=VALUE option a dict. With `table` (ganc train's options
+    and their values), an unknown keyword, or a bool for an option that takes another value,
+    is a TypeError naming it."""
     args = []
     for key, value in options.items():
         flag = "--" + key.replace("_", "-")
-        if value is None or value is False and key not in _ON_OFF:
+        if table is not None and (flag not in table or flag in ("--model", "--data", "--out")):
+            raise TypeError(f"ganc.train: unknown option {key}= (the keywords are ganc train's options; "
+                            "see ganc train --help)")
+        takes = table[flag] if table is not None else ""
+        if value is None or (value is False and not takes):
             continue
         if isinstance(value, bool):
-            args += [flag] if key not in _ON_OFF else [flag, "on" if value else "off"]
+            if not takes:
+                args += [flag]
+            elif {"on", "off"} <= set(takes.split("|")):
+                args += [flag, "on" if value else "off"]
+            else:
+                raise TypeError(f"ganc.train: {key}= takes {takes}, not {value}")
         elif isinstance(value, dict):  # accumulate={"Dmain": 2}, clip={"G": (1.0, "inf")}
             for k, v in value.items():
                 text = ",".join(str(x) for x in v) if isinstance(v, (list, tuple)) else str(v)
@@ -211,6 +226,7 @@ def train(plan: Plan | str, model: str | None = None, data=None, *, nproc: int =
     """
     if "op_libraries" in options:
         options["op_library"] = list(options.pop("op_libraries")) or None
+    extra = _option_args(options, _TRAIN_OPTIONS)  # an unknown keyword is refused before anything runs
     if isinstance(plan, str):
         plan = Plan(plan, model, {})
     model = model or plan.model
@@ -221,6 +237,9 @@ def train(plan: Plan | str, model: str | None = None, data=None, *, nproc: int =
             import torch
             path = os.path.join(tmp, "data.pt")
             if isinstance(data, torch.Tensor):
+                if data.dim() == 0 or data.is_complex():
+                    raise TypeError("ganc.train: data= takes a real tensor [N, *shape] of samples, not a "
+                                    + ("complex tensor" if data.is_complex() else "0-d tensor"))
                 torch.save(data.detach().cpu().contiguous(), path)
             elif isinstance(data, dict) and isinstance(data.get("images"), torch.Tensor) and all(
                     isinstance(v, torch.Tensor) for v in data.values()):
@@ -233,6 +252,6 @@ def train(plan: Plan | str, model: str | None = None, data=None, *, nproc: int =
         args = ["run", "--nproc", str(nproc), plan.path, "--model", str(model), "--out", str(out)]
         if data is not None:
             args += ["--data", str(data)]
-        _run(args + _option_args(options), echo=not quiet)
+        _run(args + extra, echo=not quiet)
     with open(os.path.join(out, "summary.json")) as f:
         return json.load(f)

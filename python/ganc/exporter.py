@@ -10,7 +10,8 @@ import warnings
 import torch
 
 from . import functions, oplibs
-from .hybrid import Probe, Resolver, rng_kept, script_error, fresh_types_on_failure, script_failure
+from .hybrid import Probe, Resolver, script_error, fresh_types_on_failure, script_failure
+from .tracing import rng_kept
 from .scriptable import ExportError, make_scriptable, sync_batch_norm_paths
 from .spec import SPEC_VERSION, SpecError, dumps, validate
 
@@ -107,34 +108,9 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, ver
     lines = functions.check_all(probe.functions.applied.values())
     names = [p["method"] for p in spec["phases"]]
     if trace:
-        with phase_methods_scripted(model, names, script=False), fresh_types_on_failure(), \
-                functions.derived(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            methods = {p["method"]: example_inputs(spec, p) for p in spec["phases"]}
-            # strict=False: a phase may return a dict of logged values besides its loss.
-            scripted = torch.jit.trace_module(model, methods, check_trace=False, strict=False)
-        _check_trace_trains(scripted, spec)
+        scripted = _trace_whole(model, spec, names)
     else:
-        decisions = _stitch(model, probe)
-        scripted_paths = [d.path for d in decisions if d.kind == "scripted"]
-        lines = ([f"scripted: {', '.join(scripted_paths)}"] if scripted_paths else []) + [
-            f"{d.path}: {d.detail}" if d.kind == "traced" else f"{d.path}: {d.kind} ({d.detail})"
-            for d in decisions if d.kind != "scripted"] + lines
-        # Phase methods need not be decorated by the user.
-        with phase_methods_scripted(model, names), fresh_types_on_failure():
-            # Scripting reads every attribute, properties included: in eval mode a layer's
-            # weight property runs no power iteration. The modes are set back afterwards.
-            modes = {name: m.training for name, m in model.named_modules()}
-            model.eval()
-            try:
-                scripted = torch.jit.script(model)
-            except Exception as e:  # noqa: BLE001 - TorchScript's frontend raises several types
-                raise ExportError(f"ganc.export: {type(gan).__name__} (the phases): {script_failure(e)}") from None
-            finally:
-                for name, m in model.named_modules():
-                    m.training = modes[name]
-            for name, m in scripted.named_modules():
-                m.training = modes[name]
+        scripted, lines = _script_stitched(model, gan, probe, names, lines)
     _restore(scripted, state)
     extra = {"ganc.json": dumps(spec)}
     needs = oplibs.requirements(scripted, libraries, ops.calls if libraries else None)
@@ -145,6 +121,44 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, ver
             print(f"ganc.export: {line}")
     torch.jit.save(scripted, path, _extra_files=extra)
     return spec
+
+
+def _trace_whole(model, spec, names):
+    """`trace=True`: every phase method traced whole, then run once forward and backward."""
+    with phase_methods_scripted(model, names, script=False), fresh_types_on_failure(), \
+            functions.derived(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        methods = {p["method"]: example_inputs(spec, p) for p in spec["phases"]}
+        # strict=False: a phase may return a dict of logged values besides its loss.
+        scripted = torch.jit.trace_module(model, methods, check_trace=False, strict=False)
+    _check_trace_trains(scripted, spec)
+    return scripted
+
+
+def _script_stitched(model, gan, probe, names, lines):
+    """The hybrid export: the networks that do not script traced and stitched in (said in one
+    line each, before `lines`), then the phase methods scripted over them."""
+    decisions = _stitch(model, probe)
+    scripted_paths = [d.path for d in decisions if d.kind == "scripted"]
+    lines = ([f"scripted: {', '.join(scripted_paths)}"] if scripted_paths else []) + [
+        f"{d.path}: {d.detail}" if d.kind == "traced" else f"{d.path}: {d.kind} ({d.detail})"
+        for d in decisions if d.kind != "scripted"] + lines
+    # Phase methods need not be decorated by the user.
+    with phase_methods_scripted(model, names), fresh_types_on_failure():
+        # Scripting reads every attribute, properties included: in eval mode a layer's
+        # weight property runs no power iteration. The modes are set back afterwards.
+        modes = {name: m.training for name, m in model.named_modules()}
+        model.eval()
+        try:
+            scripted = torch.jit.script(model)
+        except Exception as e:  # noqa: BLE001 - TorchScript's frontend raises several types
+            raise ExportError(f"ganc.export: {type(gan).__name__} (the phases): {script_failure(e)}") from None
+        finally:
+            for name, m in model.named_modules():
+                m.training = modes[name]
+        for name, m in scripted.named_modules():
+            m.training = modes[name]
+    return scripted, lines
 
 
 def _probe(model: torch.nn.Module, spec: dict, batch: int | None = None) -> Probe:

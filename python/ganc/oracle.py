@@ -210,9 +210,8 @@ def _eager_twin(scripted, module, spec):
     return module
 
 
-def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device, reducer,
-            deterministic=False, benchmark=True, channels_last=False, global_batch_of=0, zero=False,
-            shared_gpu=False, eager_model=None, op_libraries=()):
+def _start_rank(rank, world, port, device, shared_gpu, deterministic, benchmark, op_libraries):
+    """Joins the process group as ganc's ranks do; returns (cuda, this rank's GPU index)."""
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     for library in op_libraries:
         torch.ops.load_library(library)
@@ -228,26 +227,26 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
         cuda_determinism(deterministic, benchmark)
         torch.cuda.set_device(gpu)
     dist.init_process_group("nccl" if cuda and not shared_gpu else "gloo", rank=rank, world_size=world)
-    files = {"ganc.json": ""}
-    gan = torch.jit.load(archive, _extra_files=files)
-    spec = json.loads(files["ganc.json"])
-    if eager_model is not None:
-        gan = _eager_twin(gan, eager_model(), spec)
-    if cuda:
-        gan = gan.to(f"cuda:{gpu}")
-    if channels_last:
-        channels_last = to_channels_last(gan)
-    gan.train()
-    data = labels = None
-    if data_path:
-        data = torch.load(data_path)
-        if isinstance(data, dict):
-            labels = data.get("labels")
-            data = data["images"]
-        data = (data if data.dtype == torch.float64 else data.float()).to(getattr(torch, spec.get("dtype", "float32")))
-        if spec["data"].get("xflip"):  # the set doubled with mirrored images, as ganc does
-            data = torch.cat([data, data.flip(-1)])
-            labels = torch.cat([labels, labels]) if labels is not None else None
+    return cuda, gpu
+
+
+def _load_data(data_path, spec):
+    """The data file as ganc reads it: images (in the spec's dtype) and labels, or (None, None)."""
+    if not data_path:
+        return None, None
+    data, labels = torch.load(data_path), None
+    if isinstance(data, dict):
+        labels = data.get("labels")
+        data = data["images"]
+    data = (data if data.dtype == torch.float64 else data.float()).to(getattr(torch, spec.get("dtype", "float32")))
+    if spec["data"].get("xflip"):  # the set doubled with mirrored images, as ganc does
+        data = torch.cat([data, data.flip(-1)])
+        labels = torch.cat([labels, labels]) if labels is not None else None
+    return data, labels
+
+
+def _rank_inputs(spec, data, labels, rank, world, seed, cuda, gpu, global_batch_of, channels_last):
+    """This rank's inputs (or, with `global_batch_of`, every rank's concatenated)."""
     inputs = Inputs(spec, data, rank, world, seed, f"cuda:{gpu}" if cuda else "cpu")
     if global_batch_of:
         inputs = GlobalInputs([Inputs(spec, data, r, global_batch_of, seed) for r in range(global_batch_of)])
@@ -258,139 +257,188 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
     for r in getattr(inputs, "ranks", [inputs]):
         r.channels_last = channels_last
         r.labels = labels.long() if labels is not None else None
-    broadcast = spec.get("buffers", "local") == "broadcast"
-    params = dict(gan.named_parameters())
-    # One torch.optim optimizer per group (as separate param groups of one optimizer would
-    # be: Adam's and SGD's state and update are per parameter).
-    groups = optimizer_groups(spec, list(params))
-    settings = {g: optimizer_settings(spec, g) for g in groups}
-    optimizers = {g: _optimizer([params[n] for n in names], settings[g], cuda, zero)
-                  for g, names in groups.items()}
+    return inputs
 
-    # Learning-rate schedules: torch's schedulers, stepped once per training step.
-    schedulers = [lr_scheduler(optimizers[g], settings[g]["lr_schedule"]) for g in groups
-                  if "lr_schedule" in settings[g]]
 
+class _EagerTraining:
+    """One rank of the eager reference: the model, its phases each wrapped in DDP, the
+    optimizers (one torch.optim optimizer per group, as separate param groups of one optimizer
+    would be: Adam's and SGD's state and update are per parameter), schedulers, loss scalers
+    and EMA, stepped the way ganc steps them."""
+
+    def __init__(self, gan, spec, world, cuda, gpu, reducer, zero):
+        self.gan, self.spec, self.world, self.reducer = gan, spec, world, reducer
+        self.params = dict(gan.named_parameters())
+        self.groups = optimizer_groups(spec, list(self.params))
+        self.settings = {g: optimizer_settings(spec, g) for g in self.groups}
+        self.optimizers = {g: _optimizer([self.params[n] for n in names], self.settings[g], cuda, zero)
+                           for g, names in self.groups.items()}
+        # Learning-rate schedules: torch's schedulers, stepped once per training step.
+        self.schedulers = [lr_scheduler(self.optimizers[g], self.settings[g]["lr_schedule"])
+                           for g in self.groups if "lr_schedule" in self.settings[g]]
+        self.runners = self._runners(cuda, gpu)
+        self.scalers = grad_scalers(spec, "cuda" if cuda else "cpu")
+        self.ema = spec.get("ema")
+        if self.ema is not None:
+            src, dst = getattr(gan, self.ema["submodule"]), getattr(gan, self.ema["copy"])
+            self.ema_pairs = (list(dst.parameters()), list(src.parameters()), list(dst.buffers()),
+                              list(src.buffers()))
+            half_life = self.ema.get("half_life_images", 0)
+            self.ema_beta = (0.5 ** (spec["batch_size"] * world / half_life) if half_life
+                             else self.ema.get("beta", 0.999))
+
+    @staticmethod
     def trains(name, updates):
         return any(within(name, u) for u in updates)
 
-    def set_trainable(updates):
-        for n, p in params.items():
-            p.requires_grad_(trains(n, updates))
+    def set_trainable(self, updates):
+        for n, p in self.params.items():
+            p.requires_grad_(self.trains(n, updates))
 
-    def reducer_of(phase):
-        return reducer.get(phase["name"], "ddp") if isinstance(reducer, dict) else reducer
+    def reducer_of(self, phase):
+        return self.reducer.get(phase["name"], "ddp") if isinstance(self.reducer, dict) else self.reducer
 
-    stages = spec.get("stages")
+    def _runners(self, cuda, gpu):
+        """Each phase through a DDP-wrapped forward, built while only what it trains requires
+        grad (DDP registers those parameters)."""
+        runners = {}
+        for phase in self.spec["phases"]:
+            self.set_trainable(set(phase["updates"]))
+            runner = PhaseRunner(self.gan, phase["method"])
+            if self.reducer_of(phase) != "manual":
+                runner = DDP(runner, device_ids=[gpu] if cuda else None, find_unused_parameters=True,
+                             broadcast_buffers=self.spec.get("buffers", "local") == "broadcast")
+            runners[phase["name"]] = runner
+        return runners
 
-    def set_stage(index):
+    def set_stage(self, index):
         # Eager PyTorch has one model for every stage: the stage is a module attribute its
         # code branches on, and DDP(find_unused_parameters=True) finds the unused blocks.
-        for path in stages["attributes"]:
+        for path in self.spec["stages"]["attributes"]:
             *parents, leaf = path.split(".")
-            owner = gan
+            owner = self.gan
             for p in parents:
                 owner = getattr(owner, p)
             setattr(owner, leaf, index)
 
-    runners = {}
-    for phase in spec["phases"]:
-        set_trainable(set(phase["updates"]))
-        if reducer_of(phase) == "manual":
-            runners[phase["name"]] = PhaseRunner(gan, phase["method"])
-            continue
-        runners[phase["name"]] = DDP(PhaseRunner(gan, phase["method"]),
-                                     device_ids=[gpu] if cuda else None,
-                                     find_unused_parameters=True,
-                                     broadcast_buffers=broadcast)
-    scalers = grad_scalers(spec, "cuda" if cuda else "cpu")
-    ema = spec.get("ema")
-    if ema is not None:
-        src, dst = getattr(gan, ema["submodule"]), getattr(gan, ema["copy"])
-        ema_pairs = (list(dst.parameters()), list(src.parameters()), list(dst.buffers()), list(src.buffers()))
-        half_life = ema.get("half_life_images", 0)
-        ema_beta = 0.5 ** (spec["batch_size"] * world / half_life) if half_life else ema.get("beta", 0.999)
+    def backward(self, phase, inputs, batches, fade, device):
+        """The phase's micro-batches forward and backward (the gradients all-reduced by DDP in
+        the last, or by hand for a "manual" phase); returns what the phase trains."""
+        reads_data = any(i["source"] in ("data", "labels") for i in phase["inputs"])
+        updates = set(phase["updates"])
+        self.set_trainable(updates)
+        for p in self.params.values():
+            p.grad = None
+        runner = self.runners[phase["name"]]
+        scaler = self.scalers.get(phase.get("loss_scaler"))
+        micro_batches = phase.get("accumulate", 1)
+        precision = phase.get("precision", self.spec.get("precision", "float32"))
+        manual = self.reducer_of(phase) == "manual"
+        for micro in range(micro_batches):
+            while reads_data and len(batches) <= micro:
+                batches.append(inputs.batch())
+            args = inputs.for_phase(phase, batches[micro] if reads_data else None, fade)
+            # DDP's no_sync() on every micro-batch but the last: gradients accumulate
+            # locally and the last backward all-reduces their sum.
+            last = micro == micro_batches - 1
+            with contextlib.nullcontext() if last or manual else runner.no_sync():
+                with autocast(device, precision):
+                    loss = runner(*args)
+                if micro_batches > 1:
+                    loss = loss / micro_batches  # the mean over micro-batches
+                (scaler.scale(loss) if scaler else loss).backward()
+        if manual:
+            # DDP's arithmetic without DDP: each gradient scaled by 1/world, then summed.
+            for n, p in self.params.items():
+                if self.trains(n, updates) and p.grad is not None:
+                    p.grad.mul_(1.0 / self.world)
+                    dist.all_reduce(p.grad)
+        return updates
+
+    def step(self, phase, updates, dump=None):
+        """Unscales, clips and steps the optimizer groups of what the phase trains, skipping as
+        GradScaler or `non_finite: skip` would; `dump` (a file) receives the gradients first."""
+        scaler = self.scalers.get(phase.get("loss_scaler"))
+        groups, params = self.groups, self.params
+        stepped = [g for g, names in groups.items() if any(self.trains(n, updates) for n in names)]
+        # non_finite: skip, without a loss scaler: a step whose all-reduced gradients hold
+        # an inf or NaN is skipped, optimizer by optimizer, as GradScaler would skip it.
+        skipped = set()
+        if not scaler and self.spec.get("non_finite", "stop") == "skip":
+            skipped = {g for g in stepped if any(not torch.isfinite(params[n].grad).all()
+                                                 for n in groups[g] if params[n].grad is not None)}
+        for g in stepped:
+            if scaler:
+                scaler.unscale_(self.optimizers[g])  # before clipping, as torch.amp's docs say
+            clip = self.settings[g].get("clip_grad_norm")
+            if clip is not None:
+                norm_type = float(clip.get("norm_type", 2.0))
+                torch.nn.utils.clip_grad_norm_([params[n] for n in groups[g]], clip["max_norm"], norm_type)
+        if dump:
+            torch.save({n: p.grad.detach().cpu().clone() for n, p in params.items()
+                        if self.trains(n, updates) and p.grad is not None}, dump)
+        for g in stepped:
+            if scaler:
+                scaler.step(self.optimizers[g])  # skipped on inf/NaN
+            elif g not in skipped:
+                self.optimizers[g].step()
+        if scaler:
+            scaler.update()
+
+    def end_step(self):
+        """The learning-rate schedules' step, then the EMA update (StyleGAN2's)."""
+        with warnings.catch_warnings():  # a group a later phase steps has not stepped yet
+            warnings.simplefilter("ignore", UserWarning)
+            for scheduler in self.schedulers:
+                scheduler.step()
+        if self.ema is not None:
+            with torch.no_grad():
+                for p_ema, p in zip(self.ema_pairs[0], self.ema_pairs[1]):
+                    p_ema.copy_(p.lerp(p_ema, self.ema_beta))
+                for b_ema, b in zip(self.ema_pairs[2], self.ema_pairs[3]):
+                    b_ema.copy_(b)
+
+    def write_final(self, out_dir):
+        torch.save({name: {"scale": sc.get_scale(), "growth_tracker": sc._get_growth_tracker()}
+                    for name, sc in self.scalers.items()}, os.path.join(out_dir, "loss_scalers_final.pt"))
+        final = {n: p.detach().cpu().clone() for n, p in self.params.items()}
+        final.update({n: b.detach().cpu().clone() for n, b in self.gan.named_buffers()})
+        torch.save(final, os.path.join(out_dir, "params_final.pt"))
+
+
+def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device, reducer,
+            deterministic=False, benchmark=True, channels_last=False, global_batch_of=0, zero=False,
+            shared_gpu=False, eager_model=None, op_libraries=()):
+    cuda, gpu = _start_rank(rank, world, port, device, shared_gpu, deterministic, benchmark, op_libraries)
+    files = {"ganc.json": ""}
+    gan = torch.jit.load(archive, _extra_files=files)
+    spec = json.loads(files["ganc.json"])
+    if eager_model is not None:
+        gan = _eager_twin(gan, eager_model(), spec)
+    if cuda:
+        gan = gan.to(f"cuda:{gpu}")
+    if channels_last:
+        channels_last = to_channels_last(gan)
+    gan.train()
+    data, labels = _load_data(data_path, spec)
+    inputs = _rank_inputs(spec, data, labels, rank, world, seed, cuda, gpu, global_batch_of, channels_last)
+    training = _EagerTraining(gan, spec, world, cuda, gpu, reducer, zero)
+    stages = spec.get("stages")
     for step in range(steps):
         batches = []  # the step's batches: micro-batch j of every phase reads batch j
         fade = 1.0
         if stages is not None:
-            set_stage(stage_at(stages, step)[0])
+            training.set_stage(stage_at(stages, step)[0])
             fade = fade_at(stages, step)
         for phase in spec["phases"]:
             if step % phase.get("interval", 1) != 0:
                 continue
-            reads_data = any(i["source"] in ("data", "labels") for i in phase["inputs"])
-            updates = set(phase["updates"])
-            set_trainable(updates)
-            for p in params.values():
-                p.grad = None
-            runner = runners[phase["name"]]
-            scaler = scalers.get(phase.get("loss_scaler"))
-            micro_batches = phase.get("accumulate", 1)
-            precision = phase.get("precision", spec.get("precision", "float32"))
-            for micro in range(micro_batches):
-                while reads_data and len(batches) <= micro:
-                    batches.append(inputs.batch())
-                args = inputs.for_phase(phase, batches[micro] if reads_data else None, fade)
-                # DDP's no_sync() on every micro-batch but the last: gradients accumulate
-                # locally and the last backward all-reduces their sum.
-                last = micro == micro_batches - 1
-                sync = contextlib.nullcontext() if last or reducer_of(phase) == "manual" else runner.no_sync()
-                with sync:
-                    with autocast(device, precision):
-                        loss = runner(*args)
-                    if micro_batches > 1:
-                        loss = loss / micro_batches  # the mean over micro-batches
-                    (scaler.scale(loss) if scaler else loss).backward()
-            if reducer_of(phase) == "manual":
-                # DDP's arithmetic without DDP: each gradient scaled by 1/world, then summed.
-                for n, p in params.items():
-                    if trains(n, updates) and p.grad is not None:
-                        p.grad.mul_(1.0 / world)
-                        dist.all_reduce(p.grad)
-            # The optimizer groups stepping what this phase trains.
-            stepped = [g for g, names in groups.items() if any(trains(n, updates) for n in names)]
-            # non_finite: skip, without a loss scaler: a step whose all-reduced gradients hold
-            # an inf or NaN is skipped, optimizer by optimizer, as GradScaler would skip it.
-            skipped = set()
-            if not scaler and spec.get("non_finite", "stop") == "skip":
-                skipped = {g for g in stepped
-                           if any(not torch.isfinite(params[n].grad).all() for n in groups[g]
-                                  if params[n].grad is not None)}
-            for g in stepped:
-                if scaler:
-                    scaler.unscale_(optimizers[g])  # before clipping, as torch.amp's docs say
-                clip = settings[g].get("clip_grad_norm")
-                if clip is not None:
-                    norm_type = float(clip.get("norm_type", 2.0))
-                    torch.nn.utils.clip_grad_norm_([params[n] for n in groups[g]], clip["max_norm"], norm_type)
-            if out_dir and rank == 0:
-                torch.save({n: p.grad.detach().cpu().clone() for n, p in params.items()
-                            if trains(n, updates) and p.grad is not None},
-                           os.path.join(out_dir, f"grads_step{step}_{phase['name']}.pt"))
-            for g in stepped:
-                if scaler:
-                    scaler.step(optimizers[g])  # skipped on inf/NaN
-                elif g not in skipped:
-                    optimizers[g].step()
-            if scaler:
-                scaler.update()
-        with warnings.catch_warnings():  # a group a later phase steps has not stepped yet
-            warnings.simplefilter("ignore", UserWarning)
-            for scheduler in schedulers:
-                scheduler.step()
-        if ema is not None:
-            with torch.no_grad():  # StyleGAN2's update
-                for p_ema, p in zip(ema_pairs[0], ema_pairs[1]):
-                    p_ema.copy_(p.lerp(p_ema, ema_beta))
-                for b_ema, b in zip(ema_pairs[2], ema_pairs[3]):
-                    b_ema.copy_(b)
+            updates = training.backward(phase, inputs, batches, fade, device)
+            dump = os.path.join(out_dir, f"grads_step{step}_{phase['name']}.pt") if out_dir and rank == 0 else None
+            training.step(phase, updates, dump)
+        training.end_step()
     if out_dir and rank == 0:
-        torch.save({name: {"scale": sc.get_scale(), "growth_tracker": sc._get_growth_tracker()}
-                    for name, sc in scalers.items()}, os.path.join(out_dir, "loss_scalers_final.pt"))
-        final = {n: p.detach().cpu().clone() for n, p in params.items()}
-        final.update({n: b.detach().cpu().clone() for n, b in gan.named_buffers()})
-        torch.save(final, os.path.join(out_dir, "params_final.pt"))
+        training.write_final(out_dir)
     dist.barrier()  # every rank done, rank 0's files written
     dist.destroy_process_group()
     # The worker's work is done and its files are closed. Skip the interpreter's teardown:

@@ -202,6 +202,17 @@ def validate(spec: dict, module=None) -> dict:
     Returns a normalised copy with defaults filled in.
     """
     spec = copy.deepcopy(spec)
+    v1 = _validate_model_wide(spec, module)
+    updated = _validate_phases(spec, module, v1)
+    _validate_optimizers(spec, updated, v1, module)
+    _validate_sampling(spec, updated, module)
+    check_with_compiler(spec)
+    return spec
+
+
+def _validate_model_wide(spec: dict, module) -> bool:
+    """The top-level fields, data, synchronised batch norm and loss scalers; True for a
+    version 1 spec."""
     _require(isinstance(spec, dict), "spec: must be a JSON object")
     _known_keys(spec, "spec", "spec: ")
     _require(spec.get("ganc_spec") in READ_VERSIONS,
@@ -246,6 +257,13 @@ def validate(spec: dict, module=None) -> dict:
     _require(isinstance(scalers, dict), "spec: 'loss_scalers' must map scaler names to their settings")
     for name, scaler in scalers.items():
         _validate_scaler(name, scaler)
+    return v1
+
+
+def _validate_phases(spec: dict, module, v1: bool) -> set:
+    """Every phase and its inputs; returns the paths the phases update."""
+    data = spec["data"]
+    scalers = spec.get("loss_scalers", {})
     phases = spec.get("phases")
     _require(isinstance(phases, list) and phases, "spec: 'phases' must be a non-empty list")
     names = set()
@@ -308,6 +326,11 @@ def validate(spec: dict, module=None) -> dict:
     for name in scalers:
         _require(any(phase.get("loss_scaler") == name for phase in phases),
                  f"spec: loss scaler {name!r} is used by no phase (name it in a phase's 'loss_scaler', or remove it)")
+    return updated
+
+
+def _validate_optimizers(spec: dict, updated: set, v1: bool, module) -> None:
+    """The optimizer groups: their keys, paths and settings (normalised in place)."""
     opts = spec.setdefault("optimizers", {})
     _require(isinstance(opts, dict), "spec: 'optimizers' must map group names to settings")
     for group, opt in opts.items():
@@ -326,6 +349,10 @@ def validate(spec: dict, module=None) -> dict:
         _normalise_optimizer(group, opt)
     if module is not None:  # resolves the paths; the default groups are not written back
         optimizer_groups(spec, [name for name, _ in module.named_parameters()])
+
+
+def _validate_sampling(spec: dict, updated: set, module) -> None:
+    """The buffer policy, EMA, stages and sample grid."""
     spec.setdefault("buffers", "local")
     _require(spec["buffers"] in BUFFER_POLICIES,
              f"spec: 'buffers' must be one of {', '.join(BUFFER_POLICIES)}")
@@ -353,8 +380,6 @@ def validate(spec: dict, module=None) -> dict:
         if module is not None:
             _require(isinstance(getattr(module, sample["submodule"], None), torch_module()),
                      f"spec: sample submodule {sample['submodule']!r} does not exist")
-    check_with_compiler(spec)
-    return spec
 
 
 def check_with_compiler(spec: dict) -> None:

@@ -536,3 +536,27 @@ def test_gpu_check_refuses_bad_options_in_one_line(tmp_path, args, says):
     p = gpu_check(str(tmp_path / "out"), *args)
     lines = p.communicate(timeout=60)[0].strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and lines[0].endswith(says), lines
+
+
+def test_train_keywords_follow_the_option_table(ganc_bin, datasets, tmp_path):
+    """ganc.train's keywords map to `ganc train`'s options by their declared values
+    (python/ganc/train_options.json, generated from the option table): tensorboard=False is
+    --tensorboard off and writes no events, tensorboard=True is --tensorboard on (it once
+    swallowed the next option); an unknown keyword, a bool where a number goes, and a 0-d or
+    complex tensor as data are refused in one line before anything runs."""
+    plan = ganc.compile(archive("mlp"), str(tmp_path / "mlp.plan"))
+    off = tmp_path / "off"
+    ganc.train(plan, data=datasets["ring"], steps=2, out=str(off), quiet=True, tensorboard=False)
+    assert not any(n.startswith("events.out.tfevents.") for n in os.listdir(off))
+    on = tmp_path / "on"
+    summary = ganc.train(plan, data=datasets["ring"], out=str(on), quiet=True, tensorboard=True, steps=2)
+    assert summary["steps"] == 2
+    for keywords, message in (({"frobnicate": 1}, "unknown option frobnicate="),
+                              ({"steps": True}, "steps= takes N, not True")):
+        with pytest.raises(TypeError, match=message):
+            ganc.train(plan, data=datasets["ring"], out=str(tmp_path / "never"), quiet=True, **keywords)
+    for data, message in ((torch.tensor(1.0), "not a 0-d tensor"),
+                          (torch.zeros(8, 2, dtype=torch.complex64), "not a complex tensor")):
+        with pytest.raises(TypeError, match=message):
+            ganc.train(plan, data=data, steps=2, out=str(tmp_path / "never"), quiet=True)
+    assert not (tmp_path / "never").exists()

@@ -345,3 +345,25 @@ def test_data_holding_nan_or_inf_is_refused_before_any_step(ganc_bin, datasets, 
     assert skipped.stderr.strip().splitlines() == [
         f"ganc: warning: --data {bad}: sample 7 and 2 more hold NaN or inf values (as float32): "
         "the steps that draw them are skipped"]
+
+
+def test_an_edited_plan_trains_as_edited(ganc_bin, datasets, tmp_path):
+    """The plan's phase facts are what trains: an interval edited into a plan (and checked in
+    again with ganc-opt -o) takes effect, where the archive's spec once won silently."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    text = open(plan).read()
+    text = text[:text.rindex("// checksum")]
+    phase_g = text.index("phase @g {")
+    edited = text[:phase_g] + text[phase_g:].replace("interval 1", "interval 2", 1)
+    assert edited != text
+    source = str(tmp_path / "edited.ganc")
+    open(source, "w").write(edited)
+    checked = str(tmp_path / "edited.plan")
+    subprocess.run([os.path.join(os.path.dirname(ganc_bin), "ganc-opt"), source, "-o", checked], check=True)
+    out = str(tmp_path / "run")
+    subprocess.run([ganc_bin, "run", "--nproc", "1", *train_args(checked, "mlp", datasets["ring"], out, 5)],
+                   check=True, capture_output=True)
+    rows = [line.split(",") for line in open(os.path.join(out, "loss_history.csv")).read().split("\n")[1:] if line]
+    assert sorted(int(step) for step, phase, _ in rows if phase == "g") == [0, 2, 4]
+    assert sorted(int(step) for step, phase, _ in rows if phase == "d") == [0, 1, 2, 3, 4]
+    assert json.load(open(os.path.join(out, "run.json")))["spec"]["phases"][1]["interval"] == 2

@@ -1,5 +1,5 @@
 // Reading `ganc train --profile` files.
-#include "tools/Profile.h"
+#include "perf/Profile.h"
 
 #include "support/Files.h"
 
@@ -9,7 +9,7 @@
 #include <cmath>
 #include <set>
 
-namespace ganc::tools {
+namespace ganc::perf {
 
 namespace {
 
@@ -168,4 +168,4 @@ std::vector<ReadyBucket> readyBuckets(const ir::Phase &phase, const ProfiledPhas
   return buckets;
 }
 
-} // namespace ganc::tools
+} // namespace ganc::perf

@@ -4,18 +4,18 @@
 
 #include "ir/Module.h"
 #include "passes/Pass.h"
-#include "tools/CommModel.h"
+#include "perf/CommModel.h"
 
 #include <string>
 
-namespace ganc::tools {
+namespace ganc::passes {
 
 struct AutotuneOptions {
   /// A `ganc train --profile` of this model (each used parameter's gradient ready time).
   std::string profile;
   int64_t ranks = 0;
   /// Links as in `ganc simulate` (within a host up to ranksPerHost ranks, across hosts).
-  Topology topology;
+  perf::Topology topology;
 };
 
 /// For every phase of the compiled `plan`: buckets its used parameters with each candidate
@@ -25,6 +25,6 @@ struct AutotuneOptions {
 /// faster than DDP's caps do, else DDP's (bucket_cap, and the prediction beside DDP's
 /// defaults as `tuned`), and re-runs the passes from bucketing on. Errors are bad input.
 Status autotuneBuckets(ir::Module &plan, const AutotuneOptions &options,
-                       const passes::PipelineOptions &pipeline);
+                       const PipelineOptions &pipeline);
 
-} // namespace ganc::tools
+} // namespace ganc::passes

@@ -1,15 +1,24 @@
-// Bucket-cap autotuning against the communication model.
-#include "tools/Autotune.h"
+// Bucket-cap autotuning: a pass over a compiled plan that takes a measured profile and the
+// communication model (perf/), not in the default pipeline (it needs the profile).
+//
+// For each candidate pair of caps, every phase is bucketed again and its all-reduces timed by
+// the model from the profiled gradient ready times; a phase keeps the caps with the least
+// communication left exposed after backward, if that beats DDP's caps by kMinSaving of the
+// phase's time. The passes from bucketing on then run again, so the plan it leaves is as
+// verified as any other.
+#include "passes/BucketAutotune.h"
 
-#include "tools/CommModel.h"
-#include "tools/Profile.h"
+#include "perf/CommModel.h"
+#include "perf/Profile.h"
 
 #include <algorithm>
 #include <iostream>
 #include <limits>
 #include <map>
 
-namespace ganc::tools {
+namespace ganc::passes {
+
+using namespace ganc::perf;
 
 namespace {
 
@@ -28,7 +37,7 @@ PhaseRun simulated(const ir::Phase &phase, const ProfiledPhase &profile, int64_t
 } // namespace
 
 Status autotuneBuckets(ir::Module &plan, const AutotuneOptions &options,
-                       const passes::PipelineOptions &pipeline) {
+                       const PipelineOptions &pipeline) {
   auto profile = readProfile(options.profile, plan);
   if (!profile)
     return profile.status();
@@ -57,10 +66,10 @@ Status autotuneBuckets(ir::Module &plan, const AutotuneOptions &options,
   }
   candidates.insert(candidates.begin(), ddp); // first, so that ties keep DDP's caps
   for (const auto &caps : candidates) {
-    passes::PassOptions o = pipeline.pass;
+    PassOptions o = pipeline.pass;
     o.firstBucketCapBytes = caps.first;
     o.bucketCapBytes = caps.second;
-    auto bucketed = passes::runBucketing(plan, o);
+    auto bucketed = runBucketing(plan, o);
     if (!bucketed)
       return bucketed.status();
     for (const auto &phase : plan.phases) {
@@ -102,7 +111,7 @@ Status autotuneBuckets(ir::Module &plan, const AutotuneOptions &options,
     phase->defaultExposedSeconds = b->second.ddp.exposed;
   }
   // The module keeps the command line's caps (what a phase without a profile uses).
-  return passes::runPipeline(plan, {"bucketing", "sharding", "comm-schedule"}, pipeline);
+  return runPipeline(plan, {"bucketing", "sharding", "comm-schedule"}, pipeline);
 }
 
-} // namespace ganc::tools
+} // namespace ganc::passes

@@ -1,12 +1,12 @@
 // The alpha-beta communication model.
-#include "tools/CommModel.h"
+#include "perf/CommModel.h"
 
 #include "support/TextFormat.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace ganc::tools {
+namespace ganc::perf {
 
 const std::map<std::string, Link> &links() {
   static const std::map<std::string, Link> known = {{"nvlink", {5e-6, 300e9}},
@@ -89,4 +89,4 @@ PhaseRun simulatePhase(const std::vector<ReadyBucket> &buckets, double compute, 
   return run;
 }
 
-} // namespace ganc::tools
+} // namespace ganc::perf

@@ -3,15 +3,15 @@
 #pragma once
 
 #include "ir/Module.h"
+#include "perf/CommModel.h"
 #include "support/Status.h"
-#include "tools/CommModel.h"
 
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
-namespace ganc::tools {
+namespace ganc::perf {
 
 /// One phase's medians: seconds from its start.
 struct ProfiledPhase {
@@ -46,4 +46,4 @@ std::string untimedPhases(const ir::Module &plan, const Profile &profile, const 
 /// all-reduce schedule, or, before the schedule is planned, in the order they are ready.
 std::vector<ReadyBucket> readyBuckets(const ir::Phase &phase, const ProfiledPhase &profile);
 
-} // namespace ganc::tools
+} // namespace ganc::perf

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace ganc::tools {
+namespace ganc::perf {
 
 struct Link {
   double alpha;     // seconds per step of the algorithm
@@ -84,4 +84,4 @@ struct PhaseRun {
 PhaseRun simulatePhase(const std::vector<ReadyBucket> &buckets, double compute, double optimizer,
                        int64_t ranks, const Link &link, int zeroStage = 0, double slowdown = 1.0);
 
-} // namespace ganc::tools
+} // namespace ganc::perf

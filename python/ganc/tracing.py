@@ -1,0 +1,225 @@
+"""Tracing one network that does not script, at the calls the probe recorded, and checking the
+trace before the hybrid export stitches it in (step 3 of ganc.hybrid): traced twice under
+different Python random states (the graphs must be the same) and run against eager on every
+recorded call and on a second input of the same shapes (the outputs must agree)."""
+from __future__ import annotations
+
+import contextlib
+import random
+import re
+import warnings
+
+import torch
+import torch.nn as nn
+
+from . import functions
+from .hybrid import Call, Probe, _clone, _location, _np, where_of
+from .scriptable import ExportError
+
+__all__ = ["rng_kept", "trace_module"]
+
+
+# -- tracing one module and checking the trace --------------------------------------------------
+
+def _seeded(python_seed: int, torch_seed: int = 0):
+    random.seed(python_seed)
+    if _np is not None:
+        _np.random.seed(python_seed)
+    torch.manual_seed(torch_seed)
+
+
+@contextlib.contextmanager
+def rng_kept():
+    """Leaves the Python, numpy and torch generators as they were."""
+    states = (random.getstate(), _np.random.get_state() if _np is not None else None, torch.get_rng_state())
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        if _np is not None:
+            _np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+
+
+def _describe_call(call: Call) -> str:
+    shapes = ", ".join(str(list(a.shape)) if isinstance(a, torch.Tensor) else repr(a) for a in call.args)
+    return f"{call.method}({shapes})"
+
+
+def _check_arguments(module, path, calls):
+    """A traced network takes tensors by position: refuses other calls, naming them."""
+    for call in calls:
+        if call.kwargs:
+            raise ExportError(f"ganc.export: {path} ({type(module).__name__}, {where_of(module)}) does not script "
+                              f"and is called with keyword arguments ({', '.join(sorted(call.kwargs))}) by a "
+                              "phase or a scripted module: a traced network takes tensors by position; pass "
+                              "them positionally")
+        bad = [i for i, a in enumerate(call.args) if not isinstance(a, torch.Tensor)]
+        if bad:
+            raise ExportError(f"ganc.export: {path} ({type(module).__name__}, {where_of(module)}) does not script "
+                              f"and its {call.method} is called with a non-tensor argument "
+                              f"({call.args[bad[0]]!r} at position {bad[0]}): a traced network takes tensors only")
+
+
+def _in_mode(module, method, training):
+    """`module.method` run in train or eval mode (a trace records the mode's code path)."""
+    def call(*args):
+        modes = {m: m.training for m in module.modules()}
+        module.train(training)
+        try:
+            return getattr(type(module), method)(module, *args)
+        finally:
+            for m, mode in modes.items():
+                m.training = mode
+    return call
+
+
+def _trace(module, calls, python_seed, specialise):
+    """One trace of `module`: each method at its first call, or (`specialise`) one traced
+    method per call, `_ganc_<method>_<i>`. Returns the trace and the tracer's warnings."""
+    picked = calls if specialise else [c for i, c in enumerate(calls)
+                                         if all(c.method != d.method for d in calls[:i])]
+    inputs = {}
+    for i, call in enumerate(picked):
+        name = f"_ganc_{call.method}_{i}" if specialise else call.method
+        module.__dict__[name] = _in_mode(module, call.method, call.training)
+        inputs[name] = call.args
+    try:
+        with rng_kept(), warnings.catch_warnings(record=True) as caught, functions.derived():
+            warnings.simplefilter("always")
+            _seeded(python_seed)
+            traced = torch.jit.trace_module(module, inputs, check_trace=False, strict=False)
+    finally:
+        for name in inputs:
+            module.__dict__.pop(name, None)
+    tracer = [w for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
+    if specialise:
+        _define_dispatch(traced, picked)
+    return traced, tracer, list(inputs)
+
+
+def _define_dispatch(traced, calls):
+    """Each method as a scripted dispatch to its per-call traces by mode and input shapes:
+    ganc's phases call a network at fixed shapes, so one of them always matches."""
+    for method in dict.fromkeys(c.method for c in calls):
+        mine = [(i, c) for i, c in enumerate(calls) if c.method == method]
+        arity = len(mine[0][1].args)
+        params = ", ".join(f"x{k}: Tensor" for k in range(arity))
+        body = []
+        for i, call in mine:
+            tests = ["self.training" if call.training else "not self.training"]
+            for k, a in enumerate(call.args):
+                tests += [f"x{k}.dim() == {a.dim()}"] + [f"x{k}.size({d}) == {n}" for d, n in enumerate(a.shape)]
+            args = ", ".join(f"x{k}" for k in range(arity))
+            body.append(f"    if {' and '.join(tests)}:\n        return self._ganc_{method}_{i}({args})")
+        shapes = "; ".join(_describe_call(c) + ("" if c.training else " in eval mode") for _, c in mine)
+        body.append(f"    raise RuntimeError({('ganc: this network was traced at ' + shapes)!r})")
+        traced.define(f"def {method}(self, {params}):\n" + "\n".join(body) + "\n")
+
+
+def _graphs(traced, methods):
+    """The traced methods' graphs, without the type-name counters that differ between traces."""
+    return [re.sub(r"___torch_mangle_\d+\.", "", str(getattr(traced, m).inlined_graph)) for m in methods]
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if not a.is_floating_point():
+            return torch.equal(a, b)
+        scale = b.abs().max().item() if b.numel() else 0.0
+        return bool(((a - b).abs().max() <= 1e-5 * max(scale, 1e-6)).item()) if b.numel() else True
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def _run(fn, args, training, module, seed):
+    state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    module.train(training)
+    try:
+        with rng_kept(), torch.no_grad():
+            torch.manual_seed(seed)
+            return fn(*_clone(args))
+    finally:
+        with torch.no_grad():
+            for k, v in module.state_dict().items():
+                v.copy_(state[k])
+
+
+def _second_input(args):
+    """Other values of the same shapes and dtypes (float tensors redrawn with their mean and
+    spread, integer tensors permuted)."""
+    out = []
+    g = torch.Generator().manual_seed(12345)
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel() > 1:
+            std = a.float().std().item() or 1.0
+            out.append((torch.randn(a.shape, generator=g) * std + a.float().mean().item()).to(a.dtype))
+        elif isinstance(a, torch.Tensor) and a.numel() > 1:
+            out.append(a.flatten()[torch.randperm(a.numel(), generator=g)].reshape(a.shape))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def _agrees(module, traced, call, args) -> bool:
+    """Whether the trace computes what eager does on `args` (same torch seed, same state)."""
+    want = _run(getattr(module, call.method), args, call.training, module, seed=7)
+    try:
+        traced.train(call.training)
+        got = _run(getattr(traced, call.method), args, call.training, module, seed=7)
+    except Exception:  # noqa: BLE001 - a trace that fails on other shapes fixed one of them
+        return False
+    return _same(got, want)
+
+
+def trace_module(module: nn.Module, path: str, probe: Probe, why: str):
+    """`module` traced at the calls `probe` recorded, after checking that the trace computes
+    what eager does; ExportError naming the module, file:line and construct otherwise.
+
+    One trace serves every call where it can; where a trace fixed a shape (a Python int taken
+    from an input's size), each call is traced on its own and a scripted dispatch picks the
+    trace by the inputs' shapes and the train/eval mode."""
+    name = f"{path} ({type(module).__name__}, {where_of(module)})"
+    for hazard in probe.hazards_in(path):
+        raise ExportError(f"ganc.export: {hazard.path} ({hazard.where}): {hazard.construct} in a module that "
+                          f"does not script ({why}): a trace would freeze it, the same every step; draw "
+                          "random numbers with torch (torch.rand, torch.randn) and keep tensor values in "
+                          "tensors (torch.where), or make the module scriptable")
+    calls = probe.calls[path]
+    _check_arguments(module, path, calls)
+    training = module.training
+    specialised = False
+    traced, tracer, methods = _trace(module, calls, 1, specialise=False)
+    if not all([_agrees(module, traced, call, call.args) for call in calls[1:]]):
+        specialised = True
+        traced, tracer, methods = _trace(module, calls, 1, specialise=True)
+    again, _, _ = _trace(module, calls, 2, specialise=specialised)
+    module.train(training)
+    traced.train(training)
+    hint = ""
+    if tracer:
+        w = tracer[0]
+        hint = f"; the tracer warned at {_location(w.filename, w.lineno)}: {str(w.message).splitlines()[0]}"
+    if _graphs(traced, methods) != _graphs(again, methods):
+        raise ExportError(f"ganc.export: {name}: traced under two Python random states it records two "
+                          f"different graphs: Python randomness would be frozen by the trace{hint}")
+    for call in calls:
+        checks = [("at", call.args)] if specialised or call is calls[0] else []
+        if any(isinstance(a, torch.Tensor) and a.numel() > 1 for a in call.args):
+            checks.append(("with a second input of", _second_input(call.args)))
+        for what, args in checks:
+            if not _agrees(module, traced, call, args):
+                mode = "" if call.training else " in eval mode"
+                raise ExportError(f"ganc.export: {name}: its trace computes otherwise than eager {what} "
+                                  f"{_describe_call(Call(call.method, args, {}, call.training))}{mode}: the "
+                                  f"trace fixed a value of its example input{hint}; make the module "
+                                  "scriptable or compute the value with tensor operations")
+    traced.train(training)
+    shapes = ", ".join(_describe_call(c) + ("" if c.training else " in eval mode") for c in calls)
+    how = "one trace per call" if specialised else "traced"
+    return traced, f"{how} at {shapes}: {why}"
