@@ -1,156 +1,62 @@
-// StagedBatch and the noise generator, for CPU and (when built with it) CUDA.
+// StagedBatch and the noise generator, for CPU and GPUs (the GPU parts behind GpuHooks.h).
 #include "backend/Device.h"
 
-#ifdef GANC_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAEvent.h>
-#include <ATen/cuda/CUDAGeneratorImpl.h>
-#include <c10/cuda/CUDAGuard.h>
-#endif
+#include "backend/GpuHooks.h"
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <algorithm>
-#include <deque>
 #include <fstream>
 #include <limits>
 #include <map>
-#include <optional>
 #include <set>
 #include <stdexcept>
 
 namespace ganc::backend {
 
-struct StagedBatch::Ring {
-#ifdef GANC_WITH_CUDA
-  static constexpr int kSlots = 4;
-  std::vector<at::Tensor> pinned;
-  std::vector<at::cuda::CUDAEvent> copied; // the transfer out of each pinned buffer is done
-  int next = 0;
-  std::optional<at::cuda::CUDAStream> copyStream; // none: the copies run on the compute stream
-  at::Tensor landing;                             // on the device, in the pinned buffers' layout
-  at::cuda::CUDAEvent landed;                     // the last transfer into `landing` is done
-  at::cuda::CUDAEvent consumed; // the last batch in `landing` has moved into place
-#endif
-};
-
 StagedBatch::StagedBatch(std::vector<int64_t> shape, c10::ScalarType dtype, c10::Device device,
                          bool channelsLast, bool copyStream) {
   if (!device.is_cuda())
     return;
-#ifdef GANC_WITH_CUDA
+  ring_ = gpu::makeBatchRing(shape, dtype, device, copyStream);
+  if (!ring_)
+    throw std::runtime_error("this ganc was built without CUDA");
   auto format = channelsLast && shape.size() == 4 ? at::MemoryFormat::ChannelsLast
                                                   : at::MemoryFormat::Contiguous;
   device_ = torch::empty(shape, at::TensorOptions(device).dtype(dtype).memory_format(format));
-  ring_ = std::make_unique<Ring>();
-  if (copyStream) {
-    ring_->landing = torch::empty(shape, at::TensorOptions(device).dtype(dtype));
-    ring_->copyStream = at::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
-  }
-  for (int i = 0; i < Ring::kSlots; ++i) {
-    ring_->pinned.push_back(torch::empty(shape, at::TensorOptions(dtype).pinned_memory(true)));
-    ring_->copied.emplace_back();
-  }
-#endif
 }
 
 StagedBatch::~StagedBatch() = default;
 
 void StagedBatch::stage(const at::Tensor &source, const at::Tensor &indices) {
-  if (!ring_) {
+  if (ring_)
+    ring_->stage(device_, source, indices);
+  else
     device_ = source.index_select(0, indices);
-    return;
-  }
-#ifdef GANC_WITH_CUDA
-  Ring &r = *ring_;
-  const int slot = r.next;
-  r.next = (slot + 1) % Ring::kSlots;
-  // Waits only if the transfer out of this buffer, four batches ago, is somehow still pending.
-  r.copied[slot].synchronize();
-  at::index_select_out(r.pinned[slot], source, 0, indices);
-  const at::cuda::CUDAStream compute = at::cuda::getCurrentCUDAStream();
-  if (!r.copyStream) { // in order on the compute stream, straight into place
-    device_.copy_(r.pinned[slot], /*non_blocking=*/true);
-    r.copied[slot].record(compute);
-    return;
-  }
-  // The landing buffer is refilled once the compute stream has moved its last batch out; the
-  // transfer then runs beside whatever the compute stream still has queued.
-  r.consumed.block(*r.copyStream);
-  {
-    c10::cuda::CUDAStreamGuard guard(*r.copyStream);
-    r.landing.copy_(r.pinned[slot], /*non_blocking=*/true);
-  }
-  r.copied[slot].record(*r.copyStream);
-  r.landed.record(*r.copyStream);
-  // In stream order after the queued phases that read the previous batch at this address.
-  r.landed.block(compute);
-  device_.copy_(r.landing, /*non_blocking=*/true);
-  r.consumed.record(compute);
-#endif
 }
 
-struct PhaseTimer::Events {
-#ifdef GANC_WITH_CUDA
-  struct Pair {
-    at::cuda::CUDAEvent start{cudaEventDefault};
-    at::cuda::CUDAEvent end{cudaEventDefault};
-    size_t index = 0;
-  };
-  std::deque<std::unique_ptr<Pair>> pending;
-  std::vector<std::unique_ptr<Pair>> free; // recorded pairs are reused, never re-created
-  std::unique_ptr<Pair> open;
-#endif
-};
-
-PhaseTimer::PhaseTimer(c10::Device device) : events_(std::make_unique<Events>()) {
-#ifdef GANC_WITH_CUDA
-  onDevice_ = device.is_cuda();
-#endif
+PhaseTimer::PhaseTimer(c10::Device device) {
+  if (device.is_cuda())
+    events_ = gpu::makeEventTimer();
 }
 
 PhaseTimer::~PhaseTimer() = default;
 
 void PhaseTimer::begin() {
-#ifdef GANC_WITH_CUDA
-  if (!onDevice_)
-    return;
-  if (events_->free.empty()) {
-    events_->open = std::make_unique<Events::Pair>();
-  } else {
-    events_->open = std::move(events_->free.back());
-    events_->free.pop_back();
-  }
-  events_->open->start.record(at::cuda::getCurrentCUDAStream());
-#endif
+  if (events_)
+    events_->begin();
 }
 
 void PhaseTimer::end(size_t index) {
-#ifdef GANC_WITH_CUDA
-  if (!onDevice_ || !events_->open)
+  if (!events_)
     return;
-  events_->open->end.record(at::cuda::getCurrentCUDAStream());
-  events_->open->index = index;
-  events_->pending.push_back(std::move(events_->open));
+  events_->end(index);
   collect(false);
-#endif
 }
 
 void PhaseTimer::collect(bool wait) {
-#ifdef GANC_WITH_CUDA
-  while (!events_->pending.empty()) {
-    Events::Pair &pair = *events_->pending.front();
-    if (wait)
-      pair.end.synchronize();
-    else if (!pair.end.query())
-      return;
-    if (seconds_.size() <= pair.index)
-      seconds_.resize(pair.index + 1, 0.0);
-    seconds_[pair.index] += pair.start.elapsed_time(pair.end) / 1000.0;
-    events_->free.push_back(std::move(events_->pending.front()));
-    events_->pending.pop_front();
-  }
-#endif
+  if (events_)
+    events_->collect(wait, seconds_);
 }
 
 namespace {
@@ -163,18 +69,13 @@ using torch::profiler::impl::ProfilerState;
 // CPU with CUDA, as torch.profiler's default: the eager loops' figures are taken this way.
 const std::set<ActivityType> kActivities = {ActivityType::CPU, ActivityType::CUDA};
 
-void synchronizeDevice() {
-#ifdef GANC_WITH_CUDA
-  C10_CUDA_CHECK(cudaDeviceSynchronize());
-#endif
-}
+void synchronizeDevice() { gpu::synchronize(); }
 
 } // namespace
 
 KernelTrace::KernelTrace() {
-#ifndef GANC_WITH_CUDA
-  throw std::runtime_error("this ganc was built without CUDA");
-#endif
+  if (!gpu::built())
+    throw std::runtime_error("this ganc was built without CUDA");
 }
 
 KernelTrace::~KernelTrace() {
@@ -292,14 +193,14 @@ bool toChannelsLast(torch::jit::Module &module) {
 }
 
 at::Generator noiseGenerator(c10::Device device, uint64_t seed) {
-#ifdef GANC_WITH_CUDA
   if (device.is_cuda()) {
-    at::Generator gen = at::cuda::detail::getDefaultCUDAGenerator(device.index());
+    at::Generator gen = gpu::defaultGenerator(device);
+    if (!gen.defined())
+      throw std::runtime_error("this ganc was built without CUDA");
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_current_seed(seed);
     return gen;
   }
-#endif
   return at::detail::createCPUGenerator(seed);
 }
 
@@ -314,12 +215,11 @@ at::Generator phaseGenerator(c10::Device device, uint64_t seed) {
 
 ForkedRng::ForkedRng(c10::Device device) : cpu_(at::detail::getDefaultCPUGenerator()) {
   cpuState_ = cpu_.get_state();
-#ifdef GANC_WITH_CUDA
   if (device.is_cuda()) {
-    device_ = at::cuda::detail::getDefaultCUDAGenerator(device.index());
-    deviceState_ = device_.get_state();
+    device_ = gpu::defaultGenerator(device);
+    if (device_.defined())
+      deviceState_ = device_.get_state();
   }
-#endif
 }
 
 ForkedRng::~ForkedRng() {

@@ -13,6 +13,11 @@
 
 namespace ganc::backend {
 
+namespace gpu {
+class BatchRing;
+class EventTimer;
+} // namespace gpu
+
 /// The step's data batch at a fixed device address (a captured graph reads it there). On
 /// CUDA, `stage` gathers the batch into one of a ring of pinned host buffers and copies it
 /// to the device on a copy stream of its own, into a landing buffer; the compute stream then
@@ -33,9 +38,8 @@ public:
   const at::Tensor &tensor() const { return device_; }
 
 private:
-  struct Ring;
   at::Tensor device_;
-  std::unique_ptr<Ring> ring_;
+  std::unique_ptr<gpu::BatchRing> ring_; // on a GPU
 };
 
 /// The device time of the phases each step runs, measured without making the host wait: on
@@ -46,7 +50,7 @@ class PhaseTimer {
 public:
   explicit PhaseTimer(c10::Device device);
   ~PhaseTimer();
-  bool onDevice() const { return onDevice_; }
+  bool onDevice() const { return events_ != nullptr; }
   /// Before a phase is launched, on the stream it runs on.
   void begin();
   /// After it was launched: its device time counts towards step `index` (0-based).
@@ -57,9 +61,7 @@ public:
   const std::vector<double> &secondsPerStep() const { return seconds_; }
 
 private:
-  struct Events;
-  bool onDevice_ = false;
-  std::unique_ptr<Events> events_;
+  std::unique_ptr<gpu::EventTimer> events_; // on a GPU
   std::vector<double> seconds_;
 };
 
