@@ -185,6 +185,7 @@ Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
   ckpt.insert("format", std::string("ganc-checkpoint"));
   ckpt.insert("version", int64_t{1});
   ckpt.insert("step", step);
+  ckpt.insert("images", s.imagesSeen);
   ckpt.insert("identity", s.plan->identity);
   ckpt.insert("spec", s.spec().text);
   std::map<std::string, c10::Dict<std::string, at::Tensor>> stateDicts;
@@ -255,6 +256,9 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
     return Status::error("--resume " + path + ": the checkpoint is at step " +
                          std::to_string(step) + ", so --steps " + std::to_string(s.options.steps) +
                          " leaves nothing to train (--steps counts from step 0)");
+  // Older checkpoints did not count images: as many per step as this run stages.
+  s.imagesSeen = ckpt.contains("images") ? ckpt.at("images").toInt()
+                                         : step * s.spec().batchSize * s.rank.worldSize;
   torch::NoGradGuard noGrad;
   auto restore = [&](const std::string &name, at::Tensor t) {
     auto [owner, rest] = splitOwner(name);

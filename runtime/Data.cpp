@@ -42,35 +42,48 @@ struct ImageSource {
   std::vector<char> bytes;
 };
 
-/// Labels from StyleGAN's dataset.json, or from first-level folder names; undefined if none.
+/// Labels from StyleGAN's dataset.json (`"labels": [[path, class], ...]`, or null: unlabelled);
+/// where there is none, from first-level folder names. Undefined if the set is unlabelled.
+Expected<at::Tensor> datasetJsonLabels(const std::string &where,
+                                       const std::vector<ImageSource> &images,
+                                       const std::string &datasetJson, std::string &note) {
+  nlohmann::json j = nlohmann::json::parse(datasetJson, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    return Status::error(where + ": dataset.json is not a JSON object");
+  if (!j.contains("labels") || j["labels"].is_null()) {
+    note = std::to_string(images.size()) + " images, unlabelled (dataset.json's labels: null)";
+    return at::Tensor();
+  }
+  if (!j["labels"].is_array())
+    return Status::error(where + ": dataset.json's labels must be a list of [path, class]");
+  std::map<std::string, int64_t> byName;
+  for (const nlohmann::json &pair : j["labels"]) {
+    if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() ||
+        !pair[1].is_number_integer())
+      return Status::error(where + ": dataset.json's labels must be [path, class] pairs, not " +
+                           pair.dump());
+    if (!byName.emplace(pair[0].get<std::string>(), pair[1].get<int64_t>()).second)
+      return Status::error(where + ": dataset.json labels " + pair[0].get<std::string>() +
+                           " twice");
+  }
+  std::vector<int64_t> labels;
+  for (const ImageSource &image : images) {
+    auto found = byName.find(image.name);
+    if (found == byName.end())
+      return Status::error(where + ": " + image.name + " has no label in dataset.json");
+    labels.push_back(found->second);
+  }
+  note = std::to_string(images.size()) + " images labelled by dataset.json";
+  return torch::tensor(labels, torch::kLong);
+}
+
+/// Labels from StyleGAN's dataset.json where the set has one (it decides, as in StyleGAN's
+/// loader), or from first-level folder names; undefined if the set is unlabelled.
 Expected<at::Tensor> imageLabels(const std::string &where, const std::vector<ImageSource> &images,
                                  const std::optional<std::string> &datasetJson, std::string &note) {
+  if (datasetJson)
+    return datasetJsonLabels(where, images, *datasetJson, note);
   std::vector<int64_t> labels;
-  if (datasetJson) {
-    nlohmann::json j = nlohmann::json::parse(*datasetJson, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object())
-      return Status::error(where + ": dataset.json is not a JSON object");
-    if (j.contains("labels") && !j["labels"].is_null()) {
-      if (!j["labels"].is_array())
-        return Status::error(where + ": dataset.json's labels must be a list of [path, class]");
-      std::map<std::string, int64_t> byName;
-      for (const nlohmann::json &pair : j["labels"]) {
-        if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() ||
-            !pair[1].is_number_integer())
-          return Status::error(where + ": dataset.json's labels must be [path, class] pairs, not " +
-                               pair.dump());
-        byName[pair[0].get<std::string>()] = pair[1].get<int64_t>();
-      }
-      for (const ImageSource &image : images) {
-        auto found = byName.find(image.name);
-        if (found == byName.end())
-          return Status::error(where + ": " + image.name + " has no label in dataset.json");
-        labels.push_back(found->second);
-      }
-      note = std::to_string(images.size()) + " images labelled by dataset.json";
-      return torch::tensor(labels, torch::kLong);
-    }
-  }
   std::vector<std::string> classes;
   for (const ImageSource &image : images) {
     const size_t slash = image.name.find('/');

@@ -140,7 +140,7 @@ int64_t PhaseInputs::prepare(const frontend::PhaseSpec &phase) {
     batch_[staged_]->stage(data_, indices);
     if (!labelBatch_.empty())
       labelBatch_[staged_]->stage(labels_, indices);
-    images += session_.spec().batchSize * session_.rank.worldSize;
+    images += session_.spec().batchSize; // this rank's: Progress counts every rank's
   }
   return images;
 }

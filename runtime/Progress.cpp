@@ -229,7 +229,11 @@ void Progress::stopTrace() {
 Status Progress::endStep(int64_t done, int64_t images) {
   stepSeconds_.push_back(secondsSince(stepStart_));
   workSeconds_.push_back(stepWork_);
-  imagesSinceLog_ += images;
+  // Every rank stages as many images per step as this one.
+  const int64_t allRanks = images * session_.rank.worldSize;
+  imagesSinceLog_ += allRanks;
+  imagesThisRun_ += allRanks;
+  session_.imagesSeen += allRanks;
   const TrainOptions &o = session_.options;
   if (trace_ && trace_->running() && done == o.steps)
     stopTrace();
@@ -306,10 +310,8 @@ void Progress::logLine(int64_t done, const std::vector<double> &moments,
                        const std::map<std::string, std::map<std::string, Moments>> &stats) {
   auto now = Clock::now();
   double seconds = std::chrono::duration<double>(now - lastLog_).count();
-  // Images per second over every rank (each stages the same number per step).
-  const double allRanks = static_cast<double>(imagesSinceLog_) * session_.rank.worldSize;
-  const double imagesPerSecond = seconds > 0 ? allRanks / seconds : 0.0;
-  imagesTotal_ += static_cast<int64_t>(allRanks);
+  // Images per second over every rank.
+  const double imagesPerSecond = seconds > 0 ? static_cast<double>(imagesSinceLog_) / seconds : 0.0;
   double stepTime = 0;
   for (size_t i = stepsAtLog_; i < stepSeconds_.size(); ++i)
     stepTime += stepSeconds_[i];
@@ -347,7 +349,7 @@ void Progress::logLine(int64_t done, const std::vector<double> &moments,
         record["Stats/" + phase + "/" + name] = momentsJson(count, sum, squares);
     }
   record["Progress/img_per_sec"] = imagesPerSecond;
-  record["Progress/kimg"] = static_cast<double>(imagesTotal_) / 1000.0;
+  record["Progress/kimg"] = static_cast<double>(session_.imagesSeen) / 1000.0;
   record["Timing/sec_per_step"] = stepTime;
   if (stats_.is_open())
     stats_ << record.dump() << std::endl; // flushed: the TensorBoard writer follows the file
@@ -447,8 +449,9 @@ Status Progress::writeSummary(double wall) const {
       {"optimizer_state_bytes", session_.optimizerStateBytes()},
       {"gradient_buffer_bytes", session_.executor->gradientBufferBytes()},
       {"wall_seconds", wall},
-      {"images", imagesTotal_},
-      {"images_per_second", wall > 0 ? static_cast<double>(imagesTotal_) / wall : 0.0},
+      // Every rank's, from step 0 (a resumed run counts on); the rate is this run's.
+      {"images", session_.imagesSeen},
+      {"images_per_second", wall > 0 ? static_cast<double>(imagesThisRun_) / wall : 0.0},
       {"losses", losses},
       {"skipped_steps", skipped},
       {"out", o.outDir},

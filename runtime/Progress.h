@@ -41,9 +41,9 @@ public:
   /// After step `done - 1`: records its time; at a log point writes the losses to the history,
   /// averages each phase's losses over the interval and over every rank (one small
   /// all-reduce, every rank takes part), and rank 0 appends them to stats.jsonl and prints the
-  /// progress line (with each phase's skipped steps). `images` were staged in the step. A
-  /// loss that is not finite stops training (a runtime failure naming the phase, step and
-  /// rank) unless the phase skips non-finite steps.
+  /// progress line (with each phase's skipped steps). `images`: the real images this rank staged in
+  /// the step. A loss that is not finite stops training (a runtime failure naming the phase, step
+  /// and rank) unless the phase skips non-finite steps.
   Status endStep(int64_t done, int64_t images);
   /// Writes timing.json and summary.json (rank 0), after waiting for the device time of the
   /// last steps, and lets the TensorBoard writer finish.
@@ -106,7 +106,8 @@ private:
   std::map<std::string, double> loggedMean_;
   std::ofstream stats_;
   std::unique_ptr<EventWriter> events_;
-  int64_t imagesSinceLog_ = 0, imagesTotal_ = 0;
+  /// Every rank's images since the last log line, and in this run (after a resume: since it).
+  int64_t imagesSinceLog_ = 0, imagesThisRun_ = 0;
   size_t stepsAtLog_ = 0;
   Clock::time_point start_, lastLog_, stepStart_, phaseStart_;
   double stepWork_ = 0;

@@ -40,6 +40,9 @@ struct Session {
   /// Per phase name, the steps whose optimizer step was skipped for non-finite gradients (by
   /// a loss scaler, or under `non_finite: skip`): an int64 device counter, read at log steps.
   std::map<std::string, at::Tensor> skippedSteps;
+  /// Real images trained on so far, over every rank (what kimg counts), from step 0: kept in
+  /// checkpoints, so a resumed run counts on.
+  int64_t imagesSeen = 0;
 
   const frontend::Spec &spec() const { return archive->spec; }
   torch::jit::Module &module() { return archive->module; }

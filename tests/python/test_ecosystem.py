@@ -40,6 +40,12 @@ def test_python_api_compiles_explains_and_trains(ganc_bin, datasets, tmp_path):
                          sample_every=0, quiet=True)
     assert summary["steps"] == 20 and summary["world_size"] == 2 and set(summary["losses"]) == {"d", "g"}
     assert summary["checkpoint"] == os.path.join(api_out, "checkpoint.pt")
+    # Images are counted once over both ranks, in the summary and in kimg (not once per rank more).
+    batch = json.load(open(os.path.join(api_out, "run.json")))["spec"]["batch_size"]
+    assert summary["images"] == 20 * batch * 2, summary
+    with open(os.path.join(api_out, "stats.jsonl")) as f:
+        kimg = [json.loads(line)["Progress/kimg"] for line in f]
+    assert kimg == [10 * batch * 2 / 1000, 20 * batch * 2 / 1000]
     cli_out = str(tmp_path / "cli")
     subprocess.run([ganc_bin, "run", "--nproc", "2", *train_args(plan.path, "mlp", datasets["ring"], cli_out, 20,
                                                                   "--log-every", "10")], check=True,
@@ -376,6 +382,32 @@ def test_image_sets_in_class_folders_zips_and_dataset_json(ganc_bin, tmp_path, l
         assert real.shape == (32, 3, 32, 32) and set(labels.tolist()) <= {0, 1}
         for image, label in zip(real, labels.tolist()):
             assert torch.all(image == expected[label]), (label, image.mean())
+
+
+@pytest.mark.parametrize("labels,says", [
+    (None, "has none"),  # dataset_tool's unlabelled output: not 3 classes from its folders
+    ("twice", "dataset.json labels 00000/img00000000.png twice"),
+], ids=["null", "duplicate"])
+def test_dataset_tool_zips_are_labelled_by_their_dataset_json(ganc_bin, tmp_path, labels, says):
+    """A zip laid out as StyleGAN's dataset_tool writes it (images in 00000/, 00001/, ...
+    folders of 1000) with `"labels": null` is unlabelled, as StyleGAN reads it, not one class
+    per folder: a conditional model is refused for want of labels. A path labelled twice is
+    refused naming it. Both before anything trains."""
+    import zipfile
+    files = [(f"{i // 4:05d}/img{i:08d}.png", 0) for i in range(12)]
+    root = tmp_path / "set"
+    _image_set(root, files)
+    listed = None if labels is None else [[n, 0] for n, _ in files] + [[files[0][0], 1]]
+    data = str(tmp_path / "set.zip")
+    with zipfile.ZipFile(data, "w") as z:
+        for name, _ in files:
+            z.write(root / name, name)
+        z.writestr("dataset.json", json.dumps({"labels": listed}))
+    plan = compile_plan(ganc_bin, "cdcgan32", str(tmp_path))
+    r = run_ganc(ganc_bin, "train", plan, "--model", archive("cdcgan32"), "--data", data, "--steps", "1",
+                 "--out", str(tmp_path / "run"), "--sample-every", "0")
+    assert r.returncode == 2 and says in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+    assert "classes from folder names" not in r.stdout
 
 
 def test_xflip_doubles_the_set_like_the_eager_reference(ganc_bin, datasets, tmp_path):

@@ -36,6 +36,9 @@ def test_resume_continues_exactly(ganc_bin, datasets, tmp_path, model, steps, sp
     a = ganc.load_checkpoint(os.path.join(straight, "checkpoint.pt"))
     b = ganc.load_checkpoint(os.path.join(resumed, "checkpoint.pt"))
     assert a["step"] == b["step"] == steps
+    # The image count (kimg) continues across the resume, counted once over the ranks.
+    assert a["images"] == b["images"] > 0
+    assert json.load(open(os.path.join(resumed, "summary.json")))["images"] == a["images"]
     for sub in ("generator", "discriminator"):
         for name, t in a[sub].items():
             assert torch.equal(t, b[sub][name]), f"{sub}.{name} differs after resume"
