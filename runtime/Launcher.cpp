@@ -96,19 +96,22 @@ int superviseRanks(const std::vector<pid_t> &children) {
   size_t alive = children.size();
   std::vector<bool> done(children.size(), false);
   std::chrono::steady_clock::time_point killDeadline{};
-  auto stopRest = [&] {
+  // After SIGTERM a rank finishes its step and writes a checkpoint there (with its peers):
+  // a minute before SIGKILL. Peers of a failed rank cannot agree with it and end sooner.
+  auto stopRest = [&](std::chrono::seconds grace) {
     for (size_t i = 0; i < children.size(); ++i)
       if (!done[i])
         kill(children[i], SIGTERM);
-    killDeadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    killDeadline = std::chrono::steady_clock::now() + grace;
   };
   bool stopping = false;
   while (alive > 0) {
     if (stopSignal != 0 && !stopping) {
       stopping = true;
       result = 128 + stopSignal;
-      std::cerr << "ganc run: " << strsignal(stopSignal) << "; stopping the ranks" << std::endl;
-      stopRest();
+      std::cerr << "ganc run: " << strsignal(stopSignal)
+                << "; stopping the ranks at their next step (checkpointed)" << std::endl;
+      stopRest(std::chrono::seconds(60));
     }
     int status = 0;
     pid_t pid = waitpid(-1, &status, WNOHANG);
@@ -133,7 +136,7 @@ int superviseRanks(const std::vector<pid_t> &children) {
         result = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
         std::cerr << "ganc run: rank " << i << " " << describeExit(status)
                   << "; stopping the other ranks" << std::endl;
-        stopRest();
+        stopRest(std::chrono::seconds(10));
       }
     }
   }

@@ -10,9 +10,11 @@
 #include "runtime/RunDir.h"
 #include "runtime/Samples.h"
 #include "runtime/Setup.h"
+#include "runtime/Stop.h"
 #include "support/torch/TorchError.h"
 
 #include <chrono>
+#include <csignal>
 #include <iostream>
 #include <sstream>
 
@@ -59,6 +61,7 @@ public:
       GANC_TRY(writeRunRecord(s_, firstStep_, o.resume));
     }
     Progress progress(s_, firstStep_);
+    StopAgreement stop(s_);
     for (int64_t step = firstStep_; step < o.steps; ++step) {
       progress.beginStep();
       inputs_.beginStep();
@@ -92,8 +95,11 @@ public:
       GANC_TRY(progress.endStep(done, images));
       if (o.sampleEvery > 0 && (done % o.sampleEvery == 0 || last))
         GANC_TRY(writeSamples(s_, done, last));
-      if (o.checkpointEvery > 0 && (done % o.checkpointEvery == 0 || last))
+      const bool checkpointed = o.checkpointEvery > 0 && (done % o.checkpointEvery == 0 || last);
+      if (checkpointed)
         GANC_TRY(writeCheckpoint(s_, inputs_, done));
+      if (int signal = last ? 0 : stop.afterStep())
+        return stopAt(done, signal, checkpointed, progress);
     }
     GANC_TRY(progress.finish());
     if (!o.dumpDir.empty() && s_.isRankZero())
@@ -102,6 +108,25 @@ public:
   }
 
 private:
+  /// Every rank stops after step `done` (SIGINT or SIGTERM came): a checkpoint there (unless
+  /// --checkpoint-every 0, or one was just written), timing.json and summary.json, one line.
+  Status stopAt(int64_t done, int signal, bool checkpointed, Progress &progress) {
+    const bool keep = s_.options.checkpointEvery > 0;
+    if (keep && !checkpointed)
+      GANC_TRY(writeCheckpoint(s_, inputs_, done));
+    GANC_TRY(progress.finish());
+    StopSignals::setStoppedBy(signal);
+    if (s_.isRankZero())
+      std::cerr << "ganc: " << (signal == SIGINT ? "SIGINT" : "SIGTERM") << ": stopped after step "
+                << done << " of " << s_.options.steps
+                << (keep ? "; " + s_.options.outDir +
+                               "/checkpoint.pt is at that step (--resume "
+                               "auto continues from it)"
+                         : "; no checkpoint (--checkpoint-every 0)")
+                << std::endl;
+    return Status::ok();
+  }
+
   /// A phase run's loss and logged values (device tensors the run writes).
   struct PhaseOutputs {
     std::string phase;
@@ -266,6 +291,7 @@ Status train(const TrainOptions &given) {
     return fromException(e, ErrorKind::BadInput, "");
   }
   try {
+    StopSignals signals; // from here SIGINT and SIGTERM stop the run at a step, checkpointed
     return Trainer(*session, *inputs, ema.get(), firstStep).train().as(ErrorKind::Runtime);
   } catch (const std::exception &e) {
     return fromException(e, ErrorKind::Runtime, "rank " + std::to_string(session->rank.rank));

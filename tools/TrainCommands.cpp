@@ -2,6 +2,7 @@
 #include "tools/TrainCommands.h"
 
 #include "runtime/Launcher.h"
+#include "runtime/Stop.h"
 #include "runtime/Trainer.h"
 #include "support/Options.h"
 #include "support/TextFormat.h"
@@ -382,6 +383,8 @@ int trainCommand(const std::vector<std::string> &args) {
   Status status = runtime::train(options);
   if (!status)
     reportError(status.message());
+  else if (const int signal = runtime::StopSignals::stoppedBy())
+    return 128 + signal; // stopped at a step by SIGINT or SIGTERM, as a shell reports it
   return status.exitCode();
 }
 

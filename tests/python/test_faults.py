@@ -16,6 +16,7 @@ import time
 import pytest
 import torch
 
+import ganc
 from conftest import archive, compile_plan, started_ranks, train_args
 
 
@@ -147,6 +148,43 @@ def test_stopping_the_launcher_stops_its_ranks(ganc_bin, datasets, tmp_path, sig
     assert not any(_running(c) for c in children), "a rank outlived its launcher"
     if sig == signal.SIGTERM:
         assert "stopping the ranks" in err, err
+
+
+def test_ctrl_c_checkpoints_the_step_reached_and_resume_continues_exactly(ganc_bin, datasets, tmp_path):
+    """Ctrl-C (SIGINT to the whole process group, launcher and ranks) stops both ranks after
+    the same step, writes checkpoint.pt there and exits 130; `--resume auto` then continues
+    from that step and ends equal, bit for bit, to a run that was never stopped. A second
+    stop by SIGTERM (a scheduler, torchrun) does the same and exits 143."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    out = str(tmp_path / "o")
+    args = train_args(plan, "mlp", datasets["ring"], out, 10**6, "--checkpoint-every", "100000",
+                      "--tensorboard", "off")
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        extra = ["--resume", "auto"] if sig == signal.SIGTERM else []
+        proc = subprocess.Popen([ganc_bin, "run", "--nproc", "2", *args, *extra], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        started_ranks(proc, 2)
+        time.sleep(2)
+        os.killpg(proc.pid, sig)
+        _, err = proc.communicate(timeout=90)
+        assert proc.returncode == code, err
+        reached = ganc.load_checkpoint(os.path.join(out, "checkpoint.pt"))["step"]
+        assert reached > 0 and f"stopped after step {reached} of 1000000" in err, err
+        assert json.load(open(os.path.join(out, "summary.json")))["images"] > 0
+    steps = reached + 3
+    resumed = subprocess.run([ganc_bin, "run", "--nproc", "2",
+                              *train_args(plan, "mlp", datasets["ring"], out, steps, "--tensorboard", "off",
+                                          "--resume", "auto")], capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0 and f"at step {reached}" in resumed.stdout, resumed.stderr
+    straight = str(tmp_path / "straight")
+    subprocess.run([ganc_bin, "run", "--nproc", "2", *train_args(plan, "mlp", datasets["ring"], straight, steps,
+                                                                  "--tensorboard", "off")], check=True)
+    a = ganc.load_checkpoint(os.path.join(out, "checkpoint.pt"))
+    b = ganc.load_checkpoint(os.path.join(straight, "checkpoint.pt"))
+    assert a["step"] == b["step"] == steps
+    for sub in ("generator", "discriminator"):
+        for name, t in b[sub].items():
+            assert torch.equal(a[sub][name], t), f"{sub}.{name} differs after the stop and resume"
 
 
 @pytest.mark.parametrize("log_every,says", [

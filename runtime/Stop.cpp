@@ -1,0 +1,83 @@
+// SIGINT/SIGTERM handling and the ranks' agreement on the step to stop at (see Stop.h).
+#include "runtime/Stop.h"
+
+#include "support/torch/Collectives.h"
+
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <csignal>
+
+namespace ganc::runtime {
+
+namespace {
+
+volatile std::sig_atomic_t receivedSignal = 0;
+int stoppedSignal = 0;
+struct sigaction previousInt {
+}, previousTerm{};
+
+void onStopSignal(int signal) {
+  if (signal == SIGINT && receivedSignal == SIGINT) {
+    // A second Ctrl-C: stop now, the way SIGINT does by default.
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+    return;
+  }
+  if (receivedSignal == 0) // the first says why (Ctrl-C, then the launcher's SIGTERM: SIGINT)
+    receivedSignal = signal;
+}
+
+} // namespace
+
+StopSignals::StopSignals() {
+  receivedSignal = 0;
+  stoppedSignal = 0;
+  struct sigaction action {};
+  action.sa_handler = onStopSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, &previousInt);
+  sigaction(SIGTERM, &action, &previousTerm);
+}
+
+StopSignals::~StopSignals() {
+  sigaction(SIGINT, &previousInt, nullptr);
+  sigaction(SIGTERM, &previousTerm, nullptr);
+}
+
+int StopSignals::received() { return receivedSignal; }
+int StopSignals::stoppedBy() { return stoppedSignal; }
+void StopSignals::setStoppedBy(int signal) { stoppedSignal = signal; }
+
+int StopAgreement::afterStep() {
+  if (session_.rank.worldSize == 1)
+    return StopSignals::received();
+  int agreed = 0;
+  if (work_) { // the previous step's agreement
+    if (ready_)
+      ready_->synchronize();
+    else
+      waitFor(work_);
+    agreed = pending_.item<int32_t>();
+  }
+  if (agreed != 0)
+    return agreed;
+  at::Tensor flag =
+      torch::full({1}, StopSignals::received(), at::TensorOptions(session_.device).dtype(at::kInt));
+  std::vector<at::Tensor> tensors{flag};
+  c10d::AllreduceOptions options;
+  options.reduceOp = c10d::ReduceOp::MAX;
+  work_ = session_.group.backend->allreduce(tensors, options);
+  pending_ = flag;
+  ready_.reset();
+  if (session_.device.is_cuda()) {
+    // The copy out, in stream order after the all-reduce; the event marks where it lands.
+    waitFor(work_);
+    pending_ = flag.to(at::TensorOptions(at::kCPU).pinned_memory(true), /*non_blocking=*/true);
+    c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
+    ready_.emplace(c10::DeviceType::CUDA);
+    ready_->record(guard.getStream(session_.device));
+  }
+  return 0;
+}
+
+} // namespace ganc::runtime
