@@ -242,7 +242,7 @@ Status readOpLibraries(const std::string &path, const std::vector<char> &bytes, 
 
 } // namespace
 
-Expected<Archive> loadArchive(const std::string &path) {
+Expected<Archive> loadArchive(const std::string &path, const std::string &planSpec) {
   auto bytes = readFile(path);
   if (!bytes)
     return bytes.status();
@@ -261,9 +261,9 @@ Expected<Archive> loadArchive(const std::string &path) {
   if (specText.empty())
     return Status::error(path + ": the archive has no ganc.json spec; export it with "
                                 "ganc.export(model, path, spec) (see docs/spec.md)");
-  auto spec = parseSpec(specText);
+  auto spec = parseSpec(planSpec.empty() ? specText : planSpec);
   if (!spec)
-    return spec.status().withContext(path);
+    return spec.status().withContext(planSpec.empty() ? path : "the plan's spec for " + path);
   archive.spec = spec.take();
   for (const PhaseSpec &phase : archive.spec.phases) {
     std::string where = path + ": phase '" + phase.name + "'";

@@ -30,7 +30,9 @@ struct Archive {
 /// and that the operators of the operator libraries it was exported with (its
 /// ganc_ops.json) are registered. Errors name the file and the culprit; LibTorch exceptions
 /// never escape.
-Expected<Archive> loadArchive(const std::string &path);
+/// With `planSpec` (a plan's ir::Module::spec), that spec is bound to the archive's code and
+/// checked as its own would be; the identity is still the archive's own.
+Expected<Archive> loadArchive(const std::string &path, const std::string &planSpec = "");
 
 /// Loads TORCH_LIBRARY operator libraries (--op-library): each shared library registers its
 /// operators, kernels and autograd kernels with the dispatcher when loaded. An error names

@@ -4,6 +4,7 @@
 
 #include "frontend/Archive.h"
 #include "frontend/Shapes.h"
+#include "frontend/SpecSchema.h"
 #include "frontend/SyncBatchNorm.h"
 #include "support/torch/Dtypes.h"
 #include "support/torch/TorchError.h"
@@ -519,6 +520,7 @@ Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive) {
   auto module = std::make_unique<ir::Module>();
   module->name = archive.spec.name;
   module->identity = archive.identity;
+  module->spec = planSpecText(archive.spec.text);
   for (const auto &p : archive.module.named_parameters(/*recurse=*/true)) {
     auto group = archive.groupOf.find(p.name);
     module->parameters.push_back(

@@ -6,6 +6,8 @@
 
 namespace ganc::frontend {
 
+using json = nlohmann::json;
+
 namespace {
 
 /// Levenshtein distance, for "did you mean" suggestions.
@@ -110,6 +112,24 @@ std::string specFieldsJson() {
                               {"keys", keys},
                               {"version", versions}};
   return j.dump(1) + "\n";
+}
+
+std::string planSpecText(const std::string &text) {
+  json spec = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!spec.is_object())
+    return text; // parseSpec has refused it already
+  for (const char *key : {"precision", "loss_scalers", "zero"})
+    spec.erase(key);
+  if (spec.contains("phases") && spec["phases"].is_array())
+    for (json &phase : spec["phases"])
+      for (const char *key : {"interval", "accumulate", "precision", "loss_scaler"})
+        if (phase.is_object())
+          phase.erase(key);
+  if (spec.contains("optimizers") && spec["optimizers"].is_object())
+    for (auto &entry : spec["optimizers"].items())
+      if (entry.value().is_object())
+        entry.value().erase("clip_grad_norm");
+  return spec.dump();
 }
 
 } // namespace ganc::frontend

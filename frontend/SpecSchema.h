@@ -46,4 +46,10 @@ std::string specFieldsMarkdown();
 /// validator reads (python/ganc/spec_fields.json).
 std::string specFieldsJson();
 
+/// The spec text a plan carries (ir::Module::spec): `json` less the keys the plan holds as
+/// phase and module attributes (each phase's interval, accumulate, precision and loss_scaler;
+/// the model-wide precision, loss_scalers, zero and every optimizer's clip_grad_norm), so each
+/// fact is written once in the plan. Compact JSON.
+std::string planSpecText(const std::string &json);
+
 } // namespace ganc::frontend

@@ -258,6 +258,12 @@ struct Module {
   std::string name;
   /// Fingerprint of the archive (code, spec, parameter names and shapes) the IR came from.
   std::string identity;
+  /// What ganc train needs of the spec besides what the plan says itself: the spec's JSON
+  /// less each phase's interval, micro-batches, precision and loss scaler, the loss scalers,
+  /// clipping and the ZeRO stage (the phase and module attributes hold those). Optimizer
+  /// hyper-parameters and schedules, data, sampling, EMA, stages and policies. Empty in a plan
+  /// written before plans carried it (the archive's spec is read then).
+  std::string spec;
   /// Bucket size caps the bucketing pass used (0 until it ran): the first bucket's and the rest.
   int64_t firstBucketCapBytes = 0;
   int64_t bucketCapBytes = 0;

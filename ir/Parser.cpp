@@ -25,6 +25,8 @@ public:
       std::string word = identifier();
       if (word == "identity") {
         GANC_TRY(string(module->identity));
+      } else if (word == "spec") {
+        GANC_TRY(string(module->spec));
       } else if (word == "bucket_cap") {
         GANC_TRY(integer(module->bucketCapBytes));
         GANC_TRY(expectWord("first"));
@@ -65,10 +67,10 @@ public:
         GANC_TRY(parsePhase(*phase, *module));
         module->phases.push_back(std::move(phase));
       } else {
-        return error(
-            "expected 'identity', 'bucket_cap', 'zero', 'stage', 'loss_scaler', 'param', 'buffer' "
-            "or 'phase', got '" +
-            word + "'");
+        return error("expected 'identity', 'spec', 'bucket_cap', 'zero', 'stage', 'loss_scaler', "
+                     "'param', 'buffer' "
+                     "or 'phase', got '" +
+                     word + "'");
       }
     }
     GANC_TRY(expect('}'));

@@ -47,6 +47,8 @@ public:
     line(0, "module @" + m.name + " {");
     if (!m.identity.empty())
       line(1, "identity " + quote(m.identity));
+    if (!m.spec.empty())
+      line(1, "spec " + quote(m.spec));
     if (m.bucketCapBytes)
       line(1, "bucket_cap " + std::to_string(m.bucketCapBytes) + " first " +
                   std::to_string(m.firstBucketCapBytes));

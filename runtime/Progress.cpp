@@ -167,6 +167,8 @@ void Progress::addStats(const std::string &phase,
                         const std::vector<std::pair<std::string, at::Tensor>> &stats) {
   for (const auto &[name, value] : stats)
     pendingStats_.push_back({phase, name, value.clone()});
+  // The phase's gradient norm, as a logged value without a name (GradNorm/<phase>).
+  pendingStats_.push_back({phase, "", session_.gradNorms.at(phase).clone()});
 }
 
 namespace {
@@ -346,8 +348,14 @@ void Progress::logLine(int64_t done, const std::vector<double> &moments,
       const double count = moments[k], sum = moments[k + 1], squares = moments[k + 2];
       k += 3;
       if (count > 0)
-        record["Stats/" + phase + "/" + name] = momentsJson(count, sum, squares);
+        record[name.empty() ? "GradNorm/" + phase : "Stats/" + phase + "/" + name] =
+            momentsJson(count, sum, squares);
     }
+  // The learning rate each optimizer group stepped with last, and each loss scale now.
+  for (const auto &[group, optimizer] : session_.optimizers)
+    record["LR/" + group] = optimizer.lr();
+  for (const auto &[name, scaler] : session_.lossScalers)
+    record["LossScale/" + name] = scaler.scale().item<double>();
   record["Progress/img_per_sec"] = imagesPerSecond;
   record["Progress/kimg"] = static_cast<double>(session_.imagesSeen) / 1000.0;
   record["Timing/sec_per_step"] = stepTime;

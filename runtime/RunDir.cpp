@@ -236,6 +236,8 @@ nlohmann::json effectiveSpec(const frontend::Spec &spec) {
         phase["interval"] = p.interval;
         phase["accumulate"] = p.accumulate;
         phase["precision"] = frontend::precisionName(p.precision);
+        if (!p.lossScaler.empty())
+          phase["loss_scaler"] = p.lossScaler;
       }
   if (spec.ema)
     effective["ema"]["half_life_images"] = spec.ema->halfLifeImages;

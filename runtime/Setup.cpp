@@ -106,11 +106,10 @@ Status planShards(Session &s) {
   return ir::verifyInvariants(plan).withContext("sharding " + s.options.plan);
 }
 
-/// The plan's phase facts are what trains (a plan edited and checked in again with
-/// `ganc-opt -o` trains as edited): each spec phase takes its interval, micro-batches, autocast
-/// and loss scaler from the plan's phase of that name, and each optimizer group its clipping.
-/// The rest of the spec (optimizers, data, sampling, EMA, stages) is the archive's, which the
-/// plan's identity ties to it.
+/// The plan is what trains (a plan edited and checked in again with `ganc-opt -o` trains as
+/// edited): each spec phase takes its interval, micro-batches, autocast and loss scaler from
+/// the plan's phase of that name, and each optimizer group its clipping; the rest of the spec
+/// (optimizers, data, sampling, EMA, stages) is the plan's `spec`, which holds none of those.
 void adoptPlanFacts(const ir::Module &plan, frontend::Spec &spec) {
   for (frontend::PhaseSpec &p : spec.phases) {
     const auto phase = std::find_if(plan.phases.begin(), plan.phases.end(),
@@ -270,7 +269,7 @@ std::vector<at::Tensor> Session::gradients(const StepGroup &group,
 }
 
 void Session::combineAcrossRanks(std::vector<at::Tensor> &found, std::vector<at::Tensor> &normParts,
-                                 const std::vector<StepGroup> &groups) {
+                                 at::Tensor &squares, const std::vector<StepGroup> &groups) {
   // Each rank saw only its pieces: a flag set anywhere, and the norm over every rank's
   // pieces, must be the same on every rank before any of them steps.
   torch::NoGradGuard noGrad;
@@ -285,6 +284,7 @@ void Session::combineAcrossRanks(std::vector<at::Tensor> &found, std::vector<at:
       normParts[g] = torch::zeros({}, options);
     (std::isinf(groups[g].clip->normType) ? maxima : sums).push_back(normParts[g].reshape({1}));
   }
+  sums.push_back(squares.to(at::kDouble).reshape({1})); // last
   auto allReduce = [&](std::vector<at::Tensor> &parts, c10d::ReduceOp op) {
     if (parts.empty())
       return at::Tensor();
@@ -302,7 +302,28 @@ void Session::combineAcrossRanks(std::vector<at::Tensor> &found, std::vector<at:
     if (groups[g].clip)
       normParts[g] = std::isinf(groups[g].clip->normType) ? maxed[nextMax++] : summed[nextSum++];
   }
+  squares = summed[nextSum].to(at::kFloat);
 }
+
+namespace {
+
+/// The sum of squares of every defined gradient of `grads` (a 0-d float32 tensor on `device`).
+at::Tensor squaredNorm(const std::vector<std::vector<at::Tensor>> &grads, c10::Device device) {
+  // Norms in float32 (half and bfloat16 gradients widened), float64 ones in float64.
+  std::vector<at::Tensor> single, twice;
+  for (const std::vector<at::Tensor> &group : grads)
+    for (const at::Tensor &g : group)
+      if (g.defined() && g.numel() > 0)
+        (g.scalar_type() == at::kDouble ? twice : single).push_back(g);
+  at::Tensor squares = torch::zeros({}, at::TensorOptions(device).dtype(at::kFloat));
+  if (!single.empty())
+    squares = squares + at::stack(at::_foreach_norm(single, 2, at::kFloat)).square().sum();
+  if (!twice.empty())
+    squares = squares + at::stack(at::_foreach_norm(twice, 2)).square().sum().to(at::kFloat);
+  return squares;
+}
+
+} // namespace
 
 void Session::optimizerStep(const std::string &phase, backend::PhaseReducer &reducer) {
   const ir::Phase *compiled = plan->findPhase(phase);
@@ -326,8 +347,14 @@ void Session::optimizerStep(const std::string &phase, backend::PhaseReducer &red
     if (sharded && groups[g].clip)
       normParts[g] = localNormPart(grads[g], groups[g].clip->normType);
   }
+  at::Tensor squares = squaredNorm(grads, device);
+  if (sharded)
+    combineAcrossRanks(found, normParts, squares, groups);
+  {
+    torch::NoGradGuard noGrad;
+    gradNorms.at(name).copy_(squares.sqrt());
+  }
   if (sharded) {
-    combineAcrossRanks(found, normParts, groups);
     for (size_t g = 0; g < groups.size(); ++g)
       if (groups[g].clip)
         scaleByNorm(grads[g], normParts[g], groups[g].clip->maxNorm, groups[g].clip->normType);
@@ -407,7 +434,8 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
     return plan.status();
   s->plan = plan.take();
   GANC_TRY(frontend::loadOpLibraries(options.opLibraries));
-  auto archive = frontend::loadArchive(options.model);
+  // The plan's spec, bound to the archive's code (an older plan without one: the archive's).
+  auto archive = frontend::loadArchive(options.model, s->plan->spec);
   if (!archive)
     return archive.status();
   s->archive = std::make_unique<frontend::Archive>(archive.take());
@@ -428,9 +456,11 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
 
   if (s->options.nonFinite.empty())
     s->options.nonFinite = s->spec().nonFinite;
-  for (const frontend::PhaseSpec &phase : s->spec().phases)
+  for (const frontend::PhaseSpec &phase : s->spec().phases) {
     s->skippedSteps[phase.name] =
         torch::zeros({}, at::TensorOptions(s->device).dtype(torch::kLong));
+    s->gradNorms[phase.name] = torch::zeros({}, at::TensorOptions(s->device).dtype(at::kFloat));
+  }
   for (const auto &[sub, optSpec] : s->spec().optimizers)
     s->optimizers.emplace(sub, Optimizer(optSpec, s->device));
   for (const auto &phase : s->plan->phases)

@@ -43,6 +43,10 @@ struct Session {
   /// Real images trained on so far, over every rank (what kimg counts), from step 0: kept in
   /// checkpoints, so a resumed run counts on.
   int64_t imagesSeen = 0;
+  /// Per phase name, the L2 norm of its last run's all-reduced gradients, unscaled and before
+  /// clipping (every rank's pieces, sharded): a 0-d float32 device tensor written in place by
+  /// each step (inside a captured graph too), read at log steps (`GradNorm/<phase>`).
+  std::map<std::string, at::Tensor> gradNorms;
 
   const frontend::Spec &spec() const { return archive->spec; }
   torch::jit::Module &module() { return archive->module; }
@@ -87,10 +91,11 @@ private:
   /// where a conditional parameter got none.
   static std::vector<at::Tensor> gradients(const StepGroup &group,
                                            const backend::PhaseReducer &reducer);
-  /// Sharded: every group's found-inf flag and clipping norm part, combined across ranks in
-  /// one all-reduce (a second one, with max, for infinity norms).
+  /// Sharded: every group's found-inf flag and clipping norm part, and the phase's squared
+  /// gradient norm (`squares`), combined across ranks in one all-reduce (a second one, with
+  /// max, for infinity norms).
   void combineAcrossRanks(std::vector<at::Tensor> &found, std::vector<at::Tensor> &normParts,
-                          const std::vector<StepGroup> &groups);
+                          at::Tensor &squares, const std::vector<StepGroup> &groups);
   std::map<std::string, std::vector<StepGroup>> stepGroups_;
 };
 

@@ -277,6 +277,7 @@ class _EagerTraining:
         self.schedulers = [lr_scheduler(self.optimizers[g], self.settings[g]["lr_schedule"])
                            for g in self.groups if "lr_schedule" in self.settings[g]]
         self.runners = self._runners(cuda, gpu)
+        self.grad_norms = {}  # phase: [norm per run]
         self.scalers = grad_scalers(spec, "cuda" if cuda else "cpu")
         self.ema = spec.get("ema")
         if self.ema is not None:
@@ -367,9 +368,14 @@ class _EagerTraining:
         if not scaler and self.spec.get("non_finite", "stop") == "skip":
             skipped = {g for g in stepped if any(not torch.isfinite(params[n].grad).all()
                                                  for n in groups[g] if params[n].grad is not None)}
-        for g in stepped:
-            if scaler:
+        if scaler:
+            for g in stepped:
                 scaler.unscale_(self.optimizers[g])  # before clipping, as torch.amp's docs say
+        trained = [params[n].grad for g in stepped for n in groups[g] if params[n].grad is not None]
+        self.grad_norms.setdefault(phase["name"], []).append(
+            torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t.double()) for t in trained])).item()
+            if trained else 0.0)
+        for g in stepped:
             clip = self.settings[g].get("clip_grad_norm")
             if clip is not None:
                 norm_type = float(clip.get("norm_type", 2.0))
@@ -399,6 +405,9 @@ class _EagerTraining:
                     b_ema.copy_(b)
 
     def write_final(self, out_dir):
+        # Each phase's gradient norm per run (unscaled, before clipping): ganc's GradNorm/<phase>.
+        with open(os.path.join(out_dir, "grad_norms.json"), "w") as f:
+            json.dump(self.grad_norms, f)
         torch.save({name: {"scale": sc.get_scale(), "growth_tracker": sc._get_growth_tracker()}
                     for name, sc in self.scalers.items()}, os.path.join(out_dir, "loss_scalers_final.pt"))
         final = {n: p.detach().cpu().clone() for n, p in self.params.items()}

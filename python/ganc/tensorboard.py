@@ -4,8 +4,9 @@
     python -m ganc.tensorboard OUT --follow   # what rank 0 starts beside a run: follows the
                                               # files as they grow until its stdin closes
 
-Scalars: every stats.jsonl entry (`Loss/<phase>` and `Stats/<phase>/<name>` as their mean
-over ranks and the log interval, `Progress/img_per_sec`, `Progress/kimg`, `Timing/sec_per_step`, `Skipped/<phase>`)
+Scalars: every stats.jsonl entry (`Loss/<phase>`, `Stats/<phase>/<name>` and `GradNorm/<phase>`
+as their mean over ranks and the log interval, `LR/<group>`, `LossScale/<scaler>`,
+`Progress/img_per_sec`, `Progress/kimg`, `Timing/sec_per_step`, `Skipped/<phase>`)
 at its step; images: `samples` from each samples_stepN.png (its PNG bytes as they are).
 Written into OUT itself with the tensorboard package's event file writer and protos (what
 torch.utils.tensorboard's SummaryWriter writes with, without importing torch: the writer

@@ -91,7 +91,14 @@ def test_stats_average_over_ranks_and_interval_and_reach_tensorboard(ganc_bin, d
     events.Reload()
     got = [(e.step, e.value) for e in events.Scalars("Loss/d")]
     assert got == [(s["step"], pytest.approx(s["Loss/d"]["mean"], rel=1e-6)) for s in stats]
-    assert {"Progress/img_per_sec", "Timing/sec_per_step", "Skipped/g"} <= set(events.Tags()["scalars"])
+    assert {"Progress/img_per_sec", "Timing/sec_per_step", "Skipped/g", "GradNorm/d", "GradNorm/g"} <= set(
+        events.Tags()["scalars"])
+    # Each optimizer group's learning rate (the spec's: mlp has no schedule), in both.
+    optimizers = ganc.load_spec(archive("mlp"))["optimizers"]
+    for group, settings in optimizers.items():
+        assert all(s[f"LR/{group}"] == pytest.approx(settings.get("lr", 2e-4)) for s in stats), group
+        assert [e.value for e in events.Scalars(f"LR/{group}")] == [pytest.approx(s[f"LR/{group}"]) for s in stats]
+    assert all(s["GradNorm/d"]["num"] == 4 and s["GradNorm/d"]["mean"] > 0 for s in stats)
     assert [i.step for i in events.Images("samples")] == [6, 12]
     assert all(i.width > 0 and i.height > 0 for i in events.Images("samples"))
 

@@ -386,14 +386,21 @@ def test_data_holding_nan_or_inf_is_refused_before_any_step(ganc_bin, datasets, 
 
 
 def test_an_edited_plan_trains_as_edited(ganc_bin, datasets, tmp_path):
-    """The plan's phase facts are what trains: an interval edited into a plan (and checked in
-    again with ganc-opt -o) takes effect, where the archive's spec once won silently."""
+    """The plan is what trains: an interval and a learning rate edited into a plan (and checked
+    in again with ganc-opt -o) take effect, where the archive's spec once won silently. The
+    plan's spec holds no phase fact that a phase attribute holds (each is written once)."""
     plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
     text = open(plan).read()
     text = text[:text.rindex("// checksum")]
     phase_g = text.index("phase @g {")
     edited = text[:phase_g] + text[phase_g:].replace("interval 1", "interval 2", 1)
     assert edited != text
+    line = next(l for l in edited.splitlines() if l.strip().startswith("spec "))
+    spec = json.loads(json.loads(line.strip()[len("spec "):]))  # a quoted JSON text
+    assert all("interval" not in p and "precision" not in p for p in spec["phases"])
+    spec["optimizers"].setdefault("discriminator", {"type": "adam"})["lr"] = 0.125
+    spec_line = "  spec " + json.dumps(json.dumps(spec))
+    edited = edited.replace(line, spec_line)
     source = str(tmp_path / "edited.ganc")
     open(source, "w").write(edited)
     checked = str(tmp_path / "edited.plan")
@@ -404,4 +411,14 @@ def test_an_edited_plan_trains_as_edited(ganc_bin, datasets, tmp_path):
     rows = [line.split(",") for line in open(os.path.join(out, "loss_history.csv")).read().split("\n")[1:] if line]
     assert sorted(int(step) for step, phase, _ in rows if phase == "g") == [0, 2, 4]
     assert sorted(int(step) for step, phase, _ in rows if phase == "d") == [0, 1, 2, 3, 4]
-    assert json.load(open(os.path.join(out, "run.json")))["spec"]["phases"][1]["interval"] == 2
+    effective = json.load(open(os.path.join(out, "run.json")))["spec"]
+    assert effective["phases"][1]["interval"] == 2
+    assert effective["optimizers"]["discriminator"]["lr"] == 0.125
+    # A spec edited wrong in the plan is refused before any step, as the archive's would be.
+    spec["optimizers"]["discriminator"]["lr"] = -1
+    open(source, "w").write(edited.replace(spec_line, "  spec " + json.dumps(json.dumps(spec))))
+    subprocess.run([os.path.join(os.path.dirname(ganc_bin), "ganc-opt"), source, "-o", checked], check=True)
+    bad = subprocess.run([ganc_bin, "train", *train_args(checked, "mlp", datasets["ring"], out + "2", 5)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr
+    assert "the plan's spec" in bad.stderr and "lr must be positive" in bad.stderr, bad.stderr

@@ -409,12 +409,35 @@ def compare(model, got_dir, ref_dir, path=None):
     assert compared > 0
     check_clipping(spec, got_dir, ref_dir)
     check_loss_scaling(spec, got_dir, ref_dir, overflows=model in OVERFLOWING)
+    check_grad_norms(os.path.join(os.path.dirname(got_dir), "train"), ref_dir)
     got = ganc.load_checkpoint(os.path.join(got_dir, "params_final.pt"))
     ref = torch.load(os.path.join(ref_dir, "params_final.pt"))
     assert set(got) == set(ref)
     for p in ref:
         err = relative_error(got[p].double(), ref[p].double())
         assert err <= 1e-4, f"after {STEPS} steps {p} differs by {err:.2e}"
+
+
+def check_grad_norms(train_dir, ref_dir):
+    """stats.jsonl's GradNorm/<phase> (the all-reduced gradients' L2 norm, unscaled, before
+    clipping; mean and count over the log interval's finite values and every rank) equal to the
+    eager reference's norms taken where torch.nn.utils.clip_grad_norm_ would see them."""
+    stats = os.path.join(train_dir, "stats.jsonl")
+    if not os.path.exists(stats):
+        return
+    with open(stats) as f:
+        last = [json.loads(line) for line in f][-1]
+    world = json.load(open(os.path.join(train_dir, "run.json")))["world_size"]
+    reference = json.load(open(os.path.join(ref_dir, "grad_norms.json")))
+    assert reference
+    for phase, norms in reference.items():
+        finite = [n for n in norms if n == n and abs(n) != float("inf")]
+        got = last.get(f"GradNorm/{phase}")
+        assert (got is None) == (not finite), (phase, got, norms)
+        if finite:
+            mean = sum(finite) / len(finite)
+            assert got["num"] == len(finite) * world, (phase, got, norms)
+            assert abs(got["mean"] - mean) <= 1e-4 * mean, f"GradNorm/{phase}: ganc {got['mean']}, eager {mean}"
 
 
 def check_clipping(spec, got_dir, ref_dir):

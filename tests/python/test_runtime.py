@@ -57,6 +57,11 @@ def test_resume_continues_exactly(ganc_bin, datasets, tmp_path, model, steps, sp
             for key, t in state.items():
                 assert torch.equal(t, b["optimizers"][sub]["state"][name][key])
     assert a["loss_scalers"].keys() == b["loss_scalers"].keys()
+    # stats.jsonl's last line carries each loss scaler's scale as the run ended.
+    with open(os.path.join(straight, "stats.jsonl")) as f:
+        last = [json.loads(line) for line in f][-1]
+    for name, state in a["loss_scalers"].items():
+        assert last[f"LossScale/{name}"] == float(state["scale"]), name
     for name, state in a["loss_scalers"].items():
         for key, t in state.items():
             assert torch.equal(t, b["loss_scalers"][name][key]), f"loss scaler {name}: {key} differs"
