@@ -2,6 +2,7 @@
 #include "frontend/Archive.h"
 
 #include "support/Files.h"
+#include "support/Json.h"
 #include "support/torch/Dtypes.h"
 #include "support/torch/TorchError.h"
 
@@ -207,8 +208,11 @@ Status readOpLibraries(const std::string &path, const std::vector<char> &bytes, 
   if (entries->empty())
     return Status::ok();
   const std::vector<char> &text = entries->front().second;
-  nlohmann::json needs = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
-  if (needs.is_discarded() || !needs.contains("ops") || !needs["ops"].is_array() ||
+  auto parsed = parseJson(std::string(text.begin(), text.end()), path + ": ganc_ops.json");
+  if (!parsed)
+    return parsed.status();
+  nlohmann::json &needs = *parsed;
+  if (!needs.is_object() || !needs.contains("ops") || !needs["ops"].is_array() ||
       !needs.contains("libraries") || !needs["libraries"].is_array())
     return Status::error(path + ": ganc_ops.json is not what ganc.export writes");
   std::string libraries;

@@ -3,6 +3,7 @@
 #include "frontend/SpecSchema.h"
 
 #include "ir/Module.h"
+#include "support/Json.h"
 
 #include <nlohmann/json.hpp>
 
@@ -493,8 +494,8 @@ Status parseInto(const json &j, Spec &spec) {
   GANC_TRY(need(j.is_object(), "must be a JSON object"));
   GANC_TRY(need(j.contains("ganc_spec"), "missing 'ganc_spec' (the schema version)"));
   GANC_TRY(knownKeys(j, "spec", ""));
-  GANC_TRY(need(j["ganc_spec"].is_number_integer() && j["ganc_spec"].get<int>() >= 1 &&
-                    j["ganc_spec"].get<int>() <= kSpecVersion,
+  GANC_TRY(need(j["ganc_spec"].is_number_integer() && j["ganc_spec"].get<int64_t>() >= 1 &&
+                    j["ganc_spec"].get<int64_t>() <= kSpecVersion,
                 "'ganc_spec' is " + j["ganc_spec"].dump() + ", this ganc reads versions 1 to " +
                     std::to_string(kSpecVersion)));
   spec.version = j["ganc_spec"].get<int>();
@@ -585,8 +586,11 @@ double StagesSpec::fade(int64_t step) const {
 Expected<Spec> parseSpec(const std::string &text) {
   Spec spec;
   spec.text = text;
+  auto parsed = parseJson(text, "ganc.json");
+  if (!parsed)
+    return parsed.status();
   try {
-    GANC_TRY(parseInto(json::parse(text), spec).withContext("ganc.json"));
+    GANC_TRY(parseInto(*parsed, spec).withContext("ganc.json"));
   } catch (const json::exception &e) {
     return Status::error(std::string("ganc.json: ") + e.what());
   }

@@ -2,6 +2,7 @@
 #include "perf/Profile.h"
 
 #include "support/Files.h"
+#include "support/Json.h"
 
 #include <nlohmann/json.hpp>
 
@@ -81,12 +82,10 @@ Expected<Profile> readProfile(const std::string &path, const ir::Module &plan) {
   auto text = readFile(path);
   if (!text)
     return text.status().withContext("--profile");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(*text);
-  } catch (const std::exception &e) {
-    return Status::error(path + " is not JSON (" + std::string(e.what()) + ")");
-  }
+  auto parsed = parseJson(std::string(text->begin(), text->end()), path);
+  if (!parsed)
+    return parsed.status();
+  nlohmann::json j = parsed.take();
   try {
     if (!j.is_object() || j.value("format", "") != "ganc-profile")
       return Status::error(path + " is not a ganc profile (write one with ganc train --profile)");

@@ -2,6 +2,7 @@
 #include "runtime/Data.h"
 
 #include "support/Files.h"
+#include "support/Json.h"
 
 #include <torch/serialize.h>
 
@@ -47,8 +48,11 @@ struct ImageSource {
 Expected<at::Tensor> datasetJsonLabels(const std::string &where,
                                        const std::vector<ImageSource> &images,
                                        const std::string &datasetJson, std::string &note) {
-  nlohmann::json j = nlohmann::json::parse(datasetJson, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
+  auto parsed = parseJson(datasetJson, where + ": dataset.json");
+  if (!parsed)
+    return parsed.status();
+  const nlohmann::json &j = *parsed;
+  if (!j.is_object())
     return Status::error(where + ": dataset.json is not a JSON object");
   if (!j.contains("labels") || j["labels"].is_null()) {
     note = std::to_string(images.size()) + " images, unlabelled (dataset.json's labels: null)";

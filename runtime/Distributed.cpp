@@ -9,8 +9,10 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <cerrno>
 #include <cstdlib>
 #include <future>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -25,10 +27,13 @@ Status readInt(const char *name, const char *fallback, int &out, int minimum) {
   if (!value)
     return Status::ok();
   char *end = nullptr;
-  long v = std::strtol(value, &end, 10);
-  if (*value == '\0' || *end != '\0' || v < minimum)
+  errno = 0;
+  const long long v = std::strtoll(value, &end, 10);
+  if (*value == '\0' || *end != '\0' || errno == ERANGE || v < minimum ||
+      v > std::numeric_limits<int>::max())
     return Status::error(std::string("environment variable ") + name + "='" + value +
-                         "' is not a valid number");
+                         "' is not a number from " + std::to_string(minimum) + " to " +
+                         std::to_string(std::numeric_limits<int>::max()));
   out = static_cast<int>(v);
   return Status::ok();
 }

@@ -14,6 +14,14 @@
 #include <iostream>
 #include <regex>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
 namespace ganc::runtime {
 
 namespace fs = std::filesystem;
@@ -45,9 +53,10 @@ std::string join(const std::vector<std::string> &names) {
   return out;
 }
 
-/// The step checkpoints in `dir`, oldest first, with their steps.
+/// The step checkpoints in `dir`, oldest first, with their steps (a name ganc would not
+/// write, such as more digits than a step has, is not one of them).
 std::vector<std::pair<int64_t, fs::path>> stepCheckpoints(const std::string &dir) {
-  static const std::regex pattern(R"(checkpoint-(\d+)\.pt)");
+  static const std::regex pattern(R"(checkpoint-(\d{1,18})\.pt)");
   std::vector<std::pair<int64_t, fs::path>> found;
   std::error_code ec;
   for (const fs::directory_entry &e : fs::directory_iterator(dir, ec)) {
@@ -60,12 +69,38 @@ std::vector<std::pair<int64_t, fs::path>> stepCheckpoints(const std::string &dir
   return found;
 }
 
+/// Locks `dir` for this process's life (see claimRunDir); the descriptor is never closed.
+Status lockRunDir(const std::string &dir) {
+  const std::string path = dir + "/.ganc-lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return Status::error("--out " + dir + ": cannot create " + path + ": " + std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char holder[32] = {0};
+    const ssize_t n = ::pread(fd, holder, sizeof(holder) - 1, 0);
+    ::close(fd);
+    std::string pid = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "";
+    pid.erase(std::remove(pid.begin(), pid.end(), '\n'), pid.end());
+    return Status::error("--out " + dir + " is in use by another run" +
+                         (pid.empty() ? std::string() : " (pid " + pid + ")") +
+                         "; wait for it to end or choose another --out");
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0)
+    return Status::error("--out " + dir + ": cannot write " + path + ": " + std::strerror(errno));
+  return Status::ok();
+}
+
 } // namespace
 
 Status claimRunDir(const TrainOptions &o) {
   std::error_code ec;
   if (fs::exists(o.outDir, ec) && !fs::is_directory(o.outDir, ec))
     return Status::error("--out " + o.outDir + " exists and is not a directory");
+  fs::create_directories(o.outDir, ec);
+  if (ec)
+    return Status::error("--out " + o.outDir + ": " + ec.message());
+  GANC_TRY(lockRunDir(o.outDir));
   std::vector<fs::path> files =
       fs::exists(o.outDir, ec) ? runFiles(o.outDir) : std::vector<fs::path>();
   if (!files.empty() && o.resume.empty()) {
@@ -85,18 +120,75 @@ Status claimRunDir(const TrainOptions &o) {
       if (f.filename() != "checkpoint.pt" && !fs::remove(f, ec) && ec)
         return Status::error("--force: cannot remove " + f.string() + ": " + ec.message());
   }
-  fs::create_directories(o.outDir, ec);
-  if (ec)
-    return Status::error("--out " + o.outDir + ": " + ec.message());
   return Status::ok();
 }
 
-std::string resolveResume(const TrainOptions &o) {
+namespace {
+
+/// Why the checkpoint at `path` is not whole, or "" where it is.
+std::string damage(const fs::path &path) {
+  auto bytes = readFile(path.string());
+  if (!bytes)
+    return bytes.status().message();
+  Status zip = checkZipArchive(*bytes);
+  return zip ? "" : zip.message();
+}
+
+} // namespace
+
+std::string resolveResume(const TrainOptions &o, bool say) {
   if (o.resume != "auto")
     return o.resume;
-  const std::string latest = o.outDir + "/checkpoint.pt";
+  const fs::path latest = fs::path(o.outDir) / "checkpoint.pt";
   std::error_code ec;
-  return fs::exists(latest, ec) ? latest : "";
+  const bool exists = fs::exists(latest, ec);
+  const std::string why = exists ? damage(latest) : "";
+  if (exists && why.empty())
+    return latest.string();
+  // The snapshots, newest written first: after a resume from an older one, a later step may
+  // be another run's.
+  std::vector<std::pair<fs::file_time_type, fs::path>> snapshots;
+  for (const auto &[step, path] : stepCheckpoints(o.outDir))
+    snapshots.emplace_back(fs::last_write_time(path, ec), path);
+  std::sort(snapshots.rbegin(), snapshots.rend());
+  for (const auto &[time, path] : snapshots) {
+    if (!damage(path).empty())
+      continue;
+    if (say)
+      std::cout << "--resume auto: "
+                << (exists ? "checkpoint.pt is damaged (" + why + ")"
+                           : std::string("checkpoint.pt is missing"))
+                << "; resuming from " << path.filename().string() << ", the newest whole snapshot"
+                << std::endl;
+    return path.string();
+  }
+  if (say && exists)
+    std::cout << "--resume auto: checkpoint.pt is damaged (" << why
+              << ") and no snapshot is whole; starting at step 0" << std::endl;
+  return "";
+}
+
+Status truncateHistory(const std::string &outDir, int64_t step) {
+  // loss_history.csv: a header, then "step,phase,loss"; stats.jsonl: one record per log step
+  // ("step" is the steps done, so a record of step s covers steps before s: kept up to s).
+  auto keep = [&](const std::string &name, bool header, auto &&before) -> Status {
+    const std::string path = outDir + "/" + name;
+    std::ifstream in(path);
+    if (!in)
+      return Status::ok();
+    std::string text, line;
+    for (bool first = true; std::getline(in, line); first = false)
+      if ((first && header) || before(line))
+        text += line + "\n";
+    return writeFileAtomically(path, text);
+  };
+  GANC_TRY(keep("loss_history.csv", true, [&](const std::string &line) {
+    return std::isdigit(static_cast<unsigned char>(line[0])) && std::stoll(line) < step;
+  }));
+  return keep("stats.jsonl", false, [&](const std::string &line) {
+    auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    return record.is_object() && record.value("step", int64_t{0}) <= step;
+  });
 }
 
 namespace {
@@ -335,7 +427,12 @@ Status storeCheckpoint(const std::string &outDir, int64_t step, const std::vecto
     if (ec)
       return Status::failure("cannot replace " + latest + ": " + ec.message());
   }
+  // This run's snapshots are those up to this step: a later one is another run's (this one
+  // resumed from an older snapshot) and is left alone.
   std::vector<std::pair<int64_t, fs::path>> steps = stepCheckpoints(outDir);
+  steps.erase(std::remove_if(steps.begin(), steps.end(),
+                             [&](const auto &entry) { return entry.first > step; }),
+              steps.end());
   for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i)
     fs::remove(steps[i].second, ec); // an old snapshot left behind is harmless
   return Status::ok();

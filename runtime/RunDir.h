@@ -14,14 +14,23 @@ namespace ganc::runtime {
 
 struct Session;
 
-/// Rank 0, before anything is trained: refuses an --out that holds a run unless the run is
-/// resumed or --force is given (then ganc's files in it are removed, but for checkpoint.pt,
-/// which stays until this run writes its first checkpoint), and creates it.
+/// Rank 0, before anything is trained: creates --out and locks it for the life of the process
+/// (an flock on `--out/.ganc-lock`, which the kernel releases when the process ends, kill -9
+/// included): a second run there is refused naming the holder's pid. Then refuses an --out
+/// that holds a run unless the run is resumed or --force is given (then ganc's files in it
+/// are removed, but for checkpoint.pt, which stays until this run writes its first checkpoint).
 Status claimRunDir(const TrainOptions &options);
 
-/// `--resume auto`: --out's checkpoint.pt if there is one, else "" (start at step 0). Any
-/// other value is returned as it is.
-std::string resolveResume(const TrainOptions &options);
+/// `--resume auto`: --out's checkpoint.pt if it is whole (its zip records and CRCs check);
+/// where it is missing or damaged, the most recently written step snapshot that is whole
+/// (said on stdout when `say`); "" where there is none (start at step 0). Any other value is
+/// returned as it is.
+std::string resolveResume(const TrainOptions &options, bool say);
+
+/// Rank 0, resuming at `step`: the rows of loss_history.csv and stats.jsonl from steps at or
+/// after it (written by the run beyond its checkpoint) are dropped, so the resumed run's rows
+/// follow on without duplicates.
+Status truncateHistory(const std::string &outDir, int64_t step);
 
 /// The command line's hyper-parameters (--lr, --betas, --interval, --batch-size) over
 /// `spec`'s, checked against its groups and phases.

@@ -262,6 +262,8 @@ Status prepare(const TrainOptions &options, std::unique_ptr<Session> &session,
     if (!step)
       return step.status();
     firstStep = *step;
+    if (session->isRankZero())
+      GANC_TRY(truncateHistory(options.outDir, firstStep));
   }
   return Status::ok();
 }
@@ -277,7 +279,7 @@ Status train(const TrainOptions &given) {
   if (rank->rank == 0)
     GANC_TRY(claimRunDir(given).as(ErrorKind::BadInput));
   TrainOptions options = given;
-  options.resume = resolveResume(given);
+  options.resume = resolveResume(given, rank->rank == 0);
   if (given.resume == "auto" && options.resume.empty() && rank->rank == 0)
     std::cout << "--resume auto: no checkpoint in " << given.outDir << " yet, starting at step 0"
               << std::endl;

@@ -86,8 +86,9 @@ std::vector<Option<TrainOptions>> runOptions() {
       {"--samples", "N", "images in the sample grid (default 64, at most 1024)",
        storeInteger(&O::samples, 1, 1024)},
       {"--resume", "CKPT|auto",
-       "continue exactly from a checkpoint; auto: from --out's latest one, or from step 0 if "
-       "it has none (for restarted torchrun workers)",
+       "continue exactly from a checkpoint; auto: from --out's checkpoint.pt (where it is "
+       "damaged or missing, the newest whole step snapshot), or from step 0 if it has none "
+       "(for restarted torchrun workers)",
        storeText(&O::resume)},
       {"--tensorboard", "on|off",
        "TensorBoard event files in --out, written beside the run by python -m "

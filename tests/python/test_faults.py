@@ -422,3 +422,90 @@ def test_an_edited_plan_trains_as_edited(ganc_bin, datasets, tmp_path):
                          capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr
     assert "the plan's spec" in bad.stderr and "lr must be positive" in bad.stderr, bad.stderr
+
+
+def test_a_run_directory_holds_one_run_at_a_time(ganc_bin, datasets, tmp_path):
+    """A second run on an --out that a live run holds (even with --force or --resume auto) is
+    refused in one line naming the holder, and the live run's files are untouched; the lock
+    dies with its process (kill -9 leaves none behind)."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    out = str(tmp_path / "o")
+    first = subprocess.Popen([ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], out, 10**7,
+                                                            "--checkpoint-every", "0", "--tensorboard", "off")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while not os.path.exists(os.path.join(out, "run.json")) and time.time() < deadline:
+        time.sleep(0.2)
+    record = open(os.path.join(out, "run.json")).read()
+    for extra in (["--force"], ["--resume", "auto"]):
+        second = subprocess.run([ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], out, 2, *extra)],
+                                capture_output=True, text=True, timeout=60)
+        assert second.returncode == 2 and len(second.stderr.splitlines()) == 1, second.stderr
+        assert f"is in use by another run (pid {first.pid})" in second.stderr, second.stderr
+    assert open(os.path.join(out, "run.json")).read() == record
+    first.kill()
+    first.wait()
+    again = subprocess.run([ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], out, 2, "--force")],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+
+
+def test_deep_json_and_numbers_past_their_type_are_refused_in_one_line(ganc_bin, tmp_path):
+    """100,000 levels of nesting in a spec or a dataset.json, WORLD_SIZE and RANK past 2^31 and
+    ganc_spec 2^32 + 1: one short line and exit 2 each, never a crash, a wrapped-around number
+    or a 40 KB message."""
+    deep = "[" * 100000 + "]" * 100000
+    r = subprocess.run([ganc_bin, "spec", "-"], input=deep, capture_output=True, text=True)
+    assert r.returncode == 2 and "nested deeper than 64 levels" in r.stderr and len(r.stderr) < 300, r.stderr[:300]
+    spec = json.dumps({"ganc_spec": 2**32 + 1, "name": "x", "batch_size": 1, "data": {"shape": [1]},
+                       "phases": []})
+    r = subprocess.run([ganc_bin, "spec", "-"], input=spec, capture_output=True, text=True)
+    assert r.returncode == 2 and "'ganc_spec' is 4294967297" in r.stderr, r.stderr
+    folder = tmp_path / "images"
+    folder.mkdir()
+    from PIL import Image
+    Image.new("RGB", (32, 32)).save(folder / "a.png")
+    (folder / "dataset.json").write_text("[" * 100000 + "]" * 100000)
+    plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
+    r = subprocess.run([ganc_bin, "train", *train_args(plan, "dcgan32", str(folder), str(tmp_path / "o"), 1)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr[:300]
+    assert "dataset.json: JSON nested deeper than 64 levels" in r.stderr and len(r.stderr) < 300
+    for name in ("WORLD_SIZE", "RANK"):
+        env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0", name: str(2**31 + 1)}
+        r = subprocess.run([ganc_bin, "train", *train_args(plan, "dcgan32", str(folder), str(tmp_path / "p"), 1)],
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and f"{name}='2147483649' is not a number from" in r.stderr, r.stderr
+
+
+def test_resume_auto_takes_the_newest_whole_snapshot_and_history_follows_on(ganc_bin, datasets, tmp_path):
+    """--resume auto with checkpoint.pt damaged resumes the newest whole step snapshot and says
+    so (a stray checkpoint-<23 digits>.pt is not ours and is ignored). Resuming an older
+    snapshot: the history from that step on is dropped (no duplicate rows) and rotation keeps
+    this run's newest snapshot, not the later one of the run it replaced."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    out = tmp_path / "o"
+    args = lambda steps, *extra: train_args(plan, "mlp", datasets["ring"], str(out), steps, "--tensorboard", "off",
+                                            "--log-every", "1", *extra)
+    subprocess.run([ganc_bin, "train", *args(6, "--checkpoint-every", "2", "--keep-checkpoints", "3")],
+                   check=True, capture_output=True)
+    (out / ("checkpoint-" + "9" * 23 + ".pt")).write_bytes(b"not ours")
+    data = bytearray((out / "checkpoint.pt").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (out / "checkpoint.pt").write_bytes(bytes(data))
+    # checkpoint.pt is a hard link to checkpoint-0000006.pt: both are damaged, step 4 is whole.
+    r = subprocess.run([ganc_bin, "train", *args(8, "--checkpoint-every", "2", "--keep-checkpoints", "10",
+                                                  "--resume", "auto")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "checkpoint.pt is damaged" in r.stdout and "resuming from checkpoint-0000004.pt" in r.stdout, r.stdout
+
+    r = subprocess.run([ganc_bin, "train", *args(4, "--checkpoint-every", "2", "--keep-checkpoints", "1",
+                                                  "--resume", str(out / "checkpoint-0000002.pt"))],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (out / "checkpoint-0000004.pt").read_bytes() == (out / "checkpoint.pt").read_bytes()
+    assert not (out / "checkpoint-0000002.pt").exists() and (out / "checkpoint-0000008.pt").exists()
+    rows = [tuple(line.split(",")[:2]) for line in (out / "loss_history.csv").read_text().splitlines()[1:]]
+    assert sorted(rows) == sorted((str(s), p) for s in range(4) for p in ("d", "g")), rows
+    steps = [json.loads(line)["step"] for line in (out / "stats.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4], steps
