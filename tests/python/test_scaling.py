@@ -191,7 +191,7 @@ def test_simulation_of_other_caps_and_sharded_plans(ganc_bin, profiled, tmp_path
     ("other-plan", "profile of another model"),
     ("empty-gpus", "--gpus is empty"),
     ("zero-gpus", "--gpus takes world sizes"),
-    ("not-a-profile", "not JSON"),
+    ("not-a-profile", "not valid JSON"),
     ("unknown-link", "--link takes nvlink, ib, ethernet or loopback"),
     ("cores-for-gpu", "--cores-per-host models CPU ranks sharing cores"),
     # A profile edited or damaged by hand: each names the file, the phase and the parameter.
