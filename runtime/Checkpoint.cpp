@@ -152,7 +152,10 @@ c10::impl::GenericDict gatherOptimizerState(Session &s, const Optimizer &optimiz
 
 } // namespace
 
-Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
+namespace {
+
+/// A checkpoint's bytes for `step` steps done (rank 0; empty elsewhere). Every rank takes part.
+Expected<std::vector<char>> checkpointBytes(Session &s, PhaseInputs &inputs, int64_t step) {
   std::vector<at::Tensor> noise = gatherStates(s, inputs.noise());
   // On CUDA phase methods draw from the noise generator itself.
   std::vector<at::Tensor> phase =
@@ -164,7 +167,7 @@ Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
   for (const auto &[sub, opt] : s.optimizers)
     optimizers.insert(sub, s.sharded() ? gatherOptimizerState(s, opt) : opt.stateDict());
   if (!s.isRankZero())
-    return Status::ok();
+    return std::vector<char>();
   // A checkpoint is never written from weights that are not finite: the last good one stays.
   // One device reduction per parameter, one host read for all of them.
   std::vector<std::string> names;
@@ -220,11 +223,43 @@ Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
     rng.insert("data_cursor", batches->cursor());
   }
   ckpt.insert("rng", rng);
-  return storeCheckpoint(s.options.outDir, step, sealZipArchive(torch::pickle_save(ckpt)),
-                         s.options.keepCheckpoints);
+  if (s.best.step >= 0) {
+    c10::impl::GenericDict best = makeDict();
+    best.insert("metric", s.best.metric);
+    best.insert("value", s.best.value);
+    best.insert("step", s.best.step);
+    ckpt.insert("best", best);
+  }
+  return sealZipArchive(torch::pickle_save(ckpt));
 }
 
-Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::string &path) {
+} // namespace
+
+Status writeCheckpoint(Session &s, PhaseInputs &inputs, int64_t step) {
+  auto bytes = checkpointBytes(s, inputs, step);
+  if (!bytes)
+    return bytes.status();
+  if (!s.isRankZero())
+    return Status::ok();
+  return storeCheckpoint(s.options.outDir, step, *bytes, s.options.keepCheckpoints);
+}
+
+Status writeBestCheckpoint(Session &s, PhaseInputs &inputs, int64_t step, bool written) {
+  const std::string best = s.options.outDir + "/checkpoint-best.pt";
+  if (written) { // checkpoint.pt is this step's: its bytes, copied
+    if (!s.isRankZero())
+      return Status::ok();
+    auto bytes = readFile(s.options.outDir + "/checkpoint.pt");
+    return bytes ? writeFileAtomically(best, *bytes) : bytes.status();
+  }
+  auto bytes = checkpointBytes(s, inputs, step);
+  if (!bytes)
+    return bytes.status();
+  return s.isRankZero() ? writeFileAtomically(best, *bytes) : Status::ok();
+}
+
+Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::string &path,
+                                   bool announce) {
   auto bytes = readFile(path);
   if (!bytes)
     return bytes.status().withContext("--resume");
@@ -259,6 +294,11 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
   // Older checkpoints did not count images: as many per step as this run stages.
   s.imagesSeen = ckpt.contains("images") ? ckpt.at("images").toInt()
                                          : step * s.spec().batchSize * s.rank.worldSize;
+  if (ckpt.contains("best")) {
+    auto best = ckpt.at("best").toGenericDict();
+    s.best = {best.at("metric").toStringRef(), best.at("value").toDouble(),
+              best.at("step").toInt()};
+  }
   torch::NoGradGuard noGrad;
   auto restore = [&](const std::string &name, at::Tensor t) {
     auto [owner, rest] = splitOwner(name);
@@ -293,7 +333,7 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
   if (ShardedBatches *batches = inputs.batches(); batches && rng.contains("data_epoch"))
     batches->seek(rng.at("data_epoch").toInt(),
                   rng.at("data_cursor").toInt() * savedWorld / s.rank.worldSize);
-  if (s.isRankZero()) {
+  if (s.isRankZero() && announce) {
     std::cout << "resumed from " << path << " at step " << step << std::endl;
     if (savedWorld != s.rank.worldSize)
       std::cout << "the checkpoint was written by " << savedWorld

@@ -11,7 +11,14 @@ namespace ganc::runtime {
 /// generator states are gathered); rank 0 writes, atomically.
 Status writeCheckpoint(Session &session, PhaseInputs &inputs, int64_t step);
 
-/// Restores what writeCheckpoint wrote to `path` and returns the steps done.
-Expected<int64_t> resumeCheckpoint(Session &session, PhaseInputs &inputs, const std::string &path);
+/// Writes `outDir/checkpoint-best.pt` for `step` steps done (the step whose metric is the best
+/// so far): checkpoint.pt's bytes where `written` says it was written at this step, else a
+/// checkpoint made anew (every rank takes part).
+Status writeBestCheckpoint(Session &session, PhaseInputs &inputs, int64_t step, bool written);
+
+/// Restores what writeCheckpoint wrote to `path` and returns the steps done; rank 0 says so
+/// where `announce`.
+Expected<int64_t> resumeCheckpoint(Session &session, PhaseInputs &inputs, const std::string &path,
+                                   bool announce = true);
 
 } // namespace ganc::runtime

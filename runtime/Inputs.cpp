@@ -75,6 +75,7 @@ Expected<std::unique_ptr<PhaseInputs>> PhaseInputs::create(const Session &sessio
     auto data = loadDataset(o.data, spec.dataShape);
     if (!data)
       return data.status();
+    in->distinct_ = data->samples.size(0);
     if (spec.dataXflip) { // the set doubled: every image also mirrored left to right
       data->samples = torch::cat({data->samples, data->samples.flip({-1})});
       if (data->labels.defined())

@@ -35,6 +35,11 @@ public:
   at::Generator &phaseRandom() { return phaseRandom_; }
   /// The seed of phaseRandom() on CPU: seed + kPhaseSeedOffset + rank (docs/spec.md).
   static constexpr uint64_t kPhaseSeedOffset = 1000003;
+  /// The data set as loaded ([N, *data shape], on the CPU; undefined without data). With the
+  /// spec's xflip its second half is the first mirrored.
+  const at::Tensor &dataset() const { return data_; }
+  /// Samples in the data set before any mirroring.
+  int64_t distinctSamples() const { return distinct_; }
   /// The data order (null without data), for checkpoints.
   ShardedBatches *batches() { return batches_.get(); }
 
@@ -42,6 +47,7 @@ private:
   explicit PhaseInputs(const Session &session) : session_(session) {}
   const Session &session_;
   at::Tensor data_, labels_;
+  int64_t distinct_ = 0;
   std::unique_ptr<ShardedBatches> batches_;
   /// One staged batch (and its labels) per micro-batch index, each at a fixed address.
   std::vector<std::unique_ptr<backend::StagedBatch>> batch_, labelBatch_;

@@ -54,7 +54,7 @@ void onStopSignal(int signal) { stopSignal = signal; }
 
 /// Forks rank `rank` of `nproc` and execs `ganc train` in it with torchrun's environment.
 /// Returns its pid, or -1 when it could not be started.
-pid_t startRank(const std::string &self, int rank, int nproc, int port,
+pid_t startRank(const std::string &self, const std::string &command, int rank, int nproc, int port,
                 const std::vector<std::string> &rest, const std::string &errorDir) {
   const pid_t launcher = getpid();
   pid_t pid = fork();
@@ -72,7 +72,7 @@ pid_t startRank(const std::string &self, int rank, int nproc, int port,
   setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
   if (!errorDir.empty())
     setenv(kErrorFileVariable, (errorDir + "/rank" + std::to_string(rank) + ".err").c_str(), 1);
-  std::vector<std::string> argvStrings = {self, "train"};
+  std::vector<std::string> argvStrings = {self, command};
   argvStrings.insert(argvStrings.end(), rest.begin(), rest.end());
   std::vector<char *> argv;
   for (std::string &s : argvStrings)
@@ -163,7 +163,8 @@ void reportRankErrors(const std::string &errorDir, int nproc) {
 
 } // namespace
 
-int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::string> &rest) {
+int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::string> &rest,
+                     const std::string &command) {
   const int port = freePort();
   // Each rank writes its final error line to a file here; the launcher prints them once.
   std::string errorDir = (std::filesystem::temp_directory_path() / "ganc-run-XXXXXX").string();
@@ -171,7 +172,7 @@ int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::
     errorDir.clear(); // then the ranks print their errors themselves
   std::vector<pid_t> children;
   for (int r = 0; r < nproc; ++r) {
-    pid_t pid = startRank(self, r, nproc, port, rest, errorDir);
+    pid_t pid = startRank(self, command, r, nproc, port, rest, errorDir);
     if (pid < 0) {
       std::cerr << "ganc: error: run: cannot start rank " << r << std::endl;
       for (pid_t child : children)

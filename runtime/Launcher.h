@@ -10,12 +10,13 @@ namespace ganc::runtime {
 /// of stderr), so that the launcher prints each distinct error once.
 constexpr const char *kErrorFileVariable = "GANC_ERROR_FILE";
 
-/// Starts `nproc` local ranks of `self train ARGS...` on a free port (RANK, LOCAL_RANK,
-/// WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT set as torchrun does) and waits for
-/// all of them. The first rank to fail stops the others (SIGTERM, then SIGKILL after a grace
-/// period), so a dead rank never leaves its peers hanging in a collective. Returns the first
+/// Starts `nproc` local ranks of `self COMMAND ARGS...` (train, or metrics) on a free port (RANK,
+/// LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT set as torchrun does) and
+/// waits for all of them. The first rank to fail stops the others (SIGTERM, then SIGKILL after a
+/// grace period), so a dead rank never leaves its peers hanging in a collective. Returns the first
 /// failing rank's exit code, or 0. The ranks' error lines are printed once each, after all
 /// ranks have exited.
-int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::string> &args);
+int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::string> &args,
+                     const std::string &command = "train");
 
 } // namespace ganc::runtime

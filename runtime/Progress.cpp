@@ -40,6 +40,9 @@ Progress::Progress(Session &session, int64_t firstStep)
     if (fresh)
       history_ << "step,phase,loss\n";
     stats_.open(session.options.outDir + "/stats.jsonl", fresh ? std::ios::trunc : std::ios::app);
+    if (!session.options.metrics.empty())
+      metrics_.open(session.options.outDir + "/metrics.jsonl",
+                    fresh ? std::ios::trunc : std::ios::app);
     if (session.options.tensorboard)
       events_ = EventWriter::start(session.options.outDir);
   }
@@ -50,6 +53,34 @@ Progress::Progress(Session &session, int64_t firstStep)
       traceFailed(e.what());
     }
   }
+}
+
+void Progress::addMetrics(int64_t done, const std::vector<std::pair<std::string, double>> &values,
+                          double seconds, bool best) {
+  if (!session_.isRankZero())
+    return;
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double kimg = static_cast<double>(session_.imagesSeen) / 1000.0;
+  nlohmann::ordered_json record = {{"step", done}, {"timestamp", now}};
+  nlohmann::ordered_json results = nlohmann::ordered_json::object();
+  std::ostringstream line;
+  line << "metrics at step " << done << " (" << kimg << " kimg):";
+  for (const auto &[name, value] : values) {
+    record["Metrics/" + name] = value;
+    results[name] = value;
+    char text[64];
+    std::snprintf(text, sizeof(text), "  %s %.6g", name.c_str(), value);
+    line << text;
+  }
+  stats_ << record.dump() << std::endl;
+  nlohmann::ordered_json entry = {{"step", done},       {"kimg", kimg},     {"results", results},
+                                  {"seconds", seconds}, {"timestamp", now}, {"best", best}};
+  metrics_ << entry.dump() << std::endl;
+  char time[32];
+  std::snprintf(time, sizeof(time), " (%.1f s)", seconds);
+  std::cout << line.str() << time << (best ? ", the best so far: checkpoint-best.pt" : "")
+            << std::endl;
 }
 
 void Progress::traceFailed(const std::string &why) {

@@ -45,6 +45,11 @@ public:
   /// the step. A loss that is not finite stops training (a runtime failure naming the phase, step
   /// and rank) unless the phase skips non-finite steps.
   Status endStep(int64_t done, int64_t images);
+  /// Rank 0: one evaluation of the --metrics at step `done` (in --metrics order), which took
+  /// `seconds`; `best` where it ranks this step's snapshot the best so far. A record in
+  /// stats.jsonl (`Metrics/<name>`, which TensorBoard shows), one in metrics.jsonl, a line.
+  void addMetrics(int64_t done, const std::vector<std::pair<std::string, double>> &values,
+                  double seconds, bool best);
   /// Writes timing.json and summary.json (rank 0), after waiting for the device time of the
   /// last steps, and lets the TensorBoard writer finish.
   Status finish();
@@ -104,7 +109,7 @@ private:
                const std::map<std::string, std::map<std::string, Moments>> &stats);
   /// The last logged means over ranks and interval (summary.json).
   std::map<std::string, double> loggedMean_;
-  std::ofstream stats_;
+  std::ofstream stats_, metrics_;
   std::unique_ptr<EventWriter> events_;
   /// Every rank's images since the last log line, and in this run (after a resume: since it).
   int64_t imagesSinceLog_ = 0, imagesThisRun_ = 0;

@@ -31,7 +31,8 @@ namespace {
 /// Names of the files a run writes into --out.
 bool isRunFile(const std::string &name) {
   static const std::regex pattern(
-      R"((checkpoint(-\d+)?\.pt|loss_history\.csv|stats\.jsonl|run\.json|timing\.json|)"
+      R"((checkpoint(-\d+|-best)?\.pt|loss_history\.csv|stats\.jsonl|metrics\.jsonl|run\.json|)"
+      R"(timing\.json|)"
       R"(summary\.json|samples(_step\d+)?\.png|events\.out\.tfevents\..*))");
   return std::regex_match(name, pattern);
 }
@@ -185,10 +186,12 @@ Status truncateHistory(const std::string &outDir, int64_t step) {
   GANC_TRY(keep("loss_history.csv", true, [&](const std::string &line) {
     return std::isdigit(static_cast<unsigned char>(line[0])) && std::stoll(line) < step;
   }));
-  return keep("stats.jsonl", false, [&](const std::string &line) {
-    auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    return record.is_object() && record.value("step", int64_t{0}) <= step;
-  });
+  for (const char *name : {"stats.jsonl", "metrics.jsonl"})
+    GANC_TRY(keep(name, false, [&](const std::string &line) {
+      auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      return record.is_object() && record.value("step", int64_t{0}) <= step;
+    }));
+  return Status::ok();
 }
 
 namespace {
@@ -390,6 +393,9 @@ Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &re
         {"checkpoint_every", o.checkpointEvery},
         {"keep_checkpoints", o.keepCheckpoints},
         {"samples", o.samples},
+        {"metrics", o.metrics},
+        {"metrics_every_kimg", o.metricsEveryKimg},
+        {"inception", o.inception},
         {"non_finite", o.nonFinite},
         {"cuda_graphs", o.cudaGraphs ? (o.stepGraphs ? "step" : "on") : "off"},
         {"dist_backend", s.group.backend->getBackendName()},

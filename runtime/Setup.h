@@ -48,6 +48,15 @@ struct Session {
   /// each step (inside a captured graph too), read at log steps (`GradNorm/<phase>`).
   std::map<std::string, at::Tensor> gradNorms;
 
+  /// The best snapshot so far by the metric that ranks them (--metrics' first), kept in
+  /// checkpoints; step -1 while there is none.
+  struct Best {
+    std::string metric;
+    double value = 0;
+    int64_t step = -1;
+  };
+  Best best;
+
   const frontend::Spec &spec() const { return archive->spec; }
   torch::jit::Module &module() { return archive->module; }
   bool isRankZero() const { return rank.rank == 0; }

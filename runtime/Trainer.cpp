@@ -6,6 +6,7 @@
 #include "runtime/Dumps.h"
 #include "runtime/Ema.h"
 #include "runtime/Inputs.h"
+#include "runtime/Metrics.h"
 #include "runtime/Progress.h"
 #include "runtime/RunDir.h"
 #include "runtime/Samples.h"
@@ -51,8 +52,8 @@ namespace {
 
 class Trainer {
 public:
-  Trainer(Session &session, PhaseInputs &inputs, Ema *ema, int64_t firstStep)
-      : s_(session), inputs_(inputs), ema_(ema), firstStep_(firstStep) {}
+  Trainer(Session &session, PhaseInputs &inputs, Ema *ema, Metrics *metrics, int64_t firstStep)
+      : s_(session), inputs_(inputs), ema_(ema), metrics_(metrics), firstStep_(firstStep) {}
 
   Status train() {
     const TrainOptions &o = s_.options;
@@ -90,14 +91,20 @@ public:
       }
       if (ema_)
         ema_->update();
-      const int64_t done = step + 1;
+      const int64_t done = step + 1, imagesBefore = s_.imagesSeen;
       const bool last = done == o.steps;
       GANC_TRY(progress.endStep(done, images));
       if (o.sampleEvery > 0 && (done % o.sampleEvery == 0 || last))
         GANC_TRY(writeSamples(s_, done, last));
+      // Metrics before the step's checkpoint, which then holds the best snapshot's record.
+      bool best = false;
+      if (metrics_ && metrics_->due(imagesBefore, s_.imagesSeen, last))
+        GANC_TRY(score(done, progress, best));
       const bool checkpointed = o.checkpointEvery > 0 && (done % o.checkpointEvery == 0 || last);
       if (checkpointed)
         GANC_TRY(writeCheckpoint(s_, inputs_, done));
+      if (best && o.checkpointEvery > 0)
+        GANC_TRY(writeBestCheckpoint(s_, inputs_, done, checkpointed));
       if (int signal = last ? 0 : stop.afterStep())
         return stopAt(done, signal, checkpointed, progress);
     }
@@ -124,6 +131,23 @@ private:
                                "auto continues from it)"
                          : "; no checkpoint (--checkpoint-every 0)")
                 << std::endl;
+    return Status::ok();
+  }
+
+  /// The --metrics at step `done`; `best` says the snapshot is the best so far by the first.
+  Status score(int64_t done, Progress &progress, bool &best) {
+    const auto start = std::chrono::steady_clock::now();
+    auto values = metrics_->evaluate(done);
+    if (!values)
+      return values.status();
+    const double value = values->front().second;
+    best = s_.best.step < 0 || value < s_.best.value;
+    if (best)
+      s_.best = {metrics_->ranking(), value, done};
+    progress.addMetrics(
+        done, *values,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+        best && s_.options.checkpointEvery > 0);
     return Status::ok();
   }
 
@@ -239,6 +263,7 @@ private:
   Session &s_;
   PhaseInputs &inputs_;
   Ema *ema_;
+  Metrics *metrics_;
   int64_t firstStep_;
   size_t stage_ = static_cast<size_t>(-1);
 };
@@ -246,7 +271,7 @@ private:
 /// Everything before the first step: every error here is the user's input.
 Status prepare(const TrainOptions &options, std::unique_ptr<Session> &session,
                std::unique_ptr<PhaseInputs> &inputs, std::unique_ptr<Ema> &ema,
-               int64_t &firstStep) {
+               std::unique_ptr<Metrics> &metrics, int64_t &firstStep) {
   auto s = setUp(options);
   if (!s)
     return s.status();
@@ -265,6 +290,10 @@ Status prepare(const TrainOptions &options, std::unique_ptr<Session> &session,
     if (session->isRankZero())
       GANC_TRY(truncateHistory(options.outDir, firstStep));
   }
+  auto scored = Metrics::create(*session, *inputs); // after the resume: its best snapshot
+  if (!scored)
+    return scored.status();
+  metrics = scored.take();
   return Status::ok();
 }
 
@@ -286,15 +315,18 @@ Status train(const TrainOptions &given) {
   std::unique_ptr<Session> session;
   std::unique_ptr<PhaseInputs> inputs;
   std::unique_ptr<Ema> ema;
+  std::unique_ptr<Metrics> metrics;
   int64_t firstStep = 0;
   try {
-    GANC_TRY(prepare(options, session, inputs, ema, firstStep).as(ErrorKind::BadInput));
+    GANC_TRY(prepare(options, session, inputs, ema, metrics, firstStep).as(ErrorKind::BadInput));
   } catch (const std::exception &e) {
     return fromException(e, ErrorKind::BadInput, "");
   }
   try {
     StopSignals signals; // from here SIGINT and SIGTERM stop the run at a step, checkpointed
-    return Trainer(*session, *inputs, ema.get(), firstStep).train().as(ErrorKind::Runtime);
+    return Trainer(*session, *inputs, ema.get(), metrics.get(), firstStep)
+        .train()
+        .as(ErrorKind::Runtime);
   } catch (const std::exception &e) {
     return fromException(e, ErrorKind::Runtime, "rank " + std::to_string(session->rank.rank));
   }

@@ -129,6 +129,12 @@ struct TrainOptions {
   int64_t sampleEvery = 500;
   int64_t checkpointEvery = 1000;
   int64_t samples = 64;
+  /// Quality metrics (fidN, kidN, with _full: against the whole data set) computed every
+  /// metricsEveryKimg thousand images (0: at the end only) and at the end, with the feature
+  /// network at `inception` ("": defaultInceptionPath()).
+  std::vector<std::string> metrics;
+  double metricsEveryKimg = 0;
+  std::string inception;
   uint64_t seed = 0;
   int timeoutSeconds = 120;
   /// A non-finite loss or gradient in a phase without a loss scaler: "stop" training, or

@@ -7,6 +7,7 @@
 #include "support/Options.h"
 #include "support/TextFormat.h"
 #include "tools/CommonOptions.h"
+#include "tools/MetricsCommand.h"
 
 #include <algorithm>
 #include <c10/util/Logging.h>
@@ -85,6 +86,20 @@ std::vector<Option<TrainOptions>> runOptions() {
       // took 23 GB of host memory and four minutes, and wrote a 380 MB PNG).
       {"--samples", "N", "images in the sample grid (default 64, at most 1024)",
        storeInteger(&O::samples, 1, 1024)},
+      {"--metrics", "fid50k,kid50k",
+       "quality metrics: fidN or kidN with N images generated, shared out to the ranks (real "
+       "images: the data set's first N, or all of it with _full: fid50k_full); in "
+       "metrics.jsonl, stats.jsonl (Metrics/NAME), TensorBoard and the progress line; the first "
+       "one ranks snapshots (checkpoint-best.pt)",
+       [](S &, S &v, O &o) { tools::appendMetricNames(v, o.metrics); }},
+      {"--metrics-every", "KIMG",
+       "compute --metrics each time another KIMG thousand real images are trained on, and at "
+       "the end (default 0: at the end only)",
+       [](S &f, S &v, O &o) { o.metricsEveryKimg = realIn(f, v, 0, 1e12); }},
+      {"--inception", "PATH",
+       "the feature network of --metrics: inception-2015-12-05.pt, a TorchScript file NVIDIA "
+       "publishes (default $GANC_INCEPTION, else ~/.cache/ganc/inception-2015-12-05.pt)",
+       storeText(&O::inception)},
       {"--resume", "CKPT|auto",
        "continue exactly from a checkpoint; auto: from --out's checkpoint.pt (where it is "
        "damaged or missing, the newest whole step snapshot), or from step 0 if it has none "
@@ -334,6 +349,9 @@ Status checkTrain(const TrainOptions &o) {
         "--kernel-trace FILE writes the --kernel-time window's trace: give --kernel-time N too");
   if (o.kernelTimeSteps > 0 && o.device != "cuda")
     return Status::error("--kernel-time traces GPU kernels: it needs --device cuda");
+  if ((o.metricsEveryKimg > 0 || !o.inception.empty()) && o.metrics.empty())
+    return Status::error(std::string(o.metricsEveryKimg > 0 ? "--metrics-every" : "--inception") +
+                         " sets how --metrics run: give --metrics too (e.g. --metrics fid50k)");
   if (o.device == "cuda" && o.cudaGraphs && o.warmup < 1)
     return Status::error("--warmup must be at least 1 with CUDA Graphs: optimizer state is "
                          "created in the eager warm-up, outside the captured graph");

@@ -8,6 +8,7 @@
 #include "support/Files.h"
 #include "support/TextFormat.h"
 #include "tools/CommonOptions.h"
+#include "tools/MetricsCommand.h"
 #include "tools/Report.h"
 #include "tools/Simulate.h"
 #include "tools/TrainCommands.h"
@@ -42,6 +43,8 @@ commands:
                                        MASTER_ADDR, MASTER_PORT like torchrun
   run --nproc N PLAN --model MODEL.pt [options]
                                        start N local ranks of `ganc train`
+  metrics RUN_DIR|CHECKPOINT --metrics fid50k,kid50k
+                                       score a run's snapshot (FID, KID) as training does
   simulate PLAN --profile TIMING.json --gpus 1,8,64 [options]
                                        predicted step time and scaling efficiency per world
                                        size, from a `ganc train --profile` run
@@ -331,7 +334,8 @@ std::string cliMarkdown() {
   out += "```\n" + std::string(kUsage) + "```\n\n";
   for (const CommandDoc &doc :
        {compileTable().documented(), explainTable().documented(), tools::trainCommandDoc(),
-        tools::runCommandDoc(), tools::simulateCommandDoc(), specTable().documented()})
+        tools::runCommandDoc(), tools::metricsCommandDoc(), tools::simulateCommandDoc(),
+        specTable().documented()})
     out += doc.markdown();
   return out;
 }
@@ -369,6 +373,8 @@ int main(int argc, char **argv) {
     return plotCommand(args);
   if (command == "simulate")
     return tools::simulateCommand(args);
+  if (command == "metrics")
+    return tools::metricsCommand(argv[0], args);
   if (command == "spec")
     return specCommand(args);
   if (command == "train")
