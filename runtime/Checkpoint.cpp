@@ -258,8 +258,11 @@ Status writeBestCheckpoint(Session &s, PhaseInputs &inputs, int64_t step, bool w
   return s.isRankZero() ? writeFileAtomically(best, *bytes) : Status::ok();
 }
 
-Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::string &path,
-                                   bool announce) {
+namespace {
+
+/// The checkpoint at `path`, checked against this run: whole, a ganc checkpoint, of this
+/// model, with this run's seed and batch.
+Expected<c10::impl::GenericDict> readCheckpoint(const Session &s, const std::string &path) {
   auto bytes = readFile(path);
   if (!bytes)
     return bytes.status().withContext("--resume");
@@ -275,7 +278,6 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
   if (ckpt.at("identity").toStringRef() != s.plan->identity)
     return Status::error("--resume " + path + ": written for another model");
   auto rng = ckpt.at("rng").toGenericDict();
-  const int64_t savedWorld = rng.at("world_size").toInt();
   if (rng.contains("seed") && rng.at("seed").toInt() != static_cast<int64_t>(s.options.seed))
     return Status::error("--resume " + path + ": written with --seed " +
                          std::to_string(rng.at("seed").toInt()) + ", resuming with --seed " +
@@ -286,6 +288,19 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
                          std::to_string(rng.at("batch_size").toInt()) +
                          " per rank, resuming with " + std::to_string(s.spec().batchSize) +
                          " would change the data stream");
+  return ckpt;
+}
+
+} // namespace
+
+Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::string &path,
+                                   bool announce) {
+  auto read = readCheckpoint(s, path);
+  if (!read)
+    return read.status();
+  c10::impl::GenericDict ckpt = read.take();
+  auto rng = ckpt.at("rng").toGenericDict();
+  const int64_t savedWorld = rng.at("world_size").toInt();
   const int64_t step = ckpt.at("step").toInt();
   if (step >= s.options.steps)
     return Status::error("--resume " + path + ": the checkpoint is at step " +

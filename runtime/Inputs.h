@@ -58,4 +58,8 @@ private:
   size_t staged_ = 0;
 };
 
+/// setUp() and PhaseInputs::create(): a rank ready to train, or to score a snapshot.
+Status setUpWithInputs(const TrainOptions &options, std::unique_ptr<Session> &session,
+                       std::unique_ptr<PhaseInputs> &inputs);
+
 } // namespace ganc::runtime

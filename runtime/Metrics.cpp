@@ -59,6 +59,34 @@ std::string hex(uint64_t key) {
   return text;
 }
 
+/// With `buffers: local` every rank keeps its own BatchNorm statistics: for as long as the scope
+/// lasts the generator holds rank 0's (what checkpoints keep), so that the images do not depend
+/// on which rank made them; each rank's own come back after.
+class RankZeroBuffers {
+public:
+  RankZeroBuffers(Session &s, torch::jit::Module generator) {
+    if (s.rank.worldSize == 1 || s.spec().buffers != "local")
+      return;
+    torch::NoGradGuard noGrad;
+    for (const auto &b : generator.named_buffers(true)) {
+      own_.push_back(b.value.detach().clone());
+      buffers_.push_back(b.value.detach());
+      std::vector<at::Tensor> tensors{b.value.detach()};
+      waitFor(s.group.backend->broadcast(tensors));
+    }
+  }
+  ~RankZeroBuffers() {
+    torch::NoGradGuard noGrad;
+    for (size_t i = 0; i < buffers_.size(); ++i)
+      buffers_[i].copy_(own_[i]);
+  }
+  RankZeroBuffers(const RankZeroBuffers &) = delete;
+  RankZeroBuffers &operator=(const RankZeroBuffers &) = delete;
+
+private:
+  std::vector<at::Tensor> buffers_, own_;
+};
+
 } // namespace
 
 Expected<MetricSpec> parseMetric(const std::string &name) {
@@ -266,7 +294,7 @@ Expected<at::Tensor> Metrics::realFeatures(int64_t count) {
   if (hit) {
     if (s_.isRankZero())
       std::cout << "metrics: the real images' features: " << path << std::endl;
-    return realCache_[count] = cached.to(s_.device);
+    return realCache_[count] = s_.isRankZero() ? cached.to(s_.device) : at::Tensor();
   }
   if (s_.isRankZero())
     std::cout << "metrics: embedding " << count << " real images (cached next time in " << path
@@ -284,7 +312,7 @@ Expected<at::Tensor> Metrics::realFeatures(int64_t count) {
       std::cerr << "ganc: warning: the real images' features are not cached (" << stored.message()
                 << "): they are computed again next run" << std::endl;
   }
-  return realCache_[count] = features;
+  return realCache_[count] = features; // every rank notes the count: none asks rank 0 again
 }
 
 bool Metrics::due(int64_t before, int64_t after, bool last) const {
@@ -298,6 +326,7 @@ bool Metrics::due(int64_t before, int64_t after, bool last) const {
 
 Expected<std::vector<std::pair<std::string, double>>> Metrics::evaluate(int64_t step) {
   backend::ForkedRng fork(s_.device);
+  RankZeroBuffers buffers(s_, s_.module().attr(generator_).toModule());
   std::map<int64_t, at::Tensor> generated; // by count: fid50k and kid50k share their images
   std::map<std::string, at::Tensor> dumped;
   std::vector<double> values;

@@ -84,7 +84,8 @@ private:
   int64_t featureSize_ = 0;
   std::string generator_;
   double everyImages_ = 0;
-  /// Rank 0's real features and their moments by image count (the data do not change).
+  /// The real features (rank 0's; undefined elsewhere) and their moments by image count: the
+  /// data do not change during a run.
   std::map<int64_t, at::Tensor> realCache_;
   std::map<int64_t, FeatureMoments> realMoments_;
 };

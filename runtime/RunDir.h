@@ -27,9 +27,9 @@ Status claimRunDir(const TrainOptions &options);
 /// returned as it is.
 std::string resolveResume(const TrainOptions &options, bool say);
 
-/// Rank 0, resuming at `step`: the rows of loss_history.csv and stats.jsonl from steps at or
-/// after it (written by the run beyond its checkpoint) are dropped, so the resumed run's rows
-/// follow on without duplicates.
+/// Rank 0, resuming at `step`: the rows of loss_history.csv, stats.jsonl and metrics.jsonl that
+/// the run wrote beyond its checkpoint are dropped, so the resumed run's rows follow on without
+/// duplicates.
 Status truncateHistory(const std::string &outDir, int64_t step);
 
 /// The command line's hyper-parameters (--lr, --betas, --interval, --batch-size) over

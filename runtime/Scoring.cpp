@@ -112,14 +112,7 @@ Status scoreSnapshot(const ScoreOptions &given) {
   std::unique_ptr<Metrics> metrics;
   int64_t step = 0;
   try {
-    auto s = setUp(*options);
-    if (!s)
-      return s.status();
-    session = s.take();
-    auto in = PhaseInputs::create(*session);
-    if (!in)
-      return in.status();
-    inputs = in.take();
+    GANC_TRY(setUpWithInputs(*options, session, inputs));
     auto resumed = resumeCheckpoint(*session, *inputs, checkpoint, /*announce=*/false);
     if (!resumed)
       return resumed.status();

@@ -272,14 +272,7 @@ private:
 Status prepare(const TrainOptions &options, std::unique_ptr<Session> &session,
                std::unique_ptr<PhaseInputs> &inputs, std::unique_ptr<Ema> &ema,
                std::unique_ptr<Metrics> &metrics, int64_t &firstStep) {
-  auto s = setUp(options);
-  if (!s)
-    return s.status();
-  session = s.take();
-  auto in = PhaseInputs::create(*session);
-  if (!in)
-    return in.status();
-  inputs = in.take();
+  GANC_TRY(setUpWithInputs(options, session, inputs));
   ema = Ema::create(*session);
   firstStep = 0;
   if (!options.resume.empty()) {

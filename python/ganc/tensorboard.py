@@ -6,7 +6,8 @@
 
 Scalars: every stats.jsonl entry (`Loss/<phase>`, `Stats/<phase>/<name>` and `GradNorm/<phase>`
 as their mean over ranks and the log interval, `LR/<group>`, `LossScale/<scaler>`,
-`Progress/img_per_sec`, `Progress/kimg`, `Timing/sec_per_step`, `Skipped/<phase>`)
+`Progress/img_per_sec`, `Progress/kimg`, `Timing/sec_per_step`, `Skipped/<phase>`,
+`Metrics/<name>` from --metrics)
 at its step; images: `samples` from each samples_stepN.png (its PNG bytes as they are).
 Written into OUT itself with the tensorboard package's event file writer and protos (what
 torch.utils.tensorboard's SummaryWriter writes with, without importing torch: the writer

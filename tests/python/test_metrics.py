@@ -1,0 +1,201 @@
+"""FID and KID during training (--metrics) and of a finished run (ganc metrics), against
+SciPy's sqrtm-based FID and StyleGAN's KID computed here on the features the run used, with a
+feature network of Inception's interface made in the test (feature_network.py)."""
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import scipy.linalg
+import torch
+
+import feature_network
+import ganc
+import zoo
+from conftest import archive, compile_plan, train_args
+
+# More images than features (2048): both covariances have full rank. 82 batches of 32.
+IMAGES = 2624
+NOISE_SEED = 0x6a09e667  # runtime/Metrics.cpp: block b of the images is drawn from seed + b
+
+
+@pytest.fixture(scope="module")
+def setup(ganc_bin, tmp_path_factory):
+    work = tmp_path_factory.mktemp("metrics")
+    g = torch.Generator().manual_seed(0)
+    real = torch.nn.functional.interpolate(torch.rand(IMAGES, 3, 8, 8, generator=g), size=(32, 32),
+                                           mode="bilinear") * 2 - 1
+    data = str(work / "real.pt")
+    torch.save(real, data)
+    return {"work": work, "data": data, "real": real,
+            "net": feature_network.save(str(work / "inception.pt")),
+            "plan": compile_plan(ganc_bin, "dcgan32", str(work))}
+
+
+def styleganFid(generated, real):
+    """StyleGAN's FID (metrics/frechet_inception_distance.py): float64 raw moments, SciPy's sqrtm."""
+    def moments(x):
+        x = x.astype(np.float64)
+        mu = x.mean(0)
+        return mu, x.T @ x / len(x) - np.outer(mu, mu)
+    mu, sigma = moments(generated)
+    mu_ref, sigma_ref = moments(real)
+    root, _ = scipy.linalg.sqrtm(sigma @ sigma_ref, disp=False)
+    return float(np.real(np.square(mu - mu_ref).sum() + np.trace(sigma + sigma_ref - root * 2)))
+
+
+def styleganKid(generated, real, num_subsets, max_subset_size=1000):
+    """StyleGAN's KID (metrics/kernel_inception_distance.py), in float64."""
+    generated, real = generated.astype(np.float64), real.astype(np.float64)
+    n = real.shape[1]
+    m = min(min(real.shape[0], generated.shape[0]), max_subset_size)
+    t = 0
+    for _ in range(num_subsets):
+        x = generated[np.random.choice(generated.shape[0], m, replace=False)]
+        y = real[np.random.choice(real.shape[0], m, replace=False)]
+        a = (x @ x.T / n + 1) ** 3 + (y @ y.T / n + 1) ** 3
+        b = (x @ y.T / n + 1) ** 3
+        t += (a.sum() - np.diag(a).sum()) / (m - 1) - b.sum() * 2 / m
+    return float(t / num_subsets / m)
+
+
+def metrics_log(out):
+    return [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+
+
+def train(ganc_bin, setup, out, steps, *extra, nproc=1):
+    return subprocess.run([ganc_bin, "run", "--nproc", str(nproc),
+                           *train_args(setup["plan"], "dcgan32", setup["data"], out, steps,
+                                       "--inception", setup["net"], "--tensorboard", "off", *extra)],
+                          capture_output=True, text=True)
+
+
+def score(ganc_bin, target, setup, *extra):
+    r = subprocess.run([ganc_bin, "metrics", target, "--inception", setup["net"], "--json", *extra],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_fid_and_kid_equal_the_reference_formulas(ganc_bin, setup):
+    out, dump = str(setup["work"] / "one"), str(setup["work"] / "dump")
+    r = train(ganc_bin, setup, out, 2, "--metrics", f"fid{IMAGES},kid1000", "--dump-grads", dump)
+    assert r.returncode == 0, r.stderr
+    assert f"embedding {IMAGES} real images" in r.stdout
+    [entry] = metrics_log(out)
+    assert entry["step"] == 2 and entry["kimg"] == 0.064 and entry["best"]
+    got = entry["results"]
+    assert re.search(rf"metrics at step 2 \(0.064 kimg\):  fid{IMAGES} \S+  kid1000 \S+", r.stdout)
+    stats = [json.loads(line) for line in open(os.path.join(out, "stats.jsonl"))]
+    assert [s[f"Metrics/fid{IMAGES}"] for s in stats if f"Metrics/fid{IMAGES}" in s] == [got[f"fid{IMAGES}"]]
+
+    features = ganc.load_checkpoint(os.path.join(dump, "metrics_step2.pt"))
+    # The real features are the network's on the data set's images, as pixels.
+    real = feature_network.embed(setup["net"], setup["real"])
+    assert torch.equal(features[f"fid{IMAGES}/real"], real)
+    assert torch.equal(features["kid1000/real"], real[:1000])
+    # The generated ones are the trained generator's (eval mode) on the metrics' noise.
+    generator = zoo.module("dcgan32").generator
+    ckpt = ganc.load_checkpoint(os.path.join(out, "checkpoint.pt"))
+    generator.load_state_dict(ckpt["generator"])
+    generator.eval()
+    with torch.no_grad():
+        images = torch.cat([generator(torch.randn(32, 100, 1, 1, generator=torch.Generator().manual_seed(NOISE_SEED + b)))
+                            for b in range(IMAGES // 32)])
+    torch.testing.assert_close(features[f"fid{IMAGES}/generated"],
+                               feature_network.embed(setup["net"], images), rtol=0, atol=1e-4)
+
+    fid = styleganFid(features[f"fid{IMAGES}/generated"].numpy(), features[f"fid{IMAGES}/real"].numpy())
+    assert got[f"fid{IMAGES}"] == pytest.approx(fid, rel=1e-6)
+    # 1000 of each: every subset of StyleGAN's is the whole of both, and gives the same value.
+    kid = styleganKid(features["kid1000/generated"].numpy(), features["kid1000/real"].numpy(), num_subsets=2)
+    assert got["kid1000"] == pytest.approx(kid, rel=1e-6)
+    # The last step's snapshot is the best (the only one scored) and scores the same again.
+    best = ganc.load_checkpoint(os.path.join(out, "checkpoint-best.pt"))
+    assert best["step"] == 2 and best["best"] == {"metric": f"fid{IMAGES}", "value": got[f"fid{IMAGES}"], "step": 2}
+    again = score(ganc_bin, out, setup, "--metrics", f"fid{IMAGES},kid1000")
+    assert again["step"] == 2 and again["results"] == pytest.approx(got, rel=1e-9)
+
+
+def test_every_rank_embeds_its_share_and_the_best_snapshot_is_kept(ganc_bin, setup):
+    out = str(setup["work"] / "two")
+    # 64 images a step over both ranks: scored at steps 2 and 4 (and at 5, the last).
+    r = train(ganc_bin, setup, out, 5, "--metrics", f"fid{IMAGES}", "--metrics-every", "0.128",
+              "--checkpoint-every", "4", nproc=2)
+    assert r.returncode == 0, r.stderr
+    # The real features were cached beside the data by the first test's run.
+    assert "metrics: the real images' features: " + setup["data"] + ".ganc-cache/" in r.stdout
+    assert "embedding" not in r.stdout
+    log = metrics_log(out)
+    assert [(e["step"], e["kimg"]) for e in log] == [(2, 0.128), (4, 0.256), (5, 0.32)]
+    values = [e["results"][f"fid{IMAGES}"] for e in log]
+    best_step = log[int(np.argmin(values))]["step"]
+    assert [e["best"] for e in log] == [v == min(values[:i + 1]) for i, v in enumerate(values)]
+    best = ganc.load_checkpoint(os.path.join(out, "checkpoint-best.pt"))
+    assert best["step"] == best_step and best["best"]["value"] == min(values)
+    # A snapshot scored afterwards, on one rank or two, as training scored it.
+    for nproc in ("1", "2"):
+        again = score(ganc_bin, os.path.join(out, "checkpoint-best.pt"), setup, "--metrics", f"fid{IMAGES}",
+                      "--nproc", nproc)
+        assert again["step"] == best_step
+        assert again["results"][f"fid{IMAGES}"] == pytest.approx(min(values), rel=1e-6)
+    # Resumed at step 4: the rows after it are dropped and written again, exactly; the ranking
+    # goes on from the checkpoint's record of the best.
+    straight = ganc.load_checkpoint(os.path.join(out, "checkpoint.pt"))["best"]
+    assert ganc.load_checkpoint(os.path.join(out, "checkpoint-0000004.pt"))["best"] == {
+        "metric": f"fid{IMAGES}", "value": min(values[:2]), "step": log[int(np.argmin(values[:2]))]["step"]}
+    r = train(ganc_bin, setup, out, 5, "--metrics", f"fid{IMAGES}", "--metrics-every", "0.128",
+              "--checkpoint-every", "4", "--resume", os.path.join(out, "checkpoint-0000004.pt"), nproc=2)
+    assert r.returncode == 0, r.stderr
+    resumed = metrics_log(out)
+    assert [e["step"] for e in resumed] == [2, 4, 5] and resumed[:2] == log[:2]
+    assert resumed[2]["results"] == log[2]["results"] and resumed[2]["best"] == log[2]["best"]
+    assert ganc.load_checkpoint(os.path.join(out, "checkpoint.pt"))["best"] == straight
+
+
+def test_the_cache_follows_the_data(ganc_bin, setup):
+    changed = setup["real"].clone()
+    changed[7, 0, 3, 3] = 0.5
+    data = str(setup["work"] / "changed.pt")
+    torch.save(changed, data)
+    cache = data + ".ganc-cache"
+    out = str(setup["work"] / "changed")
+    args = ["--metrics", "fid2000", "--data", data]
+    r = train(ganc_bin, setup, out, 1, *args)
+    assert r.returncode == 0, r.stderr
+    assert "embedding 2000 real images" in r.stdout
+    [name] = os.listdir(cache)
+    # A damaged cache file is computed again, not trusted.
+    with open(os.path.join(cache, name), "r+b") as f:
+        f.truncate(100)
+    r = train(ganc_bin, setup, out, 1, *args, "--force")
+    assert r.returncode == 0, r.stderr
+    assert "embedding 2000 real images" in r.stdout
+    r = train(ganc_bin, setup, out, 1, *args, "--force")
+    assert "the real images' features: " + os.path.join(cache, name) in r.stdout
+    shutil.rmtree(cache)
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--metrics", "fid"], "--metrics: 'fid' is not a metric: fidN or kidN"),
+    (["--metrics-every", "10"], "--metrics-every sets how --metrics run: give --metrics too"),
+    (["--metrics", "fid1k", "--inception", "/nowhere/inception.pt"],
+     "--metrics needs the Inception network (inception-2015-12-05.pt), and /nowhere/inception.pt does "
+     "not exist: put the file there or give --inception PATH; NVIDIA publishes it at https://"),
+    (["--metrics", "fid1k", "--inception", "NOT_TORCHSCRIPT"], "not a TorchScript file"),
+])
+def test_refusals_before_training(ganc_bin, setup, extra, message):
+    bad = setup["work"] / "garbage.pt"
+    bad.write_bytes(b"not a network")
+    extra = [str(bad) if e == "NOT_TORCHSCRIPT" else e for e in extra]
+    out = str(setup["work"] / "refused")
+    r = subprocess.run([ganc_bin, "train", *train_args(setup["plan"], "dcgan32", setup["data"], out, 2,
+                                                       "--tensorboard", "off", "--force", *extra)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "step " not in r.stdout and not os.path.exists(os.path.join(out, "checkpoint.pt"))
