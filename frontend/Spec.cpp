@@ -56,7 +56,6 @@ std::optional<InputSource> parseInputSource(const std::string &name) {
 }
 
 using nlohmann::json;
-
 namespace {
 
 Status need(bool condition, const std::string &message) {
@@ -405,10 +404,11 @@ Status parsePhase(const json &p, const Spec &spec, bool hasStages, PhaseSpec &ph
                       " is not one of the spec's 'loss_scalers'"));
     phase.lossScaler = p["loss_scaler"].get<std::string>();
   }
-  if (p.contains("accumulate")) {
-    GANC_TRY(need(p["accumulate"].is_number_integer() && p["accumulate"].get<int64_t>() >= 1,
-                  where + ": 'accumulate' must be an integer >= 1, got " + p["accumulate"].dump()));
-    phase.accumulate = p["accumulate"].get<int64_t>();
+  if (p.contains("accumulate")) { // 4096 staged micro-batches: past any memory (--accumulate's)
+    const nlohmann::json &k = p["accumulate"];
+    GANC_TRY(need(k.is_number_integer() && k.get<int64_t>() >= 1 && k.get<int64_t>() <= 4096,
+                  where + ": 'accumulate' must be an integer from 1 to 4096, got " + k.dump()));
+    phase.accumulate = k.get<int64_t>();
   }
   phase.precision = spec.precision;
   if (p.contains("precision")) {

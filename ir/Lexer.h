@@ -85,8 +85,26 @@ protected:
     return Status::ok();
   }
 
+  /// A name without a sigil (an owner, a group, a stage's submodule): an identifier, or a
+  /// quoted string where the printer quoted it.
+  std::string bareName() {
+    if (peek('"')) {
+      std::string out;
+      return string(out) ? out : std::string();
+    }
+    return identifier();
+  }
+
+  /// A name after its sigil: bare (letters, digits, '_', '.'), or a quoted string for any
+  /// other name (the printer quotes those).
   Status sigilName(char sigil, std::string &out) {
     GANC_TRY(expect(sigil));
+    if (pos_ < text_.size() && text_[pos_] == '"') {
+      GANC_TRY(string(out));
+      if (out.empty())
+        return error(std::string("expected a name after '") + sigil + "'");
+      return Status::ok();
+    }
     size_t start = pos_;
     while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) ||
                                    text_[pos_] == '_' || text_[pos_] == '.'))

@@ -55,11 +55,11 @@ public:
         t.type = type.take();
         if (peekWord("owner")) {
           identifier();
-          t.owner = identifier();
+          t.owner = bareName();
         }
         if (peekWord("group")) {
           identifier();
-          t.group = identifier();
+          t.group = bareName();
         }
         (word == "param" ? module->parameters : module->buffers).push_back(std::move(t));
       } else if (word == "phase") {
@@ -158,7 +158,7 @@ private:
       if (sigil)
         GANC_TRY(symbol(name));
       else
-        name = identifier();
+        name = bareName();
       if (name.empty())
         return error("expected a name in list");
       out.push_back(name);

@@ -3,6 +3,8 @@
 #include "ir/PhaseAttrs.h"
 #include "support/TextFormat.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -27,24 +29,37 @@ std::string attributeText(const Attribute &attribute) {
   return std::visit(Visitor{}, attribute);
 }
 
+/// A name after its sigil: bare where it is letters, digits, '_' and '.', else quoted as a
+/// string (a space, a quote, '@', a newline, unicode), which the lexer reads back the same.
+std::string nameText(const std::string &name) {
+  const bool bare = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+  });
+  return bare ? name : quote(name);
+}
+
+std::string sym(char sigil, const std::string &name) {
+  return std::string(1, sigil) + nameText(name);
+}
+
 std::string valueList(const std::vector<Value *> &values) {
   std::string s;
   for (size_t i = 0; i < values.size(); ++i)
-    s += (i ? ", %" : "%") + values[i]->name;
+    s += (i ? ", " : "") + sym('%', values[i]->name);
   return s;
 }
 
 std::string symbolList(const std::vector<std::string> &names, char sigil) {
   std::string s = "[";
   for (size_t i = 0; i < names.size(); ++i)
-    s += (i ? ", " : "") + (sigil ? std::string(1, sigil) : "") + names[i];
+    s += (i ? ", " : "") + (sigil ? sym(sigil, names[i]) : nameText(names[i]));
   return s + "]";
 }
 
 class Printer {
 public:
   std::string run(const Module &m) {
-    line(0, "module @" + m.name + " {");
+    line(0, "module " + sym('@', m.name) + " {");
     if (!m.identity.empty())
       line(1, "identity " + quote(m.identity));
     if (!m.spec.empty())
@@ -73,11 +88,11 @@ public:
 
 private:
   static std::string tensorLine(const char *keyword, const Tensor &t) {
-    std::string s = std::string(keyword) + " @" + t.name + " : " + t.type.str();
+    std::string s = std::string(keyword) + " " + sym('@', t.name) + " : " + t.type.str();
     if (!t.owner.empty())
-      s += " owner " + t.owner;
+      s += " owner " + nameText(t.owner);
     if (!t.group.empty())
-      s += " group " + t.group;
+      s += " group " + nameText(t.group);
     return s;
   }
 
@@ -86,17 +101,17 @@ private:
   }
 
   void printPhase(const Phase &p) {
-    line(1, "phase @" + p.name + " {");
+    line(1, "phase " + sym('@', p.name) + " {");
     for (const PhaseAttr &attr : phaseAttrs())
       for (const std::string &text : attr.print(p))
         line(2, text);
     for (const PhaseInput &input : p.inputs)
-      line(2, "input %" + input.value->name + " : " + input.value->type.str() + " from " +
+      line(2, "input " + sym('%', input.value->name) + " : " + input.value->type.str() + " from " +
                   input.source);
     line(2, "graph {");
     printOps(p.body, 3);
     if (p.loss)
-      line(3, "return %" + p.loss->name);
+      line(3, "return " + sym('%', p.loss->name));
     line(2, "}");
     if (p.hasUsedFacts) {
       line(2, "used " + symbolList(p.used, '@'));
@@ -112,13 +127,13 @@ private:
                   std::to_string(b.bytes) +
                   (b.shardBytes ? " shard " + std::to_string(b.shardBytes) : std::string()) + " {");
       for (const Bucket::Slot &slot : b.slots)
-        line(3, "@" + slot.parameter + " +" + std::to_string(slot.offset) + " " +
+        line(3, sym('@', slot.parameter) + " +" + std::to_string(slot.offset) + " " +
                     std::to_string(slot.bytes) +
                     (b.shardBytes ? " shard +" + std::to_string(slot.shardOffset) : std::string()));
       line(2, "}");
     }
     for (const ScheduledAllReduce &s : p.schedule)
-      line(2, "allreduce #" + std::to_string(s.bucket) + " after @" + s.afterParameter);
+      line(2, "allreduce #" + std::to_string(s.bucket) + " after " + sym('@', s.afterParameter));
     if (p.hasCaptureFacts)
       line(2, p.eagerReason.empty() ? "capture graph" : "capture eager " + quote(p.eagerReason));
     line(1, "}");
@@ -137,7 +152,7 @@ private:
       s += "nograd ";
     s += op.name;
     if (!op.symbol.empty())
-      s += " @" + op.symbol;
+      s += " " + sym('@', op.symbol);
     if (!op.operands.empty() || op.symbol.empty())
       s += "(" + valueList(op.operands) + ")";
     if (!op.attributes.empty()) {
@@ -162,7 +177,7 @@ private:
       if (!region.arguments.empty()) {
         std::string args = "^(";
         for (size_t i = 0; i < region.arguments.size(); ++i)
-          args += (i ? ", %" : "%") + region.arguments[i]->name + " : " +
+          args += (i ? ", " : "") + sym('%', region.arguments[i]->name) + " : " +
                   region.arguments[i]->type.str();
         line(depth + 1, args + ")");
       }

@@ -10,6 +10,7 @@
 
 #include <torch/serialize.h>
 
+#include <cstring>
 #include <iostream>
 
 namespace ganc::runtime {
@@ -260,21 +261,109 @@ Status writeBestCheckpoint(Session &s, PhaseInputs &inputs, int64_t step, bool w
 
 namespace {
 
-/// The checkpoint at `path`, checked against this run: whole, a ganc checkpoint, of this
-/// model, with this run's seed and batch.
-Expected<c10::impl::GenericDict> readCheckpoint(const Session &s, const std::string &path) {
+/// The version of the checkpoint format this ganc writes and reads.
+constexpr int64_t kCheckpointVersion = 1;
+
+/// FNV-1a over 8-byte words: a checkpoint's digest, for ranks to compare what they resumed.
+uint64_t digestOf(const std::vector<char> &bytes) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  size_t i = 0;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    uint64_t word = 0;
+    std::memcpy(&word, bytes.data() + i, 8);
+    h = (h ^ word) * 0x100000001b3ULL;
+  }
+  for (; i < bytes.size(); ++i)
+    h = (h ^ static_cast<unsigned char>(bytes[i])) * 0x100000001b3ULL;
+  return h;
+}
+
+/// The entries every checkpoint has, of the right kinds, and its version: one line naming the
+/// first that is not.
+Status checkLayout(const c10::impl::GenericDict &ckpt, const std::string &where) {
+  using Check = bool (c10::IValue::*)() const;
+  const std::vector<std::pair<const char *, Check>> entries = {
+      {"version", &c10::IValue::isInt},
+      {"step", &c10::IValue::isInt},
+      {"identity", &c10::IValue::isString},
+      {"rng", &c10::IValue::isGenericDict},
+      {"optimizers", &c10::IValue::isGenericDict}};
+  for (const auto &[key, is] : entries)
+    if (!ckpt.contains(key) || !(ckpt.at(key).*is)())
+      return Status::error(where +
+                           (ckpt.contains(key) ? "'" + std::string(key) + "' is damaged"
+                                               : "has no '" + std::string(key) + "'") +
+                           " (not a whole ganc checkpoint)");
+  const int64_t version = ckpt.at("version").toInt();
+  if (version != kCheckpointVersion)
+    return Status::error(where + "is a version " + std::to_string(version) +
+                         " checkpoint; this ganc reads version " +
+                         std::to_string(kCheckpointVersion) +
+                         (version > kCheckpointVersion ? " (it was written by a newer ganc)" : ""));
+  auto rng = ckpt.at("rng").toGenericDict();
+  if (!rng.contains("world_size") || !rng.at("world_size").isInt() || !rng.contains("noise") ||
+      !rng.at("noise").isList())
+    return Status::error(where + "its 'rng' entry is damaged (not a whole ganc checkpoint)");
+  return Status::ok();
+}
+
+/// Every parameter and buffer of the model, in its shape and dtype, every parameter finite,
+/// and state for every optimizer group and loss scaler: one line naming the first that is not.
+Status checkContents(const Session &s, const c10::impl::GenericDict &ckpt,
+                     const std::string &where) {
+  auto entry = [&](const std::string &name, const at::Tensor &mine, bool parameter) -> Status {
+    auto [owner, rest] = splitOwner(name);
+    if (!ckpt.contains(owner) || !ckpt.at(owner).isGenericDict() ||
+        !ckpt.at(owner).toGenericDict().contains(rest) ||
+        !ckpt.at(owner).toGenericDict().at(rest).isTensor())
+      return Status::error(where + "has no tensor '" + name + "' (" +
+                           (parameter ? "a parameter" : "a buffer") +
+                           " of this model; a checkpoint of another version of it?)");
+    const at::Tensor t = ckpt.at(owner).toGenericDict().at(rest).toTensor();
+    if (t.sizes() != mine.sizes() || t.scalar_type() != mine.scalar_type())
+      return Status::error(where + "'" + name + "' is " + c10::str(t.sizes()) + " " +
+                           c10::toString(t.scalar_type()) + ", the model's is " +
+                           c10::str(mine.sizes()) + " " + c10::toString(mine.scalar_type()));
+    if (parameter && t.is_floating_point() && !t.isfinite().all().item<bool>())
+      return Status::error(where + "'" + name +
+                           "' holds NaN or inf values (training from it would stop at once)");
+    return Status::ok();
+  };
+  for (const auto &p : s.archive->module.named_parameters(true))
+    GANC_TRY(entry(p.name, p.value, true));
+  for (const auto &b : s.archive->module.named_buffers(true))
+    GANC_TRY(entry(b.name, b.value, false));
+  for (const auto &[group, optimizer] : s.optimizers)
+    if (!ckpt.at("optimizers").toGenericDict().contains(group))
+      return Status::error(where + "has no optimizer state for group '" + group + "'");
+  for (const auto &[name, scaler] : s.lossScalers)
+    if (!ckpt.contains("loss_scalers") || !ckpt.at("loss_scalers").isGenericDict() ||
+        !ckpt.at("loss_scalers").toGenericDict().contains(name))
+      return Status::error(where + "has no state for loss scaler '" + name + "'");
+  return Status::ok();
+}
+
+/// The checkpoint at `path`, checked against this run: whole, a ganc checkpoint of this
+/// format version, of this model (every tensor in place and finite), with this run's seed and
+/// batch. `digest` is its bytes' digest.
+Expected<c10::impl::GenericDict> readCheckpoint(const Session &s, const std::string &path,
+                                                uint64_t &digest) {
   auto bytes = readFile(path);
   if (!bytes)
     return bytes.status().withContext("--resume");
   GANC_TRY(checkZipArchive(*bytes).withContext("--resume " + path));
+  digest = digestOf(*bytes);
   c10::impl::GenericDict ckpt = makeDict();
   try {
     ckpt = torch::pickle_load(*bytes).toGenericDict();
   } catch (const std::exception &e) {
     return Status::error("--resume " + path + ": not a ganc checkpoint (" + firstLine(e) + ")");
   }
-  if (!ckpt.contains("format") || ckpt.at("format").toStringRef() != "ganc-checkpoint")
+  if (!ckpt.contains("format") || !ckpt.at("format").isString() ||
+      ckpt.at("format").toStringRef() != "ganc-checkpoint")
     return Status::error("--resume " + path + ": not a ganc checkpoint");
+  const std::string where = "--resume " + path + ": ";
+  GANC_TRY(checkLayout(ckpt, where));
   if (ckpt.at("identity").toStringRef() != s.plan->identity)
     return Status::error("--resume " + path + ": written for another model");
   auto rng = ckpt.at("rng").toGenericDict();
@@ -288,6 +377,7 @@ Expected<c10::impl::GenericDict> readCheckpoint(const Session &s, const std::str
                          std::to_string(rng.at("batch_size").toInt()) +
                          " per rank, resuming with " + std::to_string(s.spec().batchSize) +
                          " would change the data stream");
+  GANC_TRY(checkContents(s, ckpt, where));
   return ckpt;
 }
 
@@ -295,7 +385,7 @@ Expected<c10::impl::GenericDict> readCheckpoint(const Session &s, const std::str
 
 Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::string &path,
                                    bool announce) {
-  auto read = readCheckpoint(s, path);
+  auto read = readCheckpoint(s, path, s.resumedDigest);
   if (!read)
     return read.status();
   c10::impl::GenericDict ckpt = read.take();
@@ -341,9 +431,9 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
       for (const auto &b : s.module().named_buffers(true))
         b.value.copy_(mine.at(b.name).toTensor());
     }
-    inputs.noise().set_state(rng.at("noise").toTensorList().get(s.rank.rank));
+    inputs.noise().set_state(rng.at("noise").toList().get(s.rank.rank).toTensor());
     if (rng.contains("phase") && !s.device.is_cuda())
-      inputs.phaseRandom().set_state(rng.at("phase").toTensorList().get(s.rank.rank));
+      inputs.phaseRandom().set_state(rng.at("phase").toList().get(s.rank.rank).toTensor());
   }
   if (ShardedBatches *batches = inputs.batches(); batches && rng.contains("data_epoch"))
     batches->seek(rng.at("data_epoch").toInt(),
@@ -357,6 +447,32 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
                 << "noise and data are dealt to the new ranks afresh" << std::endl;
   }
   return step;
+}
+
+Status checkRanksStartAlike(Session &s, int64_t step) {
+  if (s.rank.worldSize == 1)
+    return Status::ok();
+  // The digest's top bit dropped: int64 on the wire.
+  const auto digest = static_cast<int64_t>(s.resumedDigest >> 1);
+  const std::vector<at::Tensor> starts =
+      allGatherToCpu(s, torch::tensor({step, digest}, torch::kLong).to(s.device));
+  bool alike = true;
+  for (const at::Tensor &start : starts)
+    alike = alike && torch::equal(start, starts.front());
+  if (alike)
+    return Status::ok();
+  std::string ranks;
+  for (size_t r = 0; r < starts.size(); ++r) {
+    const int64_t at = starts[r][0].item<int64_t>(), d = starts[r][1].item<int64_t>();
+    char text[96];
+    std::snprintf(text, sizeof(text), "%srank %zu at step %lld (%s)", r ? ", " : "", r,
+                  static_cast<long long>(at),
+                  d ? ("checkpoint " + std::to_string(d % 1000000)).c_str() : "no checkpoint");
+    ranks += text;
+  }
+  return Status::error("the ranks do not start from the same checkpoint: " + ranks +
+                       "; give every rank the same --resume (with --resume auto, the same --out "
+                       "contents on every node)");
 }
 
 } // namespace ganc::runtime

@@ -21,4 +21,10 @@ Status writeBestCheckpoint(Session &session, PhaseInputs &inputs, int64_t step, 
 Expected<int64_t> resumeCheckpoint(Session &session, PhaseInputs &inputs, const std::string &path,
                                    bool announce = true);
 
+/// Every rank starts at the same step from the same checkpoint (none: step 0): the step and
+/// the digest of what each resumed are all-gathered (every rank takes part), and where they
+/// differ every rank stops with one line naming each rank's start. Node-local --out folders
+/// with different contents would otherwise train on with different weights.
+Status checkRanksStartAlike(Session &session, int64_t step);
+
 } // namespace ganc::runtime

@@ -14,6 +14,9 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
+
+#include <sys/stat.h>
 
 #define STB_IMAGE_IMPLEMENTATION
 #define STBI_ONLY_PNG
@@ -127,8 +130,21 @@ Expected<Dataset> loadImages(const std::string &where, std::vector<ImageSource> 
   dataset.labels = labels.take();
   const int channels = static_cast<int>(shape[0]);
   std::vector<at::Tensor> decoded;
+  // An image is decoded whole before it is resized: its size is read from its header first,
+  // so that a few kilobytes declaring 12000 x 12000 pixels are refused, not decoded.
+  const int64_t mostPixels = std::max<int64_t>(int64_t{4096} * 4096, 64 * shape[1] * shape[2]);
   for (const ImageSource &image : images) {
     int w = 0, h = 0, n = 0;
+    const bool known =
+        image.bytes.empty()
+            ? stbi_info(image.file.c_str(), &w, &h, &n)
+            : stbi_info_from_memory(reinterpret_cast<const stbi_uc *>(image.bytes.data()),
+                                    static_cast<int>(image.bytes.size()), &w, &h, &n);
+    if (known && static_cast<int64_t>(w) * h > mostPixels)
+      return Status::error(where + ": " + image.name + " is " + std::to_string(w) + "x" +
+                           std::to_string(h) + " pixels, more than ganc decodes for " +
+                           std::to_string(shape[1]) + "x" + std::to_string(shape[2]) +
+                           " samples (" + std::to_string(mostPixels) + " pixels at most)");
     unsigned char *pixels =
         image.bytes.empty()
             ? stbi_load(image.file.c_str(), &w, &h, &n, channels)
@@ -155,18 +171,76 @@ Expected<Dataset> loadImages(const std::string &where, std::vector<ImageSource> 
   return dataset;
 }
 
+/// The image files under `root` (names relative to it, with '/'), each file once (by device
+/// and inode). Symlinked folders are followed, but one that leads outside the root, or back
+/// to a folder it lies in (a loop), is refused in one line naming the link.
+class ImageWalk {
+public:
+  explicit ImageWalk(const std::string &root) : root_(root) {}
+
+  Status run(std::vector<ImageSource> &images) {
+    std::error_code ec;
+    top_ = fs::canonical(root_, ec);
+    if (ec)
+      return Status::error("--data " + root_ + ": " + ec.message());
+    return walk(top_, "", images);
+  }
+
+private:
+  using Id = std::pair<dev_t, ino_t>;
+  static std::optional<Id> idOf(const fs::path &path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0)
+      return std::nullopt;
+    return Id{st.st_dev, st.st_ino};
+  }
+
+  Status walk(const fs::path &dir, const std::string &prefix, std::vector<ImageSource> &images) {
+    const auto self = idOf(dir);
+    if (!self || !walked_.insert(*self).second)
+      return Status::ok(); // reached before through another link: its files are in already
+    path_.push_back(*self);
+    std::error_code listed, ec;
+    fs::directory_iterator entries(dir, listed);
+    if (listed)
+      return Status::error("--data " + root_ + ": " + prefix + ": " + listed.message());
+    for (const fs::directory_entry &e : entries) {
+      const std::string name = prefix + e.path().filename().string();
+      if (e.is_symlink(ec)) {
+        const fs::path target = fs::canonical(e.path(), ec);
+        if (ec)
+          continue; // a dangling link: nothing to read
+        const auto [end, rest] =
+            std::mismatch(top_.begin(), top_.end(), target.begin(), target.end());
+        if (end != top_.end())
+          return Status::error("--data " + root_ + ": " + name + " is a symlink to " +
+                               target.string() + ", outside the data folder");
+      }
+      if (e.is_directory(ec)) {
+        const auto id = idOf(e.path());
+        if (id && std::find(path_.begin(), path_.end(), *id) != path_.end())
+          return Status::error("--data " + root_ + ": " + name +
+                               " leads back to a folder it lies in (a symlink loop)");
+        GANC_TRY(walk(e.path(), name + "/", images));
+      } else if (e.is_regular_file(ec) && isImage(name)) {
+        if (const auto id = idOf(e.path()); id && files_.insert(*id).second)
+          images.push_back({name, e.path(), {}});
+      }
+    }
+    path_.pop_back();
+    return Status::ok();
+  }
+
+  std::string root_;
+  fs::path top_;
+  std::set<Id> walked_, files_;
+  std::vector<Id> path_; // the folders from the root down to the one being read
+};
+
 /// A folder of images, searched recursively (names relative to it, with '/').
 Expected<Dataset> loadImageFolder(const std::string &dir, const std::vector<int64_t> &shape) {
   std::vector<ImageSource> images;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(
-           dir, fs::directory_options::follow_directory_symlink, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (it->is_regular_file(ec) && isImage(it->path().string()))
-      images.push_back({fs::relative(it->path(), dir).generic_string(), it->path(), {}});
-  }
-  if (ec)
-    return Status::error("--data " + dir + ": " + ec.message());
+  GANC_TRY(ImageWalk(dir).run(images));
   std::optional<std::string> datasetJson;
   if (fs::exists(fs::path(dir) / "dataset.json")) {
     auto text = readFile((fs::path(dir) / "dataset.json").string());
@@ -180,8 +254,12 @@ Expected<Dataset> loadImageFolder(const std::string &dir, const std::vector<int6
 /// A zip archive of images (StyleGAN's dataset format), with its dataset.json if any.
 Expected<Dataset> loadImageZip(const std::string &path, const std::vector<char> &bytes,
                                const std::vector<int64_t> &shape) {
+  // Image files are compressed already (PNG, JPEG): a set inflates to little more than its
+  // archive. 16 times it, and 64 MiB of room, refuse a bomb before anything is inflated.
+  const uint64_t budget = 16 * static_cast<uint64_t>(bytes.size()) + (uint64_t{64} << 20);
   auto files = readZipEntries(
-      bytes, [](const std::string &name) { return isImage(name) || name == "dataset.json"; });
+      bytes, [](const std::string &name) { return isImage(name) || name == "dataset.json"; },
+      budget);
   if (!files)
     return files.status().withContext("--data " + path);
   std::vector<ImageSource> images;

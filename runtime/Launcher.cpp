@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -55,7 +54,7 @@ void onStopSignal(int signal) { stopSignal = signal; }
 /// Forks rank `rank` of `nproc` and execs `ganc train` in it with torchrun's environment.
 /// Returns its pid, or -1 when it could not be started.
 pid_t startRank(const std::string &self, const std::string &command, int rank, int nproc, int port,
-                const std::vector<std::string> &rest, const std::string &errorDir) {
+                const std::vector<std::string> &rest, int errorFile) {
   const pid_t launcher = getpid();
   pid_t pid = fork();
   if (pid != 0)
@@ -70,8 +69,8 @@ pid_t startRank(const std::string &self, const std::string &command, int rank, i
   setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-  if (!errorDir.empty())
-    setenv(kErrorFileVariable, (errorDir + "/rank" + std::to_string(rank) + ".err").c_str(), 1);
+  if (errorFile >= 0) // the rank's own unlinked file, inherited: reached by its descriptor
+    setenv(kErrorFileVariable, ("/proc/self/fd/" + std::to_string(errorFile)).c_str(), 1);
   std::vector<std::string> argvStrings = {self, command};
   argvStrings.insert(argvStrings.end(), rest.begin(), rest.end());
   std::vector<char *> argv;
@@ -143,20 +142,36 @@ int superviseRanks(const std::vector<pid_t> &children) {
   return result;
 }
 
+/// A file for one rank's error line, already unlinked: nothing is left behind however the
+/// launcher ends (kill -9 included). -1 where none can be made (the rank prints its own).
+int anonymousErrorFile() {
+  std::string path = (std::filesystem::temp_directory_path() / "ganc-run-XXXXXX").string();
+  const int fd = mkstemp(path.data());
+  if (fd >= 0)
+    unlink(path.c_str());
+  return fd;
+}
+
 /// Prints the ranks' error lines once each: the same error from several ranks (bad input
-/// every rank finds) is one line, not one per rank. Removes the files and their directory.
-void reportRankErrors(const std::string &errorDir, int nproc) {
+/// every rank finds) is one line, not one per rank. Closes the files.
+void reportRankErrors(const std::vector<int> &files) {
   std::vector<std::string> errors; // distinct lines, first-seen order
-  for (int r = 0; r < nproc; ++r) {
-    std::string path = errorDir + "/rank" + std::to_string(r) + ".err";
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line))
+  for (int fd : files) {
+    if (fd < 0)
+      continue;
+    std::string text;
+    char buffer[4096];
+    lseek(fd, 0, SEEK_SET);
+    for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;)
+      text.append(buffer, static_cast<size_t>(n));
+    close(fd);
+    size_t begin = 0;
+    for (size_t end; (end = text.find('\n', begin)) != std::string::npos; begin = end + 1) {
+      const std::string line = text.substr(begin, end - begin);
       if (std::find(errors.begin(), errors.end(), line) == errors.end())
         errors.push_back(line);
-    std::remove(path.c_str());
+    }
   }
-  rmdir(errorDir.c_str());
   for (const std::string &line : errors)
     std::cerr << "ganc: error: " << line << std::endl;
 }
@@ -166,13 +181,13 @@ void reportRankErrors(const std::string &errorDir, int nproc) {
 int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::string> &rest,
                      const std::string &command) {
   const int port = freePort();
-  // Each rank writes its final error line to a file here; the launcher prints them once.
-  std::string errorDir = (std::filesystem::temp_directory_path() / "ganc-run-XXXXXX").string();
-  if (!mkdtemp(errorDir.data()))
-    errorDir.clear(); // then the ranks print their errors themselves
+  // Each rank writes its final error line to a file of its own; the launcher prints them once.
+  std::vector<int> errorFiles;
+  for (int r = 0; r < nproc; ++r)
+    errorFiles.push_back(anonymousErrorFile());
   std::vector<pid_t> children;
   for (int r = 0; r < nproc; ++r) {
-    pid_t pid = startRank(self, command, r, nproc, port, rest, errorDir);
+    pid_t pid = startRank(self, command, r, nproc, port, rest, errorFiles[static_cast<size_t>(r)]);
     if (pid < 0) {
       std::cerr << "ganc: error: run: cannot start rank " << r << std::endl;
       for (pid_t child : children)
@@ -182,8 +197,7 @@ int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::
     children.push_back(pid);
   }
   int result = superviseRanks(children);
-  if (!errorDir.empty())
-    reportRankErrors(errorDir, nproc);
+  reportRankErrors(errorFiles);
   return result;
 }
 

@@ -44,7 +44,7 @@ Progress::Progress(Session &session, int64_t firstStep)
       metrics_.open(session.options.outDir + "/metrics.jsonl",
                     fresh ? std::ios::trunc : std::ios::app);
     if (session.options.tensorboard)
-      events_ = EventWriter::start(session.options.outDir);
+      events_ = EventWriter::start(session.options.outDir, fresh ? 0 : firstStep);
   }
   if (session.options.kernelTimeSteps > 0) {
     try {
@@ -392,6 +392,14 @@ void Progress::logLine(int64_t done, const std::vector<double> &moments,
   record["Timing/sec_per_step"] = stepTime;
   if (stats_.is_open())
     stats_ << record.dump() << std::endl; // flushed: the TensorBoard writer follows the file
+  if (std::string how; events_ && !events_->alive(how)) {
+    // Exit 0 before the run ends: it had nothing to write with, and said so when it started.
+    if (how != "exited with code 0")
+      std::cerr << "ganc: warning: the TensorBoard writer " << how << "; TensorBoard is off for "
+                << "the rest of this run, from step " << done << " (stats.jsonl goes on)"
+                << std::endl;
+    events_.reset();
+  }
   char rate[64];
   std::snprintf(rate, sizeof(rate), "  %.1f img/s (all ranks)", imagesPerSecond);
   std::cout << line.str() << rate << std::endl;

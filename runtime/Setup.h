@@ -56,6 +56,8 @@ struct Session {
     int64_t step = -1;
   };
   Best best;
+  /// The digest of the checkpoint this rank resumed from (0: none).
+  uint64_t resumedDigest = 0;
 
   const frontend::Spec &spec() const { return archive->spec; }
   torch::jit::Module &module() { return archive->module; }

@@ -17,7 +17,7 @@ extern char **environ;
 
 namespace ganc::runtime {
 
-std::unique_ptr<EventWriter> EventWriter::start(const std::string &outDir) {
+std::unique_ptr<EventWriter> EventWriter::start(const std::string &outDir, int64_t resumedStep) {
   const char *python = std::getenv("GANC_PYTHON");
   if (!python || !*python)
     python = GANC_DEFAULT_PYTHON;
@@ -31,6 +31,10 @@ std::unique_ptr<EventWriter> EventWriter::start(const std::string &outDir) {
   posix_spawn_file_actions_adddup2(&actions, fds[0], STDIN_FILENO);
   posix_spawn_file_actions_addclose(&actions, fds[1]);
   std::vector<std::string> args = {python, "-m", "ganc.tensorboard", outDir, "--follow"};
+  if (resumedStep > 0) {
+    args.emplace_back("--after-step");
+    args.push_back(std::to_string(resumedStep));
+  }
   std::vector<char *> argv;
   for (std::string &a : args)
     argv.push_back(a.data());
@@ -68,6 +72,18 @@ void EventWriter::finish(int timeoutSeconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   pid_ = -1;
+}
+
+bool EventWriter::alive(std::string &how) {
+  if (pid_ <= 0)
+    return false;
+  int status = 0;
+  if (::waitpid(pid_, &status, WNOHANG) != pid_)
+    return true;
+  pid_ = -1;
+  how = WIFSIGNALED(status) ? std::string("killed by ") + strsignal(WTERMSIG(status))
+                            : "exited with code " + std::to_string(WEXITSTATUS(status));
+  return false;
 }
 
 EventWriter::~EventWriter() { finish(10); }

@@ -283,6 +283,8 @@ Status prepare(const TrainOptions &options, std::unique_ptr<Session> &session,
     if (session->isRankZero())
       GANC_TRY(truncateHistory(options.outDir, firstStep));
   }
+  GANC_TRY(checkRanksStartAlike(*session, firstStep));
+  GANC_TRY(checkSampler(*session));
   auto scored = Metrics::create(*session, *inputs); // after the resume: its best snapshot
   if (!scored)
     return scored.status();

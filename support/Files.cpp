@@ -296,11 +296,22 @@ Expected<std::vector<char>> inflateEntry(const std::vector<char> &bytes, const E
 
 Expected<std::vector<std::pair<std::string, std::vector<char>>>>
 readZipEntries(const std::vector<char> &bytes,
-               const std::function<bool(const std::string &)> &wanted) {
+               const std::function<bool(const std::string &)> &wanted, uint64_t maxBytes) {
   ZipReader zip(bytes);
   auto dir = findDirectory(zip);
   if (!dir)
     return dir.status();
+  uint64_t declared = 0;
+  GANC_TRY(walkEntries(bytes, zip, *dir, [&](const Entry &entry, uint64_t) -> Status {
+    if (!entry.name.empty() && entry.name.back() != '/' && wanted(entry.name))
+      declared += entry.uncompressed;
+    return Status::ok();
+  }));
+  if (declared > maxBytes)
+    return Status::error("its entries would inflate to " + std::to_string(declared >> 20) +
+                         " MiB, more than the " + std::to_string(maxBytes >> 20) +
+                         " MiB allowed for an archive of " + std::to_string(bytes.size() >> 10) +
+                         " KiB (a zip bomb?)");
   std::vector<std::pair<std::string, std::vector<char>>> files;
   Status walked = walkEntries(bytes, zip, *dir, [&](const Entry &entry, uint64_t data) -> Status {
     if (!entry.name.empty() && entry.name.back() == '/')

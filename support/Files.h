@@ -5,6 +5,7 @@
 #include "ir/Module.h"
 #include "support/Status.h"
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -42,9 +43,12 @@ std::vector<char> sealZipArchive(std::vector<char> bytes);
 
 /// The files of a zip archive whose names `wanted` accepts, checked as checkZipArchive checks
 /// them, stored entries as they are and deflated ones inflated (zlib) and checked against
-/// their CRC-32. Directories are skipped.
+/// their CRC-32. Directories are skipped. Where the wanted entries declare more than
+/// `maxBytes` in all, nothing is inflated and the error says so (a zip bomb declares
+/// gigabytes in a few kilobytes).
 Expected<std::vector<std::pair<std::string, std::vector<char>>>>
 readZipEntries(const std::vector<char> &bytes,
-               const std::function<bool(const std::string &)> &wanted);
+               const std::function<bool(const std::string &)> &wanted,
+               uint64_t maxBytes = UINT64_MAX);
 
 } // namespace ganc

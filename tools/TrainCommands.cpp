@@ -311,8 +311,60 @@ const Command<TrainOptions> &trainTable() {
   return command;
 }
 
+/// Whether `text` is UTF-8: well-formed sequences, no overlong forms, surrogates or code
+/// points past U+10FFFF.
+bool isUtf8(const std::string &text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const int length = c < 0x80         ? 1
+                       : (c >> 5) == 6  ? 2
+                       : (c >> 4) == 14 ? 3
+                       : (c >> 3) == 30 ? 4
+                                        : 0;
+    if (length == 0 || i + length > text.size())
+      return false;
+    uint32_t point = length == 1 ? c : c & (0x7f >> length);
+    for (int k = 1; k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next >> 6) != 2)
+        return false;
+      point = (point << 6) | (next & 0x3f);
+    }
+    static const uint32_t smallest[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (point < smallest[length] || point > 0x10ffff || (point >= 0xd800 && point <= 0xdfff))
+      return false;
+    i += static_cast<size_t>(length);
+  }
+  return true;
+}
+
+/// Paths are recorded in run.json, stats and summaries, which are JSON text: a path that is not
+/// UTF-8 would fail the first such write (the end of a run, for summary.json), so it is refused
+/// before anything runs.
+Status checkPathsAreText(const TrainOptions &o) {
+  std::vector<std::pair<std::string, std::string>> paths = {{"PLAN", o.plan},
+                                                            {"--model", o.model},
+                                                            {"--data", o.data},
+                                                            {"--out", o.outDir},
+                                                            {"--resume", o.resume},
+                                                            {"--inception", o.inception},
+                                                            {"--dump-grads", o.dumpDir},
+                                                            {"--profile", o.profile},
+                                                            {"--kernel-trace", o.kernelTraceFile}};
+  for (const std::string &library : o.opLibraries)
+    paths.emplace_back("--op-library", library);
+  for (const auto &[flag, path] : paths)
+    if (!isUtf8(path))
+      return Status::error(
+          flag + " " + path +
+          ": the path is not valid UTF-8, and ganc records paths in JSON (run.json, "
+          "summary.json); rename it, or link it under a UTF-8 name");
+  return Status::ok();
+}
+
 /// The checks between options, after parsing: one line each.
 Status checkTrain(const TrainOptions &o) {
+  GANC_TRY(checkPathsAreText(o));
   using runtime::CommStream;
   using runtime::DistBackend;
   using runtime::GraphNodes;

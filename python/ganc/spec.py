@@ -290,8 +290,8 @@ def _validate_phases(spec: dict, module, v1: bool) -> set:
         _require(phase.get("loss_scaler") is None or phase["loss_scaler"] in scalers,
                  f"{where}: 'loss_scaler' {phase.get('loss_scaler')!r} is not one of the spec's 'loss_scalers'")
         accumulate = phase.get("accumulate", 1)
-        _require(isinstance(accumulate, int) and not isinstance(accumulate, bool) and accumulate >= 1,
-                 f"{where}: 'accumulate' must be an integer >= 1, got {accumulate!r}")
+        _require(isinstance(accumulate, int) and not isinstance(accumulate, bool) and 1 <= accumulate <= 4096,
+                 f"{where}: 'accumulate' must be an integer from 1 to 4096, got {accumulate!r}")
         _require(phase.get("precision", "float32") in PRECISIONS,
                  f"{where}: 'precision' must be one of {', '.join(PRECISIONS)}, "
                  f"got {phase.get('precision')!r}")

@@ -33,7 +33,7 @@ class EventLog:
     """Copies what a run has written so far into TensorBoard events; `poll` picks up what is
     new since the last call."""
 
-    def __init__(self, out: str):
+    def __init__(self, out: str, after_step: int = 0):
         from tensorboard.compat.proto import event_pb2, summary_pb2
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
         self._event, self._summary = event_pb2.Event, summary_pb2.Summary
@@ -42,6 +42,13 @@ class EventLog:
         self.offset = 0
         self.partial = ""
         self.images: set[str] = set()
+        # A run resumed at step N: what came before was sent by the run that wrote it. A
+        # SessionLog START at N + 1 makes TensorBoard drop the earlier run's events from there
+        # on (written beyond its checkpoint, then trained again), as it does for restarts.
+        self.after_step = after_step
+        if after_step > 0:
+            self.writer.add_event(self._event(wall_time=time.time(), step=after_step + 1,
+                                              session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)))
 
     def poll(self) -> None:
         self._scalars()
@@ -63,6 +70,8 @@ class EventLog:
                 continue
             record = json.loads(line)
             step = record["step"]
+            if step <= self.after_step:
+                continue
             for key, value in record.items():
                 if key in ("step", "timestamp"):
                     continue
@@ -74,7 +83,7 @@ class EventLog:
     def _samples(self) -> None:
         found = [(int(m.group(1)), name) for name in os.listdir(self.out) if (m := _SAMPLE.match(name))]
         for step, name in sorted(found):  # in step order: TensorBoard drops steps that go back
-            if name in self.images:
+            if name in self.images or step <= self.after_step:
                 continue
             with open(os.path.join(self.out, name), "rb") as f:
                 png = f.read()
@@ -109,9 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--follow", action="store_true",
                         help="keep following the run until stdin closes")
     parser.add_argument("--poll-seconds", type=float, default=2.0)
+    parser.add_argument("--after-step", type=int, default=0,
+                        help="a run resumed at this step: send only what comes after it")
     args = parser.parse_args(argv)
     try:
-        log = EventLog(args.out)
+        log = EventLog(args.out, args.after_step)
     except ImportError as e:
         print(f"ganc: warning: no TensorBoard events ({e}; pip install tensorboard)", file=sys.stderr)
         return 0

@@ -131,12 +131,15 @@ def _running(pid):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_stopping_the_launcher_stops_its_ranks(ganc_bin, datasets, tmp_path, sig):
     """SIGTERM to `ganc run` is forwarded to the ranks; a launcher killed outright takes its
-    ranks with it (they die with their parent): no orphaned rank trains on."""
+    ranks with it (they die with their parent): no orphaned rank trains on, and nothing is left
+    in the temporary folder (the ranks' error files are unlinked from the start)."""
     plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     proc = subprocess.Popen([ganc_bin, "run", "--nproc", "2",
                              *train_args(plan, "mlp", datasets["ring"], str(tmp_path / "o"), 10**7,
-                                         "--checkpoint-every", "0")],
-                            stderr=subprocess.PIPE, text=True)
+                                         "--checkpoint-every", "0", "--tensorboard", "off")],
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, TMPDIR=str(tmp)))
     children = started_ranks(proc, 2)
     assert all(_running(c) for c in children)
     os.kill(proc.pid, sig)
@@ -146,6 +149,7 @@ def test_stopping_the_launcher_stops_its_ranks(ganc_bin, datasets, tmp_path, sig
     while any(_running(c) for c in children) and time.time() < deadline:
         time.sleep(0.2)
     assert not any(_running(c) for c in children), "a rank outlived its launcher"
+    assert os.listdir(tmp) == [], "the launcher left files behind"
     if sig == signal.SIGTERM:
         assert "stopping the ranks" in err, err
 
@@ -510,3 +514,207 @@ def test_resume_auto_takes_the_newest_whole_snapshot_and_history_follows_on(ganc
     assert sorted(rows) == sorted((str(s), p) for s in range(4) for p in ("d", "g")), rows
     steps = [json.loads(line)["step"] for line in (out / "stats.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4], steps
+
+
+def test_a_checkpoint_is_checked_before_it_is_resumed(ganc_bin, datasets, tmp_path):
+    """A checkpoint of another format version, missing an entry, with a tensor of another shape
+    or holding NaN (edited in Python and saved with torch.save) is refused at start-up in one
+    line naming the file and the entry, not by a PyTorch assert or 60 steps later."""
+    import copy
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    first = str(tmp_path / "first")
+    subprocess.run([ganc_bin, "run", "--nproc", "1", *train_args(plan, "mlp", datasets["ring"], first, 3,
+                    "--checkpoint-every", "3")], check=True, capture_output=True)
+    good = ganc.load_checkpoint(os.path.join(first, "checkpoint.pt"))
+    name = next(iter(good["generator"]))
+    cases = [
+        (lambda c: c.pop("version"), "has no 'version' (not a whole ganc checkpoint)"),
+        (lambda c: c.update(version=2),
+         "is a version 2 checkpoint; this ganc reads version 1 (it was written by a newer ganc)"),
+        (lambda c: c["generator"].pop(name), f"has no tensor 'generator.{name}' (a parameter"),
+        (lambda c: c["generator"].update({name: c["generator"][name][:1]}), f"'generator.{name}' is [1"),
+        (lambda c: c["generator"][name].view(-1)[0].fill_(float("nan")),
+         f"'generator.{name}' holds NaN or inf values"),
+        (lambda c: c["optimizers"].pop("generator"), "has no optimizer state for group 'generator'"),
+    ]
+    for i, (edit, message) in enumerate(cases):
+        checkpoint = copy.deepcopy(good)
+        edit(checkpoint)
+        path = str(tmp_path / f"edited{i}.pt")
+        torch.save(checkpoint, path)
+        r = subprocess.run([ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(tmp_path / f"again{i}"),
+                                                           6, "--resume", path)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2, r.stderr
+        assert f"--resume {path}: {message}" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    # Saved again unedited from Python, it resumes.
+    path = str(tmp_path / "resaved.pt")
+    torch.save(good, path)
+    r = subprocess.run([ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(tmp_path / "resaved"), 4,
+                                                       "--resume", path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "at step 3" in r.stdout, r.stderr
+
+
+def test_ranks_that_resume_different_checkpoints_stop(ganc_bin, datasets, tmp_path):
+    """Node-local run directories with different contents: rank 0 resumes step 3, rank 1 finds
+    nothing and would start at step 0. Every rank stops in one line naming each rank's start."""
+    import socket
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    first = str(tmp_path / "first")
+    subprocess.run([ganc_bin, "run", "--nproc", "1", *train_args(plan, "mlp", datasets["ring"], first, 3,
+                    "--checkpoint-every", "3")], check=True, capture_output=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ranks = []
+    for rank, extra in ((0, ["--resume", os.path.join(first, "checkpoint.pt")]), (1, ["--resume", "auto"])):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port))
+        ranks.append(subprocess.Popen([ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"],
+                                                                      str(tmp_path / f"node{rank}"), 6,
+                                                                      "--timeout-s", "60", *extra)],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for p in ranks:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 2, err
+        assert "the ranks do not start from the same checkpoint: rank 0 at step 3 (checkpoint " in err, err
+        assert "rank 1 at step 0 (no checkpoint); give every rank the same --resume" in err, err
+        assert len(err.strip().splitlines()) == 1, err
+
+
+def test_a_sample_block_that_cannot_draw_is_refused_before_training(ganc_bin, datasets, tmp_path):
+    """A plan whose spec points the sample grid at the discriminator would fail at the first
+    sample step (step 500 by default): the sampler is run once on a batch at start-up."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    text = open(plan).read()
+    text = text[:text.rindex("// checksum")]
+    line = next(l for l in text.splitlines() if l.strip().startswith("spec "))
+    spec = json.loads(json.loads(line.strip()[len("spec "):]))
+    spec["sample"]["submodule"] = "discriminator"
+    source = str(tmp_path / "edited.ganc")
+    open(source, "w").write(text.replace(line, "  spec " + json.dumps(json.dumps(spec))))
+    edited = str(tmp_path / "edited.plan")
+    subprocess.run([os.path.join(os.path.dirname(ganc_bin), "ganc-opt"), source, "-o", edited], check=True)
+    args = [edited, "--model", archive("mlp"), "--data", datasets["ring"], "--steps", "3", "--out",
+            str(tmp_path / "run"), "--tensorboard", "off"]
+    r = subprocess.run([ganc_bin, "train", *args], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "spec sample: discriminator.forward on noise of shape [" in r.stderr, r.stderr
+    assert "so the first sample grid would" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "step " not in r.stdout
+    r = subprocess.run([ganc_bin, "train", *args, "--sample-every", "0", "--force"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_path_that_is_not_utf8_is_refused_at_start(ganc_bin, datasets, tmp_path):
+    """run.json and summary.json record paths as JSON text: a path that is not UTF-8 once
+    trained to the end and failed writing summary.json (exit 1)."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    out = os.fsencode(str(tmp_path)) + b"/run\xff\xfe"
+    r = subprocess.run([os.fsencode(ganc_bin), b"train", os.fsencode(plan), b"--model", os.fsencode(archive("mlp")),
+                        b"--data", os.fsencode(datasets["ring"]), b"--steps", b"2", b"--out", out],
+                       capture_output=True, timeout=120)
+    err = r.stderr.decode(errors="replace")
+    assert r.returncode == 2, err
+    assert "the path is not valid UTF-8" in err and err.count("\n") == 1, err
+    assert not os.path.exists(out)
+
+
+def test_tensorboard_follows_a_resume_and_a_dead_writer_is_reported(ganc_bin, datasets, tmp_path):
+    """A resumed run's writer sends only what follows the resumed step, and TensorBoard drops
+    the earlier run's events past it (a SessionLog START): each step once. A writer killed
+    mid-run is reported in one warning and the run trains on."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    out = tmp_path / "run"
+    args = train_args(plan, "mlp", datasets["ring"], str(out), 6, "--log-every", "1", "--checkpoint-every", "3")
+    subprocess.run([ganc_bin, "train", *args], check=True, capture_output=True, timeout=120)
+    subprocess.run([ganc_bin, "train", *args, "--resume", str(out / "checkpoint-0000003.pt")], check=True,
+                   capture_output=True, timeout=120)
+    events = EventAccumulator(str(out), size_guidance={"scalars": 0})
+    events.Reload()
+    stats = [json.loads(line) for line in (out / "stats.jsonl").read_text().splitlines()]
+    assert [(e.step, e.value) for e in events.Scalars("Loss/d")] == [
+        (s["step"], pytest.approx(s["Loss/d"]["mean"], rel=1e-6)) for s in stats]
+    assert [s["step"] for s in stats] == [1, 2, 3, 4, 5, 6]
+
+    live = subprocess.Popen([ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(tmp_path / "live"),
+                                                            10**7, "--log-every", "1", "--checkpoint-every", "0")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    writer, deadline = None, time.time() + 60
+    while writer is None and time.time() < deadline:
+        found = subprocess.run(["pgrep", "-P", str(live.pid), "-f", "ganc.tensorboard"], capture_output=True,
+                               text=True).stdout.split()
+        writer = int(found[0]) if found else None
+        time.sleep(0.2)
+    assert writer, "no TensorBoard writer beside the run"
+    os.kill(writer, signal.SIGKILL)
+    time.sleep(3)
+    assert live.poll() is None, "the run ended with its writer"
+    live.send_signal(signal.SIGINT)
+    _, err = live.communicate(timeout=60)
+    assert live.returncode == 130, err
+    assert "ganc: warning: the TensorBoard writer killed by Killed; TensorBoard is off for the rest of this run" \
+        in err, err
+    assert err.count("TensorBoard writer") == 1, err
+
+
+def test_symlinks_in_an_image_folder(ganc_bin, tmp_path):
+    """A folder reached through two links is read once; a link back into a folder it lies in
+    (a loop) or out of the data folder is refused in one line naming it (it once hung with
+    3.7 GB, read images 41 times or read the sibling folders)."""
+    from PIL import Image
+    plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
+    root = tmp_path / "images"
+    (root / "a").mkdir(parents=True)
+    for i in range(40):
+        Image.new("RGB", (32, 32), (i * 6, 0, 255 - i * 6)).save(root / "a" / f"{i:03d}.png")
+    os.symlink("a", root / "again")
+    args = [plan, "--model", archive("dcgan32"), "--steps", "1", "--sample-every", "0", "--tensorboard", "off"]
+    r = subprocess.run([ganc_bin, "train", *args, "--data", str(root), "--out", str(tmp_path / "ok")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert ", 40 samples;" in r.stdout, r.stdout
+    for name, target, says in (("self", ".", "self leads back to a folder it lies in (a symlink loop)"),
+                               ("up", "../..", "up is a symlink to " + os.path.realpath(tmp_path) + ", outside the data folder")):
+        os.symlink(target, root / "a" / name)
+        r = subprocess.run([ganc_bin, "train", *args, "--data", str(root), "--out", str(tmp_path / name)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, r.stderr
+        assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        os.unlink(root / "a" / name)
+
+
+def test_a_zip_bomb_and_an_oversized_image_are_refused_before_inflating(ganc_bin, tmp_path):
+    """A zip whose entry declares 256 MiB in a few hundred kilobytes, or a small PNG of 12000 x
+    12000 pixels, once took gigabytes per rank before failing: refused from the declared sizes,
+    in one line, before anything is inflated or decoded."""
+    import zipfile
+    from PIL import Image
+    plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        for i in range(33):
+            Image.new("RGB", (32, 32)).save(tmp_path / "small.png")
+            z.write(tmp_path / "small.png", f"{i:03d}.png")
+        with z.open("big.png", "w", force_zip64=True) as f:
+            chunk = bytes(1 << 20)
+            for _ in range(256):
+                f.write(chunk)
+    assert bomb.stat().st_size < 2 << 20
+    huge = tmp_path / "huge"
+    huge.mkdir()
+    Image.new("L", (12000, 12000)).save(huge / "huge.png")
+    for i in range(33):
+        Image.new("RGB", (32, 32)).save(huge / f"{i:03d}.png")
+    args = [plan, "--model", archive("dcgan32"), "--steps", "1", "--sample-every", "0", "--tensorboard", "off"]
+    for data, says in ((bomb, "its entries would inflate to 256 MiB, more than the"),
+                       (huge, "huge.png is 12000x12000 pixels, more than ganc decodes for 32x32 samples")):
+        r = subprocess.run(["/usr/bin/time", "-f", "%M", ganc_bin, "train", *args, "--data", str(data),
+                            "--out", str(tmp_path / ("out-" + data.name))], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()  # ganc's line, then /usr/bin/time's
+        errors = [line for line in lines if line.startswith("ganc: error: ")]
+        assert len(errors) == 1 and says in errors[0], r.stderr
+        assert int(lines[-1]) < 1500 * 1024, f"{lines[-1]} KiB resident"  # LibTorch alone is ~500 MB

@@ -60,6 +60,42 @@ TEST(IRTest, PrintParsePrintIsIdentity) {
   EXPECT_EQ(ir::print(**parsed), text);
 }
 
+TEST(IRTest, AnyNameRoundTrips) {
+  // Names come from the user's module and spec: a space, unicode, '@', quotes, a newline, a
+  // backslash or a lone '%' are printed quoted and read back the same.
+  for (const std::string weird : {"d step", "g\xc3\xa9n\xc3\xa9rateur", "a@b", "say \"hi\"",
+                                  "line\nbreak", "back\\slash", "%", "-x", "tab\there"}) {
+    auto m = twoLayerModule();
+    m->name = weird;
+    for (ir::Tensor &p : m->parameters) {
+      p.owner = weird;
+      p.group = weird;
+    }
+    m->parameters[0].name = weird + ".w";
+    ir::Phase &phase = *m->phases[0];
+    phase.name = weird;
+    phase.inputs[0].value->name = weird;
+    phase.body.ops[0]->symbol = weird + ".w";
+    phase.used = {weird + ".w"};
+    phase.unused = {"d.b"};
+    phase.hasUsedFacts = true;
+    m->stages.push_back({weird, {weird}});
+    const std::string text = ir::print(*m);
+    auto parsed = ir::parse(text);
+    ASSERT_TRUE(parsed.isOk()) << weird << ": " << parsed.status().message() << "\n" << text;
+    EXPECT_EQ(ir::print(**parsed), text);
+    const ir::Module &back = **parsed;
+    EXPECT_EQ(back.name, weird);
+    EXPECT_EQ(back.parameters[0].name, weird + ".w");
+    EXPECT_EQ(back.parameters[0].owner, weird);
+    EXPECT_EQ(back.parameters[1].group, weird);
+    EXPECT_EQ(back.phases[0]->name, weird);
+    EXPECT_EQ(back.phases[0]->inputs[0].value->name, weird);
+    EXPECT_EQ(back.phases[0]->used, std::vector<std::string>{weird + ".w"});
+    EXPECT_EQ(back.stages[0].grows, std::vector<std::string>{weird});
+  }
+}
+
 TEST(IRTest, FactsSurviveRoundTrip) {
   auto m = twoLayerModule();
   passes::PipelineOptions options;
