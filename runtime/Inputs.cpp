@@ -1,7 +1,10 @@
 // Phase inputs: sharded data, staged batches, labels, noise, the fade-in weight.
 #include "runtime/Inputs.h"
 
+#include <cstdio>
 #include <iostream>
+
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -52,6 +55,26 @@ Status checkFinite(const Session &session, const std::string &path, const at::Te
   if (session.isRankZero())
     std::cerr << "ganc: warning: " << what << ": the steps that draw them are skipped" << std::endl;
   return Status::ok();
+}
+
+/// Every micro-batch of a step is staged at a fixed address (pinned host memory, and on CUDA
+/// its device copy): `micro` batches of `shape` that would take more than half the machine's
+/// memory are refused before any is allocated, not found by the OOM killer.
+Status checkStagingFits(const std::string &data, const std::vector<int64_t> &shape,
+                        int64_t elementSize, int64_t micro) {
+  double bytes = static_cast<double>(micro) * static_cast<double>(elementSize);
+  for (int64_t d : shape)
+    bytes *= static_cast<double>(d);
+  const double memory =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (memory <= 0 || bytes <= memory / 2)
+    return Status::ok();
+  char text[160];
+  std::snprintf(text, sizeof(text), "%.1f GiB, more than half this machine's %.1f GiB of memory",
+                bytes / (1 << 30), memory / (1 << 30));
+  return Status::error("--data " + data + ": staging " + std::to_string(micro) +
+                       " micro-batches of " + c10::str(c10::IntArrayRef(shape)) + " takes " + text +
+                       " (lower the batch or accumulate)");
 }
 
 } // namespace
@@ -114,6 +137,7 @@ Expected<std::unique_ptr<PhaseInputs>> PhaseInputs::create(const Session &sessio
     for (const frontend::PhaseSpec &p : spec.phases)
       if (readsData(p))
         micro = std::max(micro, p.accumulate);
+    GANC_TRY(checkStagingFits(o.data, shape, in->data_.element_size(), micro));
     const bool copyStream = session.options.uploadStream == UploadStream::Copy;
     for (int64_t j = 0; j < micro; ++j) {
       in->batch_.push_back(std::make_unique<backend::StagedBatch>(

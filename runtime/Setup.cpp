@@ -106,6 +106,32 @@ Status planShards(Session &s) {
   return ir::verifyInvariants(plan).withContext("sharding " + s.options.plan);
 }
 
+/// Each phase of the plan runs the archive's method its graph was lowered from (its spec's),
+/// which takes as many inputs as the phase has: a plan edited to call another method is bad
+/// input here, not an error at step 0 or a run that trains another phase's code.
+Status checkPhaseMethods(const ir::Module &plan, const frontend::Archive &archive) {
+  for (const auto &phase : plan.phases) {
+    const frontend::PhaseSpec *spec = nullptr;
+    for (const frontend::PhaseSpec &p : archive.spec.phases)
+      if (p.name == phase->name)
+        spec = &p;
+    const std::string where = "phase '" + phase->name + "': ";
+    if (spec && spec->method != phase->method)
+      return Status::error(where + "the plan calls method '" + phase->method +
+                           "', and its graph was lowered from '" + spec->method +
+                           "' (the spec's); the plan was edited: run ganc compile again");
+    auto method = archive.module.find_method(phase->method);
+    if (!method)
+      return Status::error(where + "the archive has no method '" + phase->method + "'");
+    const size_t arguments = method->function().getSchema().arguments().size() - 1; // self
+    if (arguments != phase->inputs.size())
+      return Status::error(where + "method '" + phase->method + "' takes " +
+                           std::to_string(arguments) + " inputs, the phase has " +
+                           std::to_string(phase->inputs.size()));
+  }
+  return Status::ok();
+}
+
 /// The plan is what trains (a plan edited and checked in again with `ganc-opt -o` trains as
 /// edited): each spec phase takes its interval, micro-batches, autocast and loss scaler from
 /// the plan's phase of that name, and each optimizer group its clipping; the rest of the spec
@@ -439,6 +465,7 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
   if (!archive)
     return archive.status();
   s->archive = std::make_unique<frontend::Archive>(archive.take());
+  GANC_TRY(checkPhaseMethods(*s->plan, *s->archive));
   adoptPlanFacts(*s->plan, s->archive->spec);
   GANC_TRY(applyOverrides(s->archive->spec, options));
   if (s->archive->identity != s->plan->identity)

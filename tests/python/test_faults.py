@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -686,6 +687,12 @@ def test_symlinks_in_an_image_folder(ganc_bin, tmp_path):
         os.unlink(root / "a" / name)
 
 
+# Runs a command and prints its peak resident memory (KiB) as the last line of stderr.
+PEAK_RSS = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
+            "sys.exit(r.returncode)")
+
+
 def test_a_zip_bomb_and_an_oversized_image_are_refused_before_inflating(ganc_bin, tmp_path):
     """A zip whose entry declares 256 MiB in a few hundred kilobytes, or a small PNG of 12000 x
     12000 pixels, once took gigabytes per rank before failing: refused from the declared sizes,
@@ -711,10 +718,45 @@ def test_a_zip_bomb_and_an_oversized_image_are_refused_before_inflating(ganc_bin
     args = [plan, "--model", archive("dcgan32"), "--steps", "1", "--sample-every", "0", "--tensorboard", "off"]
     for data, says in ((bomb, "its entries would inflate to 256 MiB, more than the"),
                        (huge, "huge.png is 12000x12000 pixels, more than ganc decodes for 32x32 samples")):
-        r = subprocess.run(["/usr/bin/time", "-f", "%M", ganc_bin, "train", *args, "--data", str(data),
+        r = subprocess.run([sys.executable, "-c", PEAK_RSS, ganc_bin, "train", *args, "--data", str(data),
                             "--out", str(tmp_path / ("out-" + data.name))], capture_output=True, text=True, timeout=120)
         assert r.returncode == 2, r.stderr
-        lines = r.stderr.strip().splitlines()  # ganc's line, then /usr/bin/time's
+        lines = r.stderr.strip().splitlines()  # ganc's line, then the peak resident KiB
         errors = [line for line in lines if line.startswith("ganc: error: ")]
         assert len(errors) == 1 and says in errors[0], r.stderr
         assert int(lines[-1]) < 1500 * 1024, f"{lines[-1]} KiB resident"  # LibTorch alone is ~500 MB
+
+
+def test_a_plan_edited_to_call_another_method_is_refused_at_start(ganc_bin, datasets, tmp_path):
+    """A plan whose phase d was edited to call phase_g (and checked in again) once failed at
+    step 0, or trained g's code with d's facts where the inputs matched: refused at start-up."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    text = open(plan).read()
+    text = text[:text.rindex("// checksum")]
+    phase_d = text.index("phase @d {")
+    edited = text[:phase_d] + text[phase_d:].replace('method "phase_d"', 'method "phase_g"', 1)
+    assert edited != text
+    source, checked = str(tmp_path / "edited.ganc"), str(tmp_path / "edited.plan")
+    open(source, "w").write(edited)
+    subprocess.run([os.path.join(os.path.dirname(ganc_bin), "ganc-opt"), source, "-o", checked], check=True)
+    r = subprocess.run([ganc_bin, "train", *train_args(checked, "mlp", datasets["ring"], str(tmp_path / "run"), 3)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "phase 'd': the plan calls method 'phase_g', and its graph was lowered from 'phase_d'" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "step " not in r.stdout, r.stderr
+
+
+def test_staging_past_the_machines_memory_is_refused_before_allocating(ganc_bin, datasets, tmp_path):
+    """4096 micro-batches of 1797 images (84 GiB of staged batches) once went to the OOM
+    killer: refused at start-up in one line, before anything is allocated."""
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if memory > 2 * 84.3 * 2**30:
+        pytest.skip(f"this machine has {memory / 2**30:.0f} GiB: 84 GiB of staging fits in half of it")
+    plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
+    r = subprocess.run([ganc_bin, "train", *train_args(plan, "dcgan32", datasets["digits"], str(tmp_path / "run"), 2,
+                                                       "--batch-size", "1797", "--accumulate", "d=4096",
+                                                       "--tensorboard", "off")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "staging 4096 micro-batches of [1797, 3, 32, 32] takes 84.2 GiB, more than half this machine's" \
+        in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
