@@ -5,12 +5,12 @@
 #include "runtime/Dict.h"
 #include "runtime/RunDir.h"
 #include "support/Files.h"
+#include "support/Hash.h"
 #include "support/torch/Collectives.h"
 #include "support/torch/TorchError.h"
 
 #include <torch/serialize.h>
 
-#include <cstring>
 #include <iostream>
 
 namespace ganc::runtime {
@@ -264,20 +264,6 @@ namespace {
 /// The version of the checkpoint format this ganc writes and reads.
 constexpr int64_t kCheckpointVersion = 1;
 
-/// FNV-1a over 8-byte words: a checkpoint's digest, for ranks to compare what they resumed.
-uint64_t digestOf(const std::vector<char> &bytes) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  size_t i = 0;
-  for (; i + 8 <= bytes.size(); i += 8) {
-    uint64_t word = 0;
-    std::memcpy(&word, bytes.data() + i, 8);
-    h = (h ^ word) * 0x100000001b3ULL;
-  }
-  for (; i < bytes.size(); ++i)
-    h = (h ^ static_cast<unsigned char>(bytes[i])) * 0x100000001b3ULL;
-  return h;
-}
-
 /// The entries every checkpoint has, of the right kinds, and its version: one line naming the
 /// first that is not.
 Status checkLayout(const c10::impl::GenericDict &ckpt, const std::string &where) {
@@ -352,7 +338,7 @@ Expected<c10::impl::GenericDict> readCheckpoint(const Session &s, const std::str
   if (!bytes)
     return bytes.status().withContext("--resume");
   GANC_TRY(checkZipArchive(*bytes).withContext("--resume " + path));
-  digest = digestOf(*bytes);
+  digest = digestWords(kDigestStart, bytes->data(), bytes->size());
   c10::impl::GenericDict ckpt = makeDict();
   try {
     ckpt = torch::pickle_load(*bytes).toGenericDict();

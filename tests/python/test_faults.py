@@ -391,13 +391,25 @@ def test_data_holding_nan_or_inf_is_refused_before_any_step(ganc_bin, datasets, 
         "the steps that draw them are skipped"]
 
 
+def plan_text(ganc_bin, tmp_path, model):
+    """A freshly compiled plan's text without its checksum line, ready to edit."""
+    text = open(compile_plan(ganc_bin, model, str(tmp_path))).read()
+    return text[:text.rindex("// checksum")]
+
+
+def checked_in(ganc_bin, tmp_path, text):
+    """An edited plan text checked in again with ganc-opt -o (verified, new checksum)."""
+    source, checked = str(tmp_path / "edited.ganc"), str(tmp_path / "edited.plan")
+    open(source, "w").write(text)
+    subprocess.run([os.path.join(os.path.dirname(ganc_bin), "ganc-opt"), source, "-o", checked], check=True)
+    return checked
+
+
 def test_an_edited_plan_trains_as_edited(ganc_bin, datasets, tmp_path):
     """The plan is what trains: an interval and a learning rate edited into a plan (and checked
     in again with ganc-opt -o) take effect, where the archive's spec once won silently. The
     plan's spec holds no phase fact that a phase attribute holds (each is written once)."""
-    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
-    text = open(plan).read()
-    text = text[:text.rindex("// checksum")]
+    text = plan_text(ganc_bin, tmp_path, "mlp")
     phase_g = text.index("phase @g {")
     edited = text[:phase_g] + text[phase_g:].replace("interval 1", "interval 2", 1)
     assert edited != text
@@ -407,10 +419,7 @@ def test_an_edited_plan_trains_as_edited(ganc_bin, datasets, tmp_path):
     spec["optimizers"].setdefault("discriminator", {"type": "adam"})["lr"] = 0.125
     spec_line = "  spec " + json.dumps(json.dumps(spec))
     edited = edited.replace(line, spec_line)
-    source = str(tmp_path / "edited.ganc")
-    open(source, "w").write(edited)
-    checked = str(tmp_path / "edited.plan")
-    subprocess.run([os.path.join(os.path.dirname(ganc_bin), "ganc-opt"), source, "-o", checked], check=True)
+    checked = checked_in(ganc_bin, tmp_path, edited)
     out = str(tmp_path / "run")
     subprocess.run([ganc_bin, "run", "--nproc", "1", *train_args(checked, "mlp", datasets["ring"], out, 5)],
                    check=True, capture_output=True)
@@ -422,8 +431,7 @@ def test_an_edited_plan_trains_as_edited(ganc_bin, datasets, tmp_path):
     assert effective["optimizers"]["discriminator"]["lr"] == 0.125
     # A spec edited wrong in the plan is refused before any step, as the archive's would be.
     spec["optimizers"]["discriminator"]["lr"] = -1
-    open(source, "w").write(edited.replace(spec_line, "  spec " + json.dumps(json.dumps(spec))))
-    subprocess.run([os.path.join(os.path.dirname(ganc_bin), "ganc-opt"), source, "-o", checked], check=True)
+    checked = checked_in(ganc_bin, tmp_path, edited.replace(spec_line, "  spec " + json.dumps(json.dumps(spec))))
     bad = subprocess.run([ganc_bin, "train", *train_args(checked, "mlp", datasets["ring"], out + "2", 5)],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr
@@ -586,16 +594,11 @@ def test_ranks_that_resume_different_checkpoints_stop(ganc_bin, datasets, tmp_pa
 def test_a_sample_block_that_cannot_draw_is_refused_before_training(ganc_bin, datasets, tmp_path):
     """A plan whose spec points the sample grid at the discriminator would fail at the first
     sample step (step 500 by default): the sampler is run once on a batch at start-up."""
-    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
-    text = open(plan).read()
-    text = text[:text.rindex("// checksum")]
+    text = plan_text(ganc_bin, tmp_path, "mlp")
     line = next(l for l in text.splitlines() if l.strip().startswith("spec "))
     spec = json.loads(json.loads(line.strip()[len("spec "):]))
     spec["sample"]["submodule"] = "discriminator"
-    source = str(tmp_path / "edited.ganc")
-    open(source, "w").write(text.replace(line, "  spec " + json.dumps(json.dumps(spec))))
-    edited = str(tmp_path / "edited.plan")
-    subprocess.run([os.path.join(os.path.dirname(ganc_bin), "ganc-opt"), source, "-o", edited], check=True)
+    edited = checked_in(ganc_bin, tmp_path, text.replace(line, "  spec " + json.dumps(json.dumps(spec))))
     args = [edited, "--model", archive("mlp"), "--data", datasets["ring"], "--steps", "3", "--out",
             str(tmp_path / "run"), "--tensorboard", "off"]
     r = subprocess.run([ganc_bin, "train", *args], capture_output=True, text=True, timeout=120)
@@ -730,15 +733,11 @@ def test_a_zip_bomb_and_an_oversized_image_are_refused_before_inflating(ganc_bin
 def test_a_plan_edited_to_call_another_method_is_refused_at_start(ganc_bin, datasets, tmp_path):
     """A plan whose phase d was edited to call phase_g (and checked in again) once failed at
     step 0, or trained g's code with d's facts where the inputs matched: refused at start-up."""
-    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
-    text = open(plan).read()
-    text = text[:text.rindex("// checksum")]
+    text = plan_text(ganc_bin, tmp_path, "mlp")
     phase_d = text.index("phase @d {")
     edited = text[:phase_d] + text[phase_d:].replace('method "phase_d"', 'method "phase_g"', 1)
     assert edited != text
-    source, checked = str(tmp_path / "edited.ganc"), str(tmp_path / "edited.plan")
-    open(source, "w").write(edited)
-    subprocess.run([os.path.join(os.path.dirname(ganc_bin), "ganc-opt"), source, "-o", checked], check=True)
+    checked = checked_in(ganc_bin, tmp_path, edited)
     r = subprocess.run([ganc_bin, "train", *train_args(checked, "mlp", datasets["ring"], str(tmp_path / "run"), 3)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
