@@ -107,6 +107,17 @@ struct GraphShape {
 /// Each captured phase graph's shape, by phase key.
 using GraphShapes = std::map<std::string, GraphShape>;
 
+/// One run of a section: a phase without a loss, run once per step for the phases after it.
+struct SectionCall {
+  std::string method;
+  /// The autocast dtype of its forward ("bf16", "f16"), or "" for none.
+  std::string autocast;
+  /// Whether the run records the use of the parameter named so (what the phase that takes
+  /// its values through their graph trains there). Null or false for all: the run records
+  /// no graph.
+  std::function<bool(const std::string &)> records;
+};
+
 /// One rank's executor of every phase in a plan.
 class PhaseExecutor {
 public:
@@ -120,6 +131,10 @@ public:
   /// (CUDA step graphs): a run's loss, statistics and gradients are then ready only after
   /// the step's last run() returned, on the device's stream order.
   virtual void beginStep(const std::vector<std::string> & /*phases*/) {}
+  /// Runs a section's method on `inputs` (eagerly, on every backend) and returns the dict it
+  /// returned: its values, with their graph where `call` records one.
+  virtual c10::impl::GenericDict runSection(const SectionCall &call,
+                                            const std::vector<at::Tensor> &inputs) = 0;
   /// How the phase runs ("eager", "cuda-graph", or "eager (reason)").
   virtual std::string mode(const std::string &phase) const = 0;
   virtual const PhaseReducer &reducer(const std::string &phase) const = 0;
@@ -142,8 +157,12 @@ public:
   /// `(loss, {name: scalar})`), in the method's order, each the mean over micro-batches, on
   /// the device (reading one synchronises).
   const std::vector<std::pair<std::string, at::Tensor>> &lastStats() const { return lastStats_; }
+  /// The values the last run's method handed on (its plan phase's `outputs`), per
+  /// micro-batch, detached.
+  const std::vector<std::map<std::string, at::Tensor>> &lastOutputs() const { return lastOutputs_; }
 
 protected:
+  std::vector<std::map<std::string, at::Tensor>> lastOutputs_;
   double lastWorkSeconds_ = 0;
   std::vector<std::pair<std::string, at::Tensor>> lastStats_;
   RunStats lastRun_;

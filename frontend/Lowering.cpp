@@ -3,6 +3,7 @@
 #include "frontend/Lowering.h"
 
 #include "frontend/Archive.h"
+#include "frontend/Sections.h"
 #include "frontend/Shapes.h"
 #include "frontend/SpecSchema.h"
 #include "frontend/SyncBatchNorm.h"
@@ -38,7 +39,8 @@ class PhaseLowering {
 public:
   /// `stage`: the index of the stage to specialise for, or -1 when the GAN has no stages.
   PhaseLowering(Archive &archive, const PhaseSpec &spec, ir::Module *module, int stage)
-      : archive_(archive), spec_(spec), module_(module), stage_(stage) {}
+      : archive_(archive), spec_(spec), through_(spec.throughSections()), module_(module),
+        stage_(stage) {}
 
   /// An error in this phase (in this stage's specialisation of it).
   Status phaseError(const std::string &message) const {
@@ -55,8 +57,16 @@ public:
   /// The method's graph, inlined, with the stage attributes folded and what they make dead
   /// removed: what the runtime runs for a stage.
   Expected<std::shared_ptr<jit::Graph>> specialise() {
-    auto graph = archive_.module.get_method(spec_.method).graph()->copy();
+    std::shared_ptr<jit::Graph> graph = archive_.module.get_method(spec_.method).graph()->copy();
+    if (!through_.empty()) { // the sections' graphs and the method's, as one
+      auto joined = throughGraph(archive_, spec_);
+      if (!joined)
+        return joined.status().inPhase(key());
+      graph = joined.take();
+    }
     GANC_TRY(inlineAll(*graph));
+    if (!through_.empty())
+      GANC_TRY(foldDictReads(*graph).inPhase(key()));
     GANC_TRY(foldStage(graph));
     if (!archive_.spec.syncBatchNorm.empty()) {
       resolveAttributes(graph->block(), graph->inputs()[0], true);
@@ -319,6 +329,8 @@ private:
     phase->interval = spec_.interval;
     phase->accumulate = spec_.accumulate;
     phase->lossScaler = spec_.lossScaler;
+    phase->through = through_;
+    phase->outputs = spec_.outputs;
     if (spec_.precision != Precision::Float32)
       phase->autocast = spec_.precision == Precision::BFloat16 ? "bf16" : "f16";
     // The clipped optimizer groups that step a parameter this phase trains.
@@ -495,7 +507,10 @@ private:
   }
 
   Archive &archive_;
-  const PhaseSpec &spec_;
+  /// The phase's spec; for a phase with `through_` sections, with the inputs of the graph
+  /// methodGraph() builds.
+  PhaseSpec spec_;
+  std::vector<std::string> through_;
   ir::Module *module_;
   int stage_;
   ir::Phase *phase_ = nullptr;
@@ -543,6 +558,11 @@ Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive) {
   std::set<std::string> synchronised;
   for (size_t s = 0; s < std::max<size_t>(stages, 1); ++s) {
     for (const PhaseSpec &spec : archive.spec.phases) {
+      if (spec.isSection()) { // no IR phase: inlined where its graph is taken
+        if (s == 0)
+          GANC_TRY(checkSection(archive, spec).inFile(archive.path));
+        continue;
+      }
       PhaseLowering lowering(archive, spec, module.get(), stages ? static_cast<int>(s) : -1);
       try {
         auto phase = lowering.run();

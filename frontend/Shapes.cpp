@@ -6,6 +6,8 @@
 
 #include <torch/csrc/jit/runtime/interpreter.h>
 
+#include <algorithm>
+
 namespace ganc::frontend {
 
 c10::ScalarType inputScalarType(const Spec &spec) {
@@ -36,6 +38,94 @@ at::Tensor exampleInput(const Spec &spec, const InputSpec &input, int64_t batch)
       .to(inputScalarType(spec));
 }
 
+Expected<c10::impl::GenericDict> returnedValues(const c10::IValue &output,
+                                                const std::string &method) {
+  if (output.isGenericDict())
+    return output.toGenericDict();
+  if (output.isTuple() && output.toTupleRef().elements().size() == 2 &&
+      output.toTupleRef().elements()[1].isGenericDict())
+    return output.toTupleRef().elements()[1].toGenericDict();
+  if (output.isTensor())
+    return c10::impl::GenericDict(c10::StringType::get(), c10::TensorType::get());
+  return Status::error("method '" + method +
+                       "' must return a loss, (loss, {name: tensor}) or, for a section, "
+                       "{name: tensor}");
+}
+
+namespace {
+
+/// Checks the dict a method returned: each of `outputs` a tensor, every other key a scalar
+/// (a logged value).
+Status checkValues(const c10::impl::GenericDict &values, const PhaseSpec &phase) {
+  for (const std::string &name : phase.outputs) {
+    auto it = values.find(name);
+    if (it == values.end() || !it->value().isTensor())
+      return Status::error("method '" + phase.method + "' returns no tensor '" + name +
+                           "', one of the phase's 'outputs'");
+  }
+  for (const auto &entry : values) {
+    const std::string &key = entry.key().toStringRef();
+    const bool output = std::count(phase.outputs.begin(), phase.outputs.end(), key) > 0;
+    if (!output && (!entry.value().isTensor() || entry.value().toTensor().numel() != 1))
+      return Status::error("method '" + phase.method + "' returns '" + key +
+                           "', which is neither one of the phase's 'outputs' nor a scalar "
+                           "to log");
+  }
+  return Status::ok();
+}
+
+/// The phase's method run once on example inputs (values taken from earlier phases as they
+/// compute them), without recording gradients.
+Expected<c10::IValue> runOnExamples(Archive &archive, const PhaseSpec &phase) {
+  std::vector<c10::IValue> args;
+  for (const InputSpec &in : phase.inputs) {
+    if (in.source != InputSource::Output) {
+      args.emplace_back(exampleInput(archive.spec, in, archive.spec.batchSize));
+      continue;
+    }
+    auto taken = exampleOutput(archive, in);
+    if (!taken)
+      return taken.status();
+    args.emplace_back(taken.take());
+  }
+  torch::NoGradGuard noGrad;
+  try {
+    return archive.module.get_method(phase.method)(args);
+  } catch (const std::exception &e) {
+    return Status::error("running method '" + phase.method +
+                         "' on example inputs failed: " + firstLine(e))
+        .inPhase(phase.name);
+  }
+}
+
+} // namespace
+
+Expected<at::Tensor> exampleOutput(Archive &archive, const InputSpec &input) {
+  const PhaseSpec *producer = archive.spec.findPhase(input.producer);
+  if (!producer)
+    return Status::error("no phase '" + input.producer + "'");
+  auto output = runOnExamples(archive, *producer);
+  if (!output)
+    return output.status();
+  auto values = returnedValues(*output, producer->method);
+  if (!values)
+    return values.status().inPhase(producer->name);
+  GANC_TRY(checkValues(*values, *producer).inPhase(producer->name));
+  return values->at(input.value).toTensor().detach();
+}
+
+Status checkSection(Archive &archive, const PhaseSpec &section) {
+  auto output = runOnExamples(archive, section);
+  if (!output)
+    return output.status();
+  if (!output->isGenericDict())
+    return Status::error("method '" + section.method + "' must return a dict of its outputs ({'" +
+                         section.outputs[0] +
+                         "': tensor, ...}): the phase is a section (it has no 'updates')")
+        .inPhase(section.name);
+  return checkValues(output->toGenericDict(), section).inPhase(section.name);
+}
+
 Expected<std::map<jit::Value *, ir::Type>> probeShapes(Archive &archive, const PhaseSpec &phase,
                                                        const std::shared_ptr<jit::Graph> &graph) {
   std::map<jit::Value *, ir::Type> shapes;
@@ -52,7 +142,15 @@ Expected<std::map<jit::Value *, ir::Type>> probeShapes(Archive &archive, const P
   jit::Stack stack;
   stack.emplace_back(archive.module._ivalue());
   for (size_t i = 0; i < phase.inputs.size(); ++i) {
-    at::Tensor example = exampleInput(archive.spec, phase.inputs[i], archive.spec.batchSize);
+    at::Tensor example;
+    if (phase.inputs[i].source == InputSource::Output) {
+      auto taken = exampleOutput(archive, phase.inputs[i]);
+      if (!taken)
+        return taken.status();
+      example = taken.take();
+    } else {
+      example = exampleInput(archive.spec, phase.inputs[i], archive.spec.batchSize);
+    }
     stack.emplace_back(example);
     shapes[graph->inputs()[i + 1]] =
         ir::Type::tensor(dtypeName(example.scalar_type()), example.sizes().vec());
@@ -73,17 +171,18 @@ Expected<std::map<jit::Value *, ir::Type>> probeShapes(Archive &archive, const P
     return Status::error("unexpected interpreter result");
   c10::IValue loss = stack[0];
   if (originalOutputs == 1 && loss.isTuple()) {
-    // (loss, {name: scalar}): the values a phase logs besides its loss.
+    // (loss, {name: value}): the values it hands on (its outputs) and logs besides its loss.
     const auto &elements = loss.toTupleRef().elements();
-    bool logged = elements.size() == 2 && elements[1].isGenericDict();
-    if (logged)
-      for (const auto &entry : elements[1].toGenericDict())
-        logged = logged && entry.value().isTensor() && entry.value().toTensor().numel() == 1;
-    if (!logged)
+    if (elements.size() != 2 || !elements[1].isGenericDict())
       return Status::error("method '" + phase.method +
                            "' returns a tuple: it must be (loss, "
                            "{name: scalar tensor, ...})");
+    GANC_TRY(checkValues(elements[1].toGenericDict(), phase));
     loss = elements[0];
+  } else if (!phase.outputs.empty()) {
+    return Status::error("method '" + phase.method +
+                         "' must return (loss, {name: tensor}) "
+                         "holding its 'outputs'");
   }
   if (originalOutputs != 1 || !loss.isTensor())
     return Status::error("method '" + phase.method + "' must return one scalar loss tensor");

@@ -1,5 +1,6 @@
 // Reads and validates ganc.json.
 #include "frontend/Spec.h"
+#include "frontend/SpecReading.h"
 #include "frontend/SpecSchema.h"
 
 #include "ir/Module.h"
@@ -24,6 +25,7 @@ constexpr std::pair<InputSource, const char *> kSources[] = {
     {InputSource::Uniform, "uniform"},
     {InputSource::Categorical, "categorical"},
     {InputSource::Fade, "fade"},
+    {InputSource::Output, "output"},
 };
 
 constexpr std::pair<Precision, const char *> kPrecisions[] = {
@@ -56,38 +58,11 @@ std::optional<InputSource> parseInputSource(const std::string &name) {
 }
 
 using nlohmann::json;
-namespace {
+
+namespace reading {
 
 Status need(bool condition, const std::string &message) {
   return condition ? Status::ok() : Status::error(message);
-}
-
-/// Reads the optional field `key` of `j` into `out` (left as it is when absent), checking its
-/// JSON type: a number for double, an integer for int and int64_t, a string for std::string. The
-/// error names the field.
-template <typename T>
-Status field(const json &j, const char *key, T &out, const std::string &where) {
-  if (!j.is_object() || !j.contains(key))
-    return Status::ok();
-  const json &v = j[key];
-  bool ok = false;
-  // bool before the other integral types: it is one of them.
-  if constexpr (std::is_same_v<T, double>)
-    ok = v.is_number();
-  else if constexpr (std::is_same_v<T, bool>)
-    ok = v.is_boolean();
-  else if constexpr (std::is_integral_v<T>)
-    ok = v.is_number_integer();
-  else
-    ok = v.is_string();
-  const char *expected = std::is_same_v<T, double> ? "a number"
-                         : std::is_same_v<T, bool> ? "true or false"
-                         : std::is_integral_v<T>   ? "an integer"
-                                                   : "a string";
-  if (!ok)
-    return Status::error(where + "'" + key + "' must be " + expected + ", got " + v.dump());
-  out = v.get<T>();
-  return Status::ok();
 }
 
 Expected<std::vector<int64_t>> shapeOf(const json &j, const std::string &where) {
@@ -110,6 +85,22 @@ Expected<Precision> parsePrecision(const json &j, const std::string &where) {
   return Status::error(where + "'precision' must be float32, bfloat16 or float16, got '" + name +
                        "'");
 }
+
+/// A path in `updates` or `params`: dotted attribute names ("discriminator.head").
+bool isPath(const std::string &path) {
+  if (path.empty() || path.front() == '.' || path.back() == '.' ||
+      path.find("..") != std::string::npos)
+    return false;
+  return std::all_of(path.begin(), path.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+  });
+}
+
+} // namespace reading
+
+using namespace reading;
+
+namespace {
 
 /// 'clip_grad_norm': {"max_norm": x, "norm_type": p}, as torch.nn.utils.clip_grad_norm_.
 Status parseClip(const json &j, const std::string &where, OptimizerSpec &o) {
@@ -199,16 +190,6 @@ Status parseLossScalers(const json &j, Spec &spec) {
     spec.lossScalers[name] = scaler;
   }
   return Status::ok();
-}
-
-/// A path in `updates` or `params`: dotted attribute names ("discriminator.head").
-bool isPath(const std::string &path) {
-  if (path.empty() || path.front() == '.' || path.back() == '.' ||
-      path.find("..") != std::string::npos)
-    return false;
-  return std::all_of(path.begin(), path.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
-  });
 }
 
 Status parseOptimizer(const std::string &group, const json &j, OptimizerSpec &o) {
@@ -329,94 +310,6 @@ Status parseStages(const json &j, Spec &spec) {
     stages.list.push_back(stage);
   }
   spec.stages = stages;
-  return Status::ok();
-}
-
-/// One phase input; `where` names the phase, `hasStages` whether the spec declares stages.
-Status parseInput(const json &in, const Spec &spec, bool hasStages, const std::string &where,
-                  InputSpec &input) {
-  GANC_TRY(need(in.is_object() && in.contains("name") && in["name"].is_string(),
-                where + ": every input needs a 'name'"));
-  input.name = in["name"].get<std::string>();
-  GANC_TRY(knownKeys(in, "input", where + ": input '" + input.name + "': "));
-  std::string source;
-  GANC_TRY(field(in, "source", source, where + ": input '" + input.name + "': "));
-  const std::optional<InputSource> parsed = parseInputSource(source);
-  GANC_TRY(need(parsed.has_value(),
-                where + ": input '" + input.name + "' has source '" + source +
-                    "', expected data, labels, normal, uniform, categorical or fade"));
-  input.source = *parsed;
-  if (input.source == InputSource::Fade) {
-    GANC_TRY(need(hasStages, where + ": input '" + input.name +
-                                 "' reads the fade-in weight: declare 'stages'"));
-  } else if (input.isClassIds()) {
-    input.classes = spec.dataClasses;
-    GANC_TRY(field(in, "classes", input.classes, where + ": input '" + input.name + "': "));
-    GANC_TRY(need(input.classes > 0,
-                  where + ": input '" + input.name + "' needs 'classes' (or 'data.classes')"));
-    GANC_TRY(need(input.source != InputSource::Labels || spec.dataClasses > 0,
-                  where + ": input '" + input.name + "' reads labels: set 'data.classes'"));
-  } else if (input.source != InputSource::Data) {
-    GANC_TRY(need(in.contains("shape"),
-                  where + ": " + source + " input '" + input.name + "' needs a 'shape'"));
-    auto shape = shapeOf(in["shape"], where + ": input '" + input.name + "' shape");
-    if (!shape)
-      return shape.status();
-    input.shape = shape.take();
-  }
-  return Status::ok();
-}
-
-/// One phase: name, method, interval, the submodules it updates, its inputs.
-Status parsePhase(const json &p, const Spec &spec, bool hasStages, PhaseSpec &phase) {
-  GANC_TRY(need(p.is_object() && p.contains("name") && p["name"].is_string(),
-                "every phase needs a 'name'"));
-  phase.name = p["name"].get<std::string>();
-  std::string where = "phase '" + phase.name + "'";
-  GANC_TRY(knownKeys(p, "phase", where + ": "));
-  GANC_TRY(need(p.contains("method") && p["method"].is_string(), where + " needs a 'method'"));
-  phase.method = p["method"].get<std::string>();
-  if (p.contains("interval")) {
-    GANC_TRY(need(p["interval"].is_number_integer() && p["interval"].get<int64_t>() >= 1,
-                  where + ": 'interval' must be an integer >= 1, got " + p["interval"].dump()));
-    phase.interval = p["interval"].get<int64_t>();
-  }
-  GANC_TRY(need(p.contains("updates") && p["updates"].is_array() && !p["updates"].empty(),
-                where + ": 'updates' must list the submodules or parameters it trains"));
-  for (const json &u : p["updates"]) {
-    GANC_TRY(need(u.is_string() && isPath(u.get<std::string>()),
-                  where + ": 'updates' must hold submodule or parameter paths"));
-    phase.updates.push_back(u.get<std::string>());
-  }
-  std::set<std::string> inputNames;
-  for (const json &in : p.value("inputs", json::array())) {
-    InputSpec input;
-    GANC_TRY(parseInput(in, spec, hasStages, where, input));
-    GANC_TRY(need(inputNames.insert(input.name).second,
-                  where + ": input '" + input.name + "' is declared twice"));
-    phase.inputs.push_back(input);
-  }
-  GANC_TRY(needVersion(spec.version, p, "phase", where + ": "));
-  if (p.contains("loss_scaler")) {
-    GANC_TRY(need(p["loss_scaler"].is_string() &&
-                      spec.lossScalers.count(p["loss_scaler"].get<std::string>()) > 0,
-                  where + ": 'loss_scaler' " + p["loss_scaler"].dump() +
-                      " is not one of the spec's 'loss_scalers'"));
-    phase.lossScaler = p["loss_scaler"].get<std::string>();
-  }
-  if (p.contains("accumulate")) { // 4096 staged micro-batches: past any memory (--accumulate's)
-    const nlohmann::json &k = p["accumulate"];
-    GANC_TRY(need(k.is_number_integer() && k.get<int64_t>() >= 1 && k.get<int64_t>() <= 4096,
-                  where + ": 'accumulate' must be an integer from 1 to 4096, got " + k.dump()));
-    phase.accumulate = k.get<int64_t>();
-  }
-  phase.precision = spec.precision;
-  if (p.contains("precision")) {
-    auto precision = parsePrecision(p["precision"], where + ": ");
-    if (!precision)
-      return precision.status();
-    phase.precision = *precision;
-  }
   return Status::ok();
 }
 
@@ -553,10 +446,26 @@ Status parseInto(const json &j, Spec &spec) {
     GANC_TRY(parseStages(j["stages"], spec));
   if (j.contains("sample"))
     GANC_TRY(parseSample(j["sample"], spec));
-  return Status::ok();
+  return checkSharedValues(spec);
 }
 
 } // namespace
+
+const PhaseSpec *Spec::findPhase(const std::string &name) const {
+  for (const PhaseSpec &p : phases)
+    if (p.name == name)
+      return &p;
+  return nullptr;
+}
+
+std::vector<std::string> PhaseSpec::throughSections() const {
+  std::vector<std::string> sections;
+  for (const InputSpec &in : inputs)
+    if (in.source == InputSource::Output && !in.detach &&
+        std::find(sections.begin(), sections.end(), in.producer) == sections.end())
+      sections.push_back(in.producer);
+  return sections;
+}
 
 std::vector<std::string> Spec::updatedPaths() const {
   std::set<std::string> all;

@@ -33,6 +33,7 @@ enum class InputSource {
   Uniform,     ///< "uniform": uniform [0, 1) noise of `shape` (gradient-penalty weights)
   Categorical, ///< "categorical": random class ids
   Fade,        ///< "fade": the current stage's fade-in weight, a 0-dim tensor in [0, 1]
+  Output,      ///< "output": a tensor an earlier phase of the step computed
 };
 
 /// The spec's name of a source, and the source of a name (nullopt for an unknown one).
@@ -49,6 +50,12 @@ struct InputSpec {
   std::vector<int64_t> shape;
   /// Number of classes of labels and categorical inputs.
   int64_t classes = 0;
+  /// An `output` input: the phase that computes it and its name there ("output":
+  /// "forward.fake" is producer "forward", value "fake").
+  std::string producer, value;
+  /// An `output` input taken detached (no gradient into what computed it; the default), or
+  /// through its graph: this phase's backward continues into the section that computed it.
+  bool detach = true;
   /// Whether the input is an integer tensor of class ids.
   bool isClassIds() const {
     return source == InputSource::Labels || source == InputSource::Categorical;
@@ -94,6 +101,14 @@ struct PhaseSpec {
   Precision precision = Precision::Float32;
   /// The dynamic loss scaler the phase's loss is scaled by ("" for none).
   std::string lossScaler;
+  /// Tensors the method hands to later phases of the step, by name.
+  std::vector<std::string> outputs;
+  /// A section: a phase that trains nothing (no `updates`) and has no loss; its method
+  /// returns the values `outputs` names, computed once per step for the phases after it.
+  bool isSection() const { return updates.empty(); }
+  /// The sections whose graph this phase's backward continues into (its `output` inputs
+  /// taken with "detach": false), in input order.
+  std::vector<std::string> throughSections() const;
 };
 
 /// A dynamic loss scaler, torch.amp.GradScaler's hyper-parameters; phases naming the same
@@ -197,6 +212,8 @@ struct Spec {
   /// The JSON text as stored in the archive.
   std::string text;
 
+  /// The phase named `name`, or null.
+  const PhaseSpec *findPhase(const std::string &name) const;
   /// Every path some phase updates, sorted.
   std::vector<std::string> updatedPaths() const;
 };

@@ -118,13 +118,22 @@ std::string planSpecText(const std::string &text) {
   json spec = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!spec.is_object())
     return text; // parseSpec has refused it already
+  const json precision = spec.value("precision", json("float32"));
   for (const char *key : {"precision", "loss_scalers", "zero"})
     spec.erase(key);
   if (spec.contains("phases") && spec["phases"].is_array())
-    for (json &phase : spec["phases"])
+    for (json &phase : spec["phases"]) {
+      if (!phase.is_object())
+        continue;
+      // A section is no phase of the plan: the spec keeps its facts, its precision resolved.
+      if (phase.value("updates", json::array()).empty()) {
+        if (!phase.contains("precision"))
+          phase["precision"] = precision;
+        continue;
+      }
       for (const char *key : {"interval", "accumulate", "precision", "loss_scaler"})
-        if (phase.is_object())
-          phase.erase(key);
+        phase.erase(key);
+    }
   if (spec.contains("optimizers") && spec["optimizers"].is_object())
     for (auto &entry : spec["optimizers"].items())
       if (entry.value().is_object())

@@ -49,7 +49,8 @@ std::string specFieldsJson();
 /// The spec text a plan carries (ir::Module::spec): `json` less the keys the plan holds as
 /// phase and module attributes (each phase's interval, accumulate, precision and loss_scaler;
 /// the model-wide precision, loss_scalers, zero and every optimizer's clip_grad_norm), so each
-/// fact is written once in the plan. Compact JSON.
+/// fact is written once in the plan. Sections, which are no phases of the plan, keep theirs
+/// (their precision resolved). Compact JSON.
 std::string planSpecText(const std::string &json);
 
 } // namespace ganc::frontend

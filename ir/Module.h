@@ -105,7 +105,8 @@ struct Tensor {
 /// Where a phase input comes from at run time.
 struct PhaseInput {
   Value *value = nullptr;
-  /// "data", "labels", "normal", "uniform", "categorical" or "fade".
+  /// "data", "labels", "normal", "uniform", "categorical", "fade" or "output" (a value an
+  /// earlier phase computed, taken detached).
   std::string source;
 };
 
@@ -199,6 +200,13 @@ struct Phase {
   std::vector<ClipGradNorm> clips;
   /// The loss scaler of the phase ("" for none).
   std::string lossScaler;
+  /// The sections (phases without a loss that run earlier in the step) whose graph this
+  /// phase's backward continues into: their ops come first in the body, so the passes see
+  /// every parameter that backward reaches. The runtime runs each section once per step.
+  std::vector<std::string> through;
+  /// What the method hands to later phases of the step besides its loss (entries of the
+  /// dict of its `(loss, dict)`), taken detached.
+  std::vector<std::string> outputs;
   /// This phase's bucket caps (0: the module's); `ganc compile --bucket-cap-mb auto` sets them.
   int64_t bucketCapBytes = 0;
   int64_t firstBucketCapBytes = 0;

@@ -159,6 +159,27 @@ std::string explainAccumulate(const Phase &p) {
          "; gradients summed locally, all-reduced once, in the last backward";
 }
 
+/// 'a', 'b' and 'c'.
+std::string quotedList(const std::vector<std::string> &names) {
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i)
+    text += (i == 0 ? "'" : i + 1 == names.size() ? " and '" : ", '") + names[i] + "'";
+  return text;
+}
+
+std::string explainThrough(const Phase &p) {
+  return p.through.empty() ? ""
+                           : "backward continues into section " + quotedList(p.through) +
+                                 " (run once per step before this phase; its parameters reached "
+                                 "are used here)";
+}
+
+std::string explainOutputs(const Phase &p) {
+  return p.outputs.empty()
+             ? ""
+             : "hands " + quotedList(p.outputs) + " to later phases of the step, detached";
+}
+
 std::string explainAutocast(const Phase &p) {
   if (p.autocast.empty())
     return "";

@@ -182,6 +182,11 @@ std::vector<at::Tensor> PhaseInputs::make(const frontend::PhaseSpec &phase, int6
     case InputSource::Fade:
       inputs.push_back(fade_);
       break;
+    case InputSource::Output: {
+      const at::Tensor &value = values_.at({in.producer, in.value}).at(j);
+      inputs.push_back(in.detach ? value.detach() : value);
+      break;
+    }
     case InputSource::Labels:
       inputs.push_back(labelBatch_.at(j)->tensor());
       break;
@@ -203,6 +208,23 @@ std::vector<at::Tensor> PhaseInputs::make(const frontend::PhaseSpec &phase, int6
     }
   }
   return inputs;
+}
+
+void PhaseInputs::keepValues(const frontend::PhaseSpec &phase, int64_t micro,
+                             const c10::impl::GenericDict &values) {
+  std::map<std::string, at::Tensor> named;
+  for (const std::string &name : phase.outputs)
+    named[name] = values.at(name).toTensor();
+  keepValues(phase, micro, named);
+}
+
+void PhaseInputs::keepValues(const frontend::PhaseSpec &phase, int64_t micro,
+                             const std::map<std::string, at::Tensor> &values) {
+  for (const std::string &name : phase.outputs) {
+    std::vector<at::Tensor> &kept = values_[{phase.name, name}];
+    kept.resize(static_cast<size_t>(micro) + 1);
+    kept[static_cast<size_t>(micro)] = values.at(name);
+  }
 }
 
 void PhaseInputs::setFade(double weight) {

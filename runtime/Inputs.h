@@ -6,7 +6,10 @@
 #include "runtime/Data.h"
 #include "runtime/Setup.h"
 
+#include <map>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace ganc::runtime {
@@ -17,8 +20,19 @@ public:
   /// rank's noise generator with seed + rank.
   static Expected<std::unique_ptr<PhaseInputs>> create(const Session &session);
 
-  /// A new step: the phases that read data stage the step's next batches.
-  void beginStep() { staged_ = 0; }
+  /// A new step: the phases that read data stage the step's next batches; the values the
+  /// last step's phases handed on are dropped (with any graph they held).
+  void beginStep() {
+    staged_ = 0;
+    values_.clear();
+  }
+  /// Keeps micro-batch `micro`'s values of phase `phase` (its `outputs`, from `values`) for
+  /// the phases after it in this step. A value kept with its graph is taken detached by all
+  /// but the phase the spec says takes it through its graph.
+  void keepValues(const frontend::PhaseSpec &phase, int64_t micro,
+                  const c10::impl::GenericDict &values);
+  void keepValues(const frontend::PhaseSpec &phase, int64_t micro,
+                  const std::map<std::string, at::Tensor> &values);
   /// Before a phase runs, outside any capture: if it reads data, stages the step's batches
   /// 0..accumulate-1 that are not staged yet (micro-batch j of every phase reads the step's
   /// batch j). Returns the images staged (0 if none).
@@ -56,6 +70,8 @@ private:
   at::Tensor fade_;
   /// Batches of this step staged so far.
   size_t staged_ = 0;
+  /// The values phases handed on this step: by (phase, name), one per micro-batch.
+  std::map<std::pair<std::string, std::string>, std::vector<at::Tensor>> values_;
 };
 
 /// setUp() and PhaseInputs::create(): a rank ready to train, or to score a snapshot.

@@ -123,12 +123,22 @@ Status checkPhaseMethods(const ir::Module &plan, const frontend::Archive &archiv
     auto method = archive.module.find_method(phase->method);
     if (!method)
       return Status::error(where + "the archive has no method '" + phase->method + "'");
-    const size_t arguments = method->function().getSchema().arguments().size() - 1; // self
+    // A phase that runs through sections has their inputs in place of the values it takes.
+    size_t arguments = method->function().getSchema().arguments().size() - 1; // self
+    for (const frontend::InputSpec &in : spec ? spec->inputs : std::vector<frontend::InputSpec>())
+      arguments -= in.source == frontend::InputSource::Output && !in.detach ? 1 : 0;
+    for (const std::string &name : phase->through)
+      if (const frontend::PhaseSpec *section = archive.spec.findPhase(name))
+        arguments += section->inputs.size();
     if (arguments != phase->inputs.size())
       return Status::error(where + "method '" + phase->method + "' takes " +
                            std::to_string(arguments) + " inputs, the phase has " +
                            std::to_string(phase->inputs.size()));
   }
+  for (const frontend::PhaseSpec &section : archive.spec.phases)
+    if (section.isSection() && !archive.module.find_method(section.method))
+      return Status::error("section '" + section.name + "': the archive has no method '" +
+                           section.method + "'");
   return Status::ok();
 }
 

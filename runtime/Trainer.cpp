@@ -70,18 +70,22 @@ public:
         optimizer.beginStep(step); // the step's scheduled learning rates
       const std::string stage = enterStage(step);
       std::vector<const frontend::PhaseSpec *> due;
-      std::vector<std::string> keys;
+      std::vector<std::string> keys; // of the due phases that are not sections
       for (const frontend::PhaseSpec &phase : s_.spec().phases)
         if (step % phase.interval == 0) {
           due.push_back(&phase);
-          keys.push_back(ir::phaseKey(phase.name, stage));
+          if (!phase.isSection())
+            keys.push_back(ir::phaseKey(phase.name, stage));
         }
       s_.executor->beginStep(keys);
       int64_t images = 0;
       std::vector<PhaseOutputs> outputs;
-      for (size_t i = 0; i < due.size(); ++i) {
+      for (size_t i = 0, k = 0; i < due.size(); ++i) {
         images += inputs_.prepare(*due[i]);
-        GANC_TRY(runPhase(step, *due[i], keys[i], progress, outputs));
+        if (due[i]->isSection())
+          GANC_TRY(runSection(step, *due[i], due));
+        else
+          GANC_TRY(runPhase(step, *due[i], keys[k++], progress, outputs));
       }
       // Kept once the whole step is issued: on CUDA the executor may launch a step's phases
       // together at its last run, so their outputs are read (copied) after that.
@@ -194,6 +198,36 @@ private:
     if (dumping || (!s_.options.dumpDir.empty() && s_.sharded()))
       GANC_TRY(dumpGradients(s_, step, key, phase.name));
     outputs.push_back({phase.name, loss, s_.executor->lastStats()});
+    const auto &handed = s_.executor->lastOutputs();
+    for (size_t micro = 0; micro < handed.size() && !phase.outputs.empty(); ++micro)
+      inputs_.keepValues(phase, static_cast<int64_t>(micro), handed[micro]);
+    return Status::ok();
+  }
+
+  /// A section: its method once per micro-batch, its values kept for the phases after it.
+  /// It records the graph of what the due phase that takes its graph trains (if one is due).
+  Status runSection(int64_t step, const frontend::PhaseSpec &section,
+                    const std::vector<const frontend::PhaseSpec *> &due) {
+    const ir::Phase *taker = nullptr;
+    for (const frontend::PhaseSpec *phase : due)
+      for (const std::string &through : phase->throughSections())
+        if (through == section.name)
+          taker = s_.plan->findPhase(phase->name);
+    backend::SectionCall call;
+    call.method = section.method;
+    if (section.precision != frontend::Precision::Float32)
+      call.autocast = section.precision == frontend::Precision::BFloat16 ? "bf16" : "f16";
+    if (taker)
+      call.records = [taker](const std::string &name) { return taker->trains(name); };
+    try {
+      for (int64_t micro = 0; micro < section.accumulate; ++micro)
+        inputs_.keepValues(section, micro,
+                           s_.executor->runSection(call, inputs_.make(section, micro)));
+    } catch (const std::exception &e) {
+      return fromException(e, ErrorKind::Runtime, "")
+          .inPhase(section.name)
+          .withContext("rank " + std::to_string(s_.rank.rank) + ", step " + std::to_string(step));
+    }
     return Status::ok();
   }
 
@@ -221,7 +255,9 @@ private:
           planned = p.get();
       line << separator << phase.name << " (";
       separator = ", ";
-      if (!cuda)
+      if (phase.isSection())
+        line << "section, eager";
+      else if (!cuda)
         line << "eager";
       else if (!o.cudaGraphs)
         line << "eager, --cuda-graphs off";

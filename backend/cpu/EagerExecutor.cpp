@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -197,18 +198,45 @@ c10::IValue EagerExecutor::forward(PhaseState &state, const std::vector<at::Tens
   return module_.get_method(state.plan->method)(args);
 }
 
+c10::impl::GenericDict EagerExecutor::runSection(const SectionCall &call,
+                                                 const std::vector<at::Tensor> &inputs) {
+  bool records = false;
+  for (auto &[name, p] : parameters_) {
+    const bool use = call.records && call.records(name);
+    p.requires_grad_(use);
+    records |= use;
+  }
+  // DDP broadcasts buffers before every forward of a wrapped module; a section is one.
+  if (options_.broadcastBuffers)
+    broadcastBuffers();
+  std::optional<torch::NoGradGuard> noGrad;
+  if (!records)
+    noGrad.emplace();
+  AutocastScope autocast(options_.device.type(), call.autocast);
+  std::vector<c10::IValue> args(inputs.begin(), inputs.end());
+  return module_.get_method(call.method)(args).toGenericDict();
+}
+
 namespace {
 
 /// Splits a phase method's output into its loss and the values it logs, each detached and
-/// divided by `accumulate` (their mean over micro-batches), added into `stats`.
+/// divided by `accumulate` (their mean over micro-batches), added into `stats`; the entries
+/// `outputs` names are handed on, detached, into `handed`.
 at::Tensor splitOutput(const c10::IValue &output, int64_t accumulate,
-                       std::vector<std::pair<std::string, at::Tensor>> &stats) {
+                       const std::vector<std::string> &outputs,
+                       std::vector<std::pair<std::string, at::Tensor>> &stats,
+                       std::map<std::string, at::Tensor> &handed) {
   if (!output.isTuple())
     return output.toTensor();
   const auto &elements = output.toTupleRef().elements();
   torch::NoGradGuard noGrad;
   size_t i = 0;
   for (const auto &entry : elements.at(1).toGenericDict()) {
+    const std::string &key = entry.key().toStringRef();
+    if (std::find(outputs.begin(), outputs.end(), key) != outputs.end()) {
+      handed[key] = entry.value().toTensor().detach();
+      continue;
+    }
     at::Tensor value =
         entry.value().toTensor().detach().to(at::kFloat) / static_cast<double>(accumulate);
     if (i < stats.size())
@@ -247,7 +275,9 @@ at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
   auto start = std::chrono::steady_clock::now();
   RunTimeline *timeline = last ? state.timeline.get() : nullptr;
   try {
-    loss = splitOutput(forward(state, inputs), accumulate, lastStats_);
+    lastOutputs_.emplace_back();
+    loss = splitOutput(forward(state, inputs), accumulate, state.plan->outputs, lastStats_,
+                       lastOutputs_.back());
     if (accumulate > 1)
       loss = loss / static_cast<double>(accumulate); // the mean over micro-batches
     auto scale = options_.lossScales.find(state.plan->name);
@@ -279,6 +309,7 @@ at::Tensor EagerExecutor::run(const std::string &phase, const InputFn &inputs, c
     throw std::runtime_error("no phase '" + phase + "' in the plan");
   lastWorkSeconds_ = 0;
   lastStats_.clear();
+  lastOutputs_.clear();
   lastRun_ = RunStats();
   RunTimeline *timeline = it->second.timeline.get();
   if (timeline)

@@ -207,6 +207,7 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
                                   const StepFn &step) {
   Captured &c = *phases_.at(phase);
   lastRun_ = RunStats();
+  lastOutputs_.clear();
   if (step_) {
     // A step graph: the phases before the last only hand out their outputs (their data is
     // staged before each run() call, so the one launch comes at the last call).
@@ -227,6 +228,7 @@ at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &input
                 << std::endl;
     at::Tensor loss = eager_->run(phase, inputs, step);
     lastStats_ = eager_->lastStats();
+    lastOutputs_ = eager_->lastOutputs(); // a phase with outputs is never captured
     if (options_.profile)
       lastRun_ = eager_->timedRun(phase);
     return loss;

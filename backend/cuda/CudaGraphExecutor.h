@@ -30,6 +30,10 @@ public:
 
   void beginStep(const std::vector<std::string> &phases) override;
   at::Tensor run(const std::string &phase, const InputFn &inputs, const StepFn &step) override;
+  c10::impl::GenericDict runSection(const SectionCall &call,
+                                    const std::vector<at::Tensor> &inputs) override {
+    return eager_->runSection(call, inputs);
+  }
   std::string mode(const std::string &phase) const override;
   const PhaseReducer &reducer(const std::string &phase) const override;
   void broadcastState() override { eager_->broadcastState(); }

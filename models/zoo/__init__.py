@@ -15,6 +15,7 @@ from .cyclegan import CycleGAN, cyclegan_spec
 from .dcgan import DCGAN, training_step_spec, two_phase_spec
 from .ema import EMAGAN, ema_spec
 from .mlp import MLPDiscriminator, MLPGAN, MLPGANStats, MLPGenerator, mlp, mlp_spec
+from .pix2pix import Pix2Pix, pix2pix_spec
 from .progressive import ProgressiveGAN, progressive_spec
 from .r1 import R1GAN, r1_spec
 from .finetune import BranchGAN, TemperatureGAN, freezed_spec, temperature_spec
@@ -71,6 +72,9 @@ ZOO = {
     "mlp_branch": lambda: (BranchGAN(), mlp_spec("mlp_branch")),
     # PyTorch's own spectral norm (both APIs) and weight norm, exported by ganc.export.
     "sndcgan32": lambda: (TorchSNDCGAN(), two_phase_spec("sndcgan32", 32, [3, 32, 32], [100, 1, 1])),
+    # pix2pix as its reference loop runs: the fake computed once per step in a section, D
+    # stepped on it detached, G through it (make_data.py pairs: 16-pixel A|B pairs as channels).
+    "pix2pix": lambda: (Pix2Pix(), pix2pix_spec("pix2pix")),
 }
 
 # Full-size configurations, for benchmarks and scaling predictions on GPUs (the tests export

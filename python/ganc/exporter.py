@@ -15,15 +15,22 @@ from .tracing import rng_kept
 from .scriptable import ExportError, make_scriptable, sync_batch_norm_paths
 from .spec import SPEC_VERSION, SpecError, dumps, validate
 
-__all__ = ["export", "load_spec", "load_checkpoint", "example_inputs", "phase_methods_scripted"]
+__all__ = ["export", "load_spec", "load_checkpoint", "example_inputs", "run_phases", "phase_methods_scripted"]
 
 
-def example_inputs(spec: dict, phase: dict, batch: int | None = None) -> tuple:
-    """Tensors of the right shapes for one call of a phase method (for tracing and tests)."""
+def example_inputs(spec: dict, phase: dict, batch: int | None = None, values: dict | None = None) -> tuple:
+    """Tensors of the right shapes for one call of a phase method (for tracing and tests).
+    `values` holds what earlier phases handed on, by "phase.name" (see run_phases)."""
     batch = batch or spec["batch_size"]
     dtype = getattr(torch, spec.get("dtype", "float32"))
     out = []
     for inp in phase["inputs"]:
+        if inp["source"] == "output":
+            if values is None or inp["output"] not in values:
+                raise SpecError(f"spec: phase {phase['name']!r}: input {inp['name']!r} takes "
+                                f"{inp['output']!r}, which no earlier phase returned")
+            out.append(values[inp["output"]].detach())
+            continue
         if inp["source"] == "fade":
             out.append(torch.rand(()).to(dtype))
             continue
@@ -34,6 +41,18 @@ def example_inputs(spec: dict, phase: dict, batch: int | None = None) -> tuple:
         draw = torch.rand if inp["source"] == "uniform" else torch.randn
         out.append(draw([batch] + list(shape)).to(dtype))
     return tuple(out)
+
+
+def run_phases(model, spec: dict, batch: int | None = None):
+    """Calls every phase method of `model` once, in spec order, on example inputs, handing
+    each phase's `outputs` to the phases that take them; yields (phase, arguments, output)."""
+    values = {}
+    for phase in spec["phases"]:
+        args = example_inputs(spec, phase, batch, values)
+        out = getattr(model, phase["method"])(*args)
+        yield phase, args, out
+        handed = phase_values(out, phase)
+        values.update({f"{phase['name']}.{k}": handed[k] for k in phase.get("outputs", [])})
 
 
 @contextlib.contextmanager
@@ -128,7 +147,7 @@ def _trace_whole(model, spec, names):
     with phase_methods_scripted(model, names, script=False), fresh_types_on_failure(), \
             functions.derived(), warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        methods = {p["method"]: example_inputs(spec, p) for p in spec["phases"]}
+        methods = {p["method"]: args for p, args, _ in run_phases(model, spec)}
         # strict=False: a phase may return a dict of logged values besides its loss.
         scripted = torch.jit.trace_module(model, methods, check_trace=False, strict=False)
     _check_trace_trains(scripted, spec)
@@ -168,8 +187,9 @@ def _probe(model: torch.nn.Module, spec: dict, batch: int | None = None) -> Prob
     probe = Probe(model)
     with probe.recording(), rng_kept():
         torch.manual_seed(0)
-        for phase in spec["phases"]:
-            phase_loss(getattr(model, phase["method"])(*example_inputs(spec, phase, batch)), phase)
+        for phase, _, out in run_phases(model, spec, batch):
+            if phase["updates"]:
+                phase_loss(out, phase)
         sample = spec.get("sample")
         if sample:
             sub = model.get_submodule(sample["submodule"])
@@ -215,13 +235,27 @@ def _list_sync_batch_norms(spec: dict, gan: torch.nn.Module) -> dict:
     return dict(spec, sync_batch_norm=listed)
 
 
+def phase_values(output, phase: dict) -> dict:
+    """The dict a phase method returned besides its loss: a section's whole output, the second
+    element of `(loss, dict)`, else {}. Its `outputs` must be there."""
+    values = output if isinstance(output, dict) else (
+        output[1] if isinstance(output, tuple) and len(output) == 2 and isinstance(output[1], dict) else {})
+    missing = [k for k in phase.get("outputs", []) if not isinstance(values.get(k), torch.Tensor)]
+    if missing:
+        raise SpecError(f"spec: phase {phase['name']!r}: method {phase['method']!r} returns no tensor "
+                        f"{missing[0]!r}, one of its 'outputs'")
+    return values
+
+
 def phase_loss(output, phase: dict) -> torch.Tensor:
     """The loss of a phase method's output: the output itself, or the first element of
-    `(loss, {name: scalar tensor})`, whose values ganc logs (stats.jsonl, TensorBoard)."""
+    `(loss, {name: tensor})`, whose scalar values ganc logs (stats.jsonl, TensorBoard) and
+    whose `outputs` it hands on."""
     where = f"spec: phase {phase['name']!r}: method {phase['method']!r}"
+    outputs = set(phase.get("outputs", []))
     if isinstance(output, tuple):
         if (len(output) != 2 or not isinstance(output[1], dict)
-                or not all(isinstance(k, str) and isinstance(v, torch.Tensor) and v.numel() == 1
+                or not all(isinstance(k, str) and isinstance(v, torch.Tensor) and (v.numel() == 1 or k in outputs)
                            for k, v in output[1].items())):
             raise SpecError(f"{where} returns a tuple: it must be (loss, {{name: scalar tensor, ...}})")
         output = output[0]
@@ -243,9 +277,12 @@ def _check_trace_trains(traced, spec: dict) -> None:
     """Runs every traced phase once with autograd: a trace that recorded ops autograd cannot
     differentiate (out= variants, in-place updates of saved tensors) is refused with the cause
     now, not at `ganc compile` or at step 0."""
+    phases = run_phases(traced, spec)
     for phase in spec["phases"]:
         try:
-            phase_loss(getattr(traced, phase["method"])(*example_inputs(spec, phase)), phase).backward()
+            phase, _, out = next(phases)
+            if phase["updates"]:
+                phase_loss(out, phase).backward()
         except Exception as e:  # noqa: BLE001 - any failure means the archive cannot train
             cause = str(e).strip().splitlines()
             raise ExportError(f"ganc.export: phase {phase['name']!r}: the traced archive cannot train: "

@@ -46,7 +46,9 @@ class PhaseRunner(torch.nn.Module):
 
     def forward(self, *inputs):
         out = getattr(self.gan, self.method)(*inputs)
-        return out[0] if isinstance(out, tuple) else out  # (loss, {logged values}): the loss
+        # (loss, {name: tensor}): the loss; the dict holds logged values and handed-on outputs.
+        self.values = out[1] if isinstance(out, tuple) else {}
+        return out[0] if isinstance(out, tuple) else out
 
 
 def _optimizer(params, spec, cuda=False, zero=False):
@@ -118,10 +120,15 @@ class Inputs:
             samples = samples.contiguous(memory_format=torch.channels_last)
         return samples, labels
 
-    def for_phase(self, phase, batch, fade=1.0):
+    def for_phase(self, phase, batch, fade=1.0, values=None, micro=0):
+        """The phase's inputs; `values[(phase, name)][micro]` holds what earlier phases of
+        the step handed on (taken detached unless the input says "detach": false)."""
         out = []
         for inp in phase["inputs"]:
-            if inp["source"] == "fade":
+            if inp["source"] == "output":
+                value = values[tuple(inp["output"].rsplit(".", 1))][micro]
+                out.append(value if inp.get("detach", True) is False else value.detach())
+            elif inp["source"] == "fade":
                 out.append(torch.tensor(fade, dtype=self.dtype, device=self.device))
             elif inp["source"] == "data":
                 out.append(batch[0])
@@ -151,12 +158,12 @@ class GlobalInputs:
         labels = None if batches[0][1] is None else torch.cat([b[1] for b in batches])
         return torch.cat([b[0] for b in batches]), labels
 
-    def for_phase(self, phase, batch, fade=1.0):
+    def for_phase(self, phase, batch, fade=1.0, values=None, micro=0):
         # Each rank draws its own noise; the data batch is already the concatenation.
-        per_rank = [r.for_phase(phase, batch, fade) for r in self.ranks]
+        per_rank = [r.for_phase(phase, batch, fade, values, micro) for r in self.ranks]
         out = []
         for i, inp in enumerate(phase["inputs"]):
-            if inp["source"] in ("data", "labels", "fade"):
+            if inp["source"] in ("data", "labels", "fade", "output"):
                 out.append(per_rank[0][i])
             else:
                 out.append(torch.cat([args[i] for args in per_rank]))
@@ -304,6 +311,8 @@ class _EagerTraining:
         grad (DDP registers those parameters)."""
         runners = {}
         for phase in self.spec["phases"]:
+            if not phase.get("updates"):
+                continue  # a section: no backward of its own
             self.set_trainable(set(phase["updates"]))
             runner = PhaseRunner(self.gan, phase["method"])
             if self.reducer_of(phase) != "manual":
@@ -322,9 +331,31 @@ class _EagerTraining:
                 owner = getattr(owner, p)
             setattr(owner, leaf, index)
 
-    def backward(self, phase, inputs, batches, fade, device):
+    def section(self, phase, inputs, batches, fade, device, values, taker):
+        """A section (a phase without `updates`): its method once per micro-batch, outside any
+        DDP (it has no backward of its own), its outputs kept in `values`. The graph is
+        recorded for what `taker` (the due phase that takes it through its graph, or None)
+        trains; the backward of that phase's DDP forward reaches it and all-reduces them."""
+        self.set_trainable(set(taker["updates"]) if taker else set())
+        if self.spec.get("buffers", "local") == "broadcast":  # as DDP before a forward
+            for b in self.gan.buffers():
+                dist.broadcast(b, 0)
+        precision = phase.get("precision", self.spec.get("precision", "float32"))
+        reads_data = any(i["source"] in ("data", "labels") for i in phase["inputs"])
+        with torch.no_grad() if taker is None else contextlib.nullcontext():
+            for micro in range(phase.get("accumulate", 1)):
+                while reads_data and len(batches) <= micro:
+                    batches.append(inputs.batch())
+                args = inputs.for_phase(phase, batches[micro] if reads_data else None, fade, values, micro)
+                with autocast(device, precision):
+                    out = getattr(self.gan, phase["method"])(*args)
+                for name in phase["outputs"]:
+                    values.setdefault((phase["name"], name), []).append(out[name])
+
+    def backward(self, phase, inputs, batches, fade, device, values=None):
         """The phase's micro-batches forward and backward (the gradients all-reduced by DDP in
-        the last, or by hand for a "manual" phase); returns what the phase trains."""
+        the last, or by hand for a "manual" phase); returns what the phase trains. Its
+        `outputs` go to `values`, detached."""
         reads_data = any(i["source"] in ("data", "labels") for i in phase["inputs"])
         updates = set(phase["updates"])
         self.set_trainable(updates)
@@ -338,13 +369,16 @@ class _EagerTraining:
         for micro in range(micro_batches):
             while reads_data and len(batches) <= micro:
                 batches.append(inputs.batch())
-            args = inputs.for_phase(phase, batches[micro] if reads_data else None, fade)
+            args = inputs.for_phase(phase, batches[micro] if reads_data else None, fade, values, micro)
             # DDP's no_sync() on every micro-batch but the last: gradients accumulate
             # locally and the last backward all-reduces their sum.
             last = micro == micro_batches - 1
             with contextlib.nullcontext() if last or manual else runner.no_sync():
                 with autocast(device, precision):
                     loss = runner(*args)
+                for name in phase.get("outputs", []):
+                    handed = (runner.module if isinstance(runner, DDP) else runner).values[name]
+                    values.setdefault((phase["name"], name), []).append(handed.detach())
                 if micro_batches > 1:
                     loss = loss / micro_batches  # the mean over micro-batches
                 (scaler.scale(loss) if scaler else loss).backward()
@@ -439,10 +473,16 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
         if stages is not None:
             training.set_stage(stage_at(stages, step)[0])
             fade = fade_at(stages, step)
-        for phase in spec["phases"]:
-            if step % phase.get("interval", 1) != 0:
+        values = {}  # what phases hand on within the step, by (phase, name): one per micro-batch
+        due = [p for p in spec["phases"] if step % p.get("interval", 1) == 0]
+        for phase in due:
+            if not phase.get("updates"):
+                taker = next((p for p in due for i in p["inputs"] if i["source"] == "output"
+                              and i.get("detach", True) is False
+                              and i["output"].rsplit(".", 1)[0] == phase["name"]), None)
+                training.section(phase, inputs, batches, fade, device, values, taker)
                 continue
-            updates = training.backward(phase, inputs, batches, fade, device)
+            updates = training.backward(phase, inputs, batches, fade, device, values)
             dump = os.path.join(out_dir, f"grads_step{step}_{phase['name']}.pt") if out_dir and rank == 0 else None
             training.step(phase, updates, dump)
         training.end_step()

@@ -25,7 +25,7 @@ V2_SPEC_FIELDS = tuple(_FIELDS["version"].get("spec", {}))
 V2_PHASE_FIELDS = tuple(_FIELDS["version"].get("phase", {}))
 V2_OPTIMIZER_FIELDS = tuple(_FIELDS["version"].get("optimizer", {}))
 PRECISIONS = ("float32", "bfloat16", "float16")
-SOURCES = ("data", "labels", "normal", "uniform", "categorical", "fade")
+SOURCES = ("data", "labels", "normal", "uniform", "categorical", "fade", "output")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 BUFFER_POLICIES = ("broadcast", "local")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -278,9 +278,12 @@ def _validate_phases(spec: dict, module, v1: bool) -> set:
         phase.setdefault("interval", 1)
         _require(isinstance(phase["interval"], int) and phase["interval"] >= 1,
                  f"{where}: 'interval' must be an integer >= 1, got {phase['interval']!r}")
-        _require(isinstance(phase.get("updates"), list) and phase["updates"]
+        # A phase that trains nothing (no 'updates') is a section: it lists its 'outputs'.
+        phase.setdefault("updates", [])
+        _require(isinstance(phase["updates"], list) and (phase["updates"] or phase.get("outputs"))
                  and all(_is_path(u) for u in phase["updates"]),
-                 f"{where}: 'updates' must list the submodules or parameters the phase trains (paths)")
+                 f"{where}: 'updates' must list the submodules or parameters the phase trains (paths); "
+                 "a phase that trains nothing is a section, which lists its 'outputs'")
         for field in V2_PHASE_FIELDS:
             _require(not (v1 and field in phase), f"{where}: {field!r} is a ganc_spec 2 field; "
                                                   "set \"ganc_spec\": 2")
@@ -312,6 +315,10 @@ def _validate_phases(spec: dict, module, v1: bool) -> set:
                          f"{where}: input {inp['name']!r} needs 'classes' (or 'data.classes')")
                 _require(inp["source"] != "labels" or data.get("classes", 0) > 0,
                          f"{where}: input {inp['name']!r} reads labels: set 'data.classes'")
+            elif inp["source"] == "output":
+                _require(isinstance(inp.get("output"), str) and "." in inp["output"],
+                         f"{where}: input {inp['name']!r} takes an earlier phase's value: set 'output' "
+                         "to \"PHASE.NAME\"")
             elif inp["source"] == "fade":
                 _require("stages" in spec,
                          f"{where}: input {inp['name']!r} reads the fade-in weight: declare 'stages'")

@@ -56,7 +56,7 @@ def gradient_dumps(spec, steps, got_dir, ref_dir, ref_loader=None):
     ref_loader = ref_loader or torch.load
     for step in range(steps):
         for phase in spec["phases"]:
-            if step % phase.get("interval", 1):
+            if step % phase.get("interval", 1) or not phase.get("updates"):  # sections train nothing
                 continue
             name = f"grads_step{step}_{phase['name']}.pt"
             got = ganc.load_checkpoint(os.path.join(got_dir, name))

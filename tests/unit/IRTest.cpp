@@ -181,6 +181,8 @@ TEST(IRTest, EveryPhaseAttributeRoundTrips) {
     accumulate 2
     autocast bf16
     loss_scaler "s"
+    through [fwd]
+    outputs [fake]
     bucket_cap 1048576 first 262144
     tuned ranks 8 exposed 0.25 default 0.5
     clip_grad_norm d max_norm 1.0 norm_type inf
@@ -205,6 +207,8 @@ TEST(IRTest, EveryPhaseAttributeRoundTrips) {
   const ir::Phase &phase = *(*parsed)->phases[0];
   EXPECT_EQ(phase.interval, 4);
   EXPECT_EQ(phase.firstBucketCapBytes, 262144);
+  EXPECT_EQ(phase.through, std::vector<std::string>{"fwd"});
+  EXPECT_EQ(phase.outputs, std::vector<std::string>{"fake"});
   ASSERT_EQ(phase.clips.size(), 2u);
   EXPECT_TRUE(std::isinf(phase.clips[0].maxNorm) || std::isinf(phase.clips[0].normType));
 }

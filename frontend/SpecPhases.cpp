@@ -1,0 +1,196 @@
+// Reads the spec's phases and their inputs, and checks the values phases hand each other.
+#include "frontend/SpecReading.h"
+#include "frontend/SpecSchema.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace ganc::frontend::reading {
+
+namespace {
+
+/// One phase input; `where` names the phase, `hasStages` whether the spec declares stages.
+Status parseInput(const json &in, const Spec &spec, bool hasStages, const std::string &where,
+                  InputSpec &input) {
+  GANC_TRY(need(in.is_object() && in.contains("name") && in["name"].is_string(),
+                where + ": every input needs a 'name'"));
+  input.name = in["name"].get<std::string>();
+  const std::string at = where + ": input '" + input.name + "'";
+  GANC_TRY(knownKeys(in, "input", at + ": "));
+  GANC_TRY(needVersion(spec.version, in, "input", at + ": "));
+  std::string source;
+  GANC_TRY(field(in, "source", source, at + ": "));
+  const std::optional<InputSource> parsed = parseInputSource(source);
+  GANC_TRY(need(parsed.has_value(),
+                at + " has source '" + source +
+                    "', expected data, labels, normal, uniform, categorical, fade or output"));
+  input.source = *parsed;
+  GANC_TRY(need(input.source == InputSource::Output ||
+                    (!in.contains("output") && !in.contains("detach")),
+                at + ": 'output' and 'detach' belong to inputs of source 'output'"));
+  if (input.source == InputSource::Output) {
+    std::string output;
+    GANC_TRY(field(in, "output", output, at + ": "));
+    const size_t dot = output.rfind('.');
+    GANC_TRY(need(dot != std::string::npos && dot > 0 && dot + 1 < output.size(),
+                  at + " takes an earlier phase's value: set 'output' to \"PHASE.NAME\" "
+                       "(\"forward.fake\")"));
+    input.producer = output.substr(0, dot);
+    input.value = output.substr(dot + 1);
+    GANC_TRY(field(in, "detach", input.detach, at + ": "));
+  } else if (input.source == InputSource::Fade) {
+    GANC_TRY(need(hasStages, at + " reads the fade-in weight: declare 'stages'"));
+  } else if (input.isClassIds()) {
+    input.classes = spec.dataClasses;
+    GANC_TRY(field(in, "classes", input.classes, at + ": "));
+    GANC_TRY(need(input.classes > 0, at + " needs 'classes' (or 'data.classes')"));
+    GANC_TRY(need(input.source != InputSource::Labels || spec.dataClasses > 0,
+                  at + " reads labels: set 'data.classes'"));
+  } else if (input.source != InputSource::Data) {
+    GANC_TRY(need(in.contains("shape"),
+                  where + ": " + source + " input '" + input.name + "' needs a 'shape'"));
+    auto shape = shapeOf(in["shape"], at + " shape");
+    if (!shape)
+      return shape.status();
+    input.shape = shape.take();
+  }
+  return Status::ok();
+}
+
+/// `updates` (empty for a section) and `outputs`.
+Status parseUpdatesAndOutputs(const json &p, const std::string &where, PhaseSpec &phase) {
+  const json &updates = p.value("updates", json::array());
+  GANC_TRY(need(updates.is_array(),
+                where + ": 'updates' must list the submodules or parameters it trains"));
+  for (const json &u : updates) {
+    GANC_TRY(need(u.is_string() && isPath(u.get<std::string>()),
+                  where + ": 'updates' must hold submodule or parameter paths"));
+    phase.updates.push_back(u.get<std::string>());
+  }
+  const json &outputs = p.value("outputs", json::array());
+  GANC_TRY(need(outputs.is_array(), where + ": 'outputs' must list names"));
+  for (const json &o : outputs) {
+    GANC_TRY(need(o.is_string() && isPath(o.get<std::string>()) &&
+                      o.get<std::string>().find('.') == std::string::npos,
+                  where + ": 'outputs' must hold names (letters, digits, '_'), got " + o.dump()));
+    GANC_TRY(need(std::find(phase.outputs.begin(), phase.outputs.end(), o.get<std::string>()) ==
+                      phase.outputs.end(),
+                  where + ": output '" + o.get<std::string>() + "' is declared twice"));
+    phase.outputs.push_back(o.get<std::string>());
+  }
+  GANC_TRY(need(!phase.updates.empty() || !phase.outputs.empty(),
+                where + ": 'updates' must list the submodules or parameters it trains (a phase "
+                        "that trains nothing is a section: it lists its 'outputs')"));
+  return Status::ok();
+}
+
+} // namespace
+
+Status parsePhase(const json &p, const Spec &spec, bool hasStages, PhaseSpec &phase) {
+  GANC_TRY(need(p.is_object() && p.contains("name") && p["name"].is_string(),
+                "every phase needs a 'name'"));
+  phase.name = p["name"].get<std::string>();
+  std::string where = "phase '" + phase.name + "'";
+  GANC_TRY(knownKeys(p, "phase", where + ": "));
+  GANC_TRY(need(p.contains("method") && p["method"].is_string(), where + " needs a 'method'"));
+  phase.method = p["method"].get<std::string>();
+  if (p.contains("interval")) {
+    GANC_TRY(need(p["interval"].is_number_integer() && p["interval"].get<int64_t>() >= 1,
+                  where + ": 'interval' must be an integer >= 1, got " + p["interval"].dump()));
+    phase.interval = p["interval"].get<int64_t>();
+  }
+  GANC_TRY(needVersion(spec.version, p, "phase", where + ": "));
+  GANC_TRY(parseUpdatesAndOutputs(p, where, phase));
+  std::set<std::string> inputNames;
+  for (const json &in : p.value("inputs", json::array())) {
+    InputSpec input;
+    GANC_TRY(parseInput(in, spec, hasStages, where, input));
+    GANC_TRY(need(inputNames.insert(input.name).second,
+                  where + ": input '" + input.name + "' is declared twice"));
+    phase.inputs.push_back(input);
+  }
+  if (p.contains("loss_scaler")) {
+    GANC_TRY(need(!phase.isSection(), where + ": a section has no loss to scale"));
+    GANC_TRY(need(p["loss_scaler"].is_string() &&
+                      spec.lossScalers.count(p["loss_scaler"].get<std::string>()) > 0,
+                  where + ": 'loss_scaler' " + p["loss_scaler"].dump() +
+                      " is not one of the spec's 'loss_scalers'"));
+    phase.lossScaler = p["loss_scaler"].get<std::string>();
+  }
+  if (p.contains("accumulate")) { // 4096 staged micro-batches: past any memory (--accumulate's)
+    const nlohmann::json &k = p["accumulate"];
+    GANC_TRY(need(k.is_number_integer() && k.get<int64_t>() >= 1 && k.get<int64_t>() <= 4096,
+                  where + ": 'accumulate' must be an integer from 1 to 4096, got " + k.dump()));
+    phase.accumulate = k.get<int64_t>();
+  }
+  phase.precision = spec.precision;
+  if (p.contains("precision")) {
+    auto precision = parsePrecision(p["precision"], where + ": ");
+    if (!precision)
+      return precision.status();
+    phase.precision = *precision;
+  }
+  return Status::ok();
+}
+
+Status checkSharedValues(const Spec &spec) {
+  std::map<std::string, std::string> takenThrough; // section -> the phase taking its graph
+  std::set<std::pair<std::string, std::string>> taken;
+  for (size_t i = 0; i < spec.phases.size(); ++i) {
+    const PhaseSpec &phase = spec.phases[i];
+    const std::string where = "phase '" + phase.name + "'";
+    for (const InputSpec &in : phase.inputs) {
+      if (in.source != InputSource::Output)
+        continue;
+      const std::string at =
+          where + ": input '" + in.name + "' takes '" + in.producer + "." + in.value + "'";
+      auto producer = std::find_if(spec.phases.begin(), spec.phases.begin() + i,
+                                   [&](const PhaseSpec &p) { return p.name == in.producer; });
+      GANC_TRY(need(producer != spec.phases.begin() + i,
+                    at + ", but no phase before it is named '" + in.producer +
+                        "' (phases run in the spec's order)"));
+      GANC_TRY(need(std::count(producer->outputs.begin(), producer->outputs.end(), in.value) > 0,
+                    at + ", which is not one of phase '" + in.producer + "''s 'outputs'"));
+      GANC_TRY(need(phase.interval % producer->interval == 0,
+                    at + ": it runs every " + std::to_string(phase.interval) + " steps, '" +
+                        in.producer + "' every " + std::to_string(producer->interval) +
+                        ", so the value is not computed on every step that takes it"));
+      GANC_TRY(need(phase.accumulate == producer->accumulate,
+                    at +
+                        ": micro-batch j takes the producer's micro-batch j, so both need the "
+                        "same 'accumulate' (" +
+                        std::to_string(phase.accumulate) + " and " +
+                        std::to_string(producer->accumulate) + ")"));
+      taken.insert({in.producer, in.value});
+      if (in.detach)
+        continue;
+      GANC_TRY(need(producer->isSection(),
+                    at + " through its graph, but '" + in.producer +
+                        "' trains and has run its backward: take it detached, or compute it in "
+                        "a section (a phase without 'updates')"));
+      GANC_TRY(need(!phase.isSection(),
+                    at + " through its graph: a section has no backward (take it detached)"));
+      auto [other, first] = takenThrough.emplace(in.producer, phase.name);
+      GANC_TRY(need(first || other->second == phase.name,
+                    at + " through its graph, which phase '" + other->second +
+                        "' takes through its graph already (one backward per graph)"));
+    }
+  }
+  for (const PhaseSpec &phase : spec.phases) {
+    const std::string where = "phase '" + phase.name + "'";
+    for (const std::string &output : phase.outputs)
+      GANC_TRY(need(taken.count({phase.name, output}) > 0,
+                    where + ": output '" + output + "' is taken by no later phase"));
+    if (!phase.isSection() && phase.outputs.empty())
+      continue;
+    GANC_TRY(need(!spec.stages, where + ": values handed between phases ('outputs') are not "
+                                        "supported with 'stages' yet"));
+    GANC_TRY(need(!phase.isSection() || spec.syncBatchNorm.empty(),
+                  where + ": a section (a phase without 'updates') is not supported with "
+                          "'sync_batch_norm' yet"));
+  }
+  return Status::ok();
+}
+
+} // namespace ganc::frontend::reading
