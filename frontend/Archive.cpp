@@ -301,7 +301,11 @@ Expected<Archive> loadArchive(const std::string &path, const std::string &planSp
   }
   if (archive.spec.stages)
     GANC_TRY(checkStages(archive));
-  if (archive.spec.sample) {
+  if (archive.spec.sample && !archive.spec.sample->method.empty() &&
+      !archive.module.find_method(archive.spec.sample->method))
+    return Status::error(path + ": sample method '" + archive.spec.sample->method +
+                         "' does not exist (export it with the phases: ganc.export does)");
+  if (archive.spec.sample && archive.spec.sample->method.empty()) {
     auto slot = archive.module._ivalue()->type()->findAttributeSlot(archive.spec.sample->submodule);
     if (!slot)
       return Status::error(path + ": sample submodule '" + archive.spec.sample->submodule +

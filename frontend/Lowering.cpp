@@ -575,6 +575,7 @@ Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive) {
       synchronised.insert(lowering.syncRewritten_.begin(), lowering.syncRewritten_.end());
     }
   }
+  GANC_TRY(checkControllersLogged(archive).inFile(archive.path));
   for (const std::string &sub : archive.spec.syncBatchNorm)
     if (!synchronised.count(sub))
       return Status::error("ganc.json: 'sync_batch_norm' names '" + sub +

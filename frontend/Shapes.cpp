@@ -27,6 +27,8 @@ c10::ScalarType inputScalarType(const Spec &spec) {
 namespace jit = torch::jit;
 
 at::Tensor exampleInput(const Spec &spec, const InputSpec &input, int64_t batch) {
+  if (input.source == InputSource::Controller)
+    return torch::full({}, spec.controllers.at(input.controller).initial).to(inputScalarType(spec));
   if (input.source == InputSource::Fade)
     return torch::rand({}).to(inputScalarType(spec));
   if (input.isClassIds())
@@ -112,6 +114,26 @@ Expected<at::Tensor> exampleOutput(Archive &archive, const InputSpec &input) {
     return values.status().inPhase(producer->name);
   GANC_TRY(checkValues(*values, *producer).inPhase(producer->name));
   return values->at(input.value).toTensor().detach();
+}
+
+Status checkControllersLogged(Archive &archive) {
+  for (const auto &[controller, c] : archive.spec.controllers) {
+    const PhaseSpec &phase = *archive.spec.findPhase(c.phase);
+    auto output = runOnExamples(archive, phase);
+    if (!output)
+      return output.status();
+    auto values = returnedValues(*output, phase.method);
+    if (!values)
+      return values.status().inPhase(phase.name);
+    auto it = values->find(c.statistic);
+    if (it == values->end() || !it->value().isTensor() || it->value().toTensor().numel() != 1)
+      return Status::error("controller '" + controller + "' reads '" + c.statistic +
+                           "', which method '" + phase.method +
+                           "' does not log (return (loss, {\"" + c.statistic +
+                           "\": scalar tensor, ...}))")
+          .inPhase(phase.name);
+  }
+  return Status::ok();
 }
 
 Status checkSection(Archive &archive, const PhaseSpec &section) {

@@ -32,6 +32,10 @@ Expected<at::Tensor> exampleOutput(Archive &archive, const InputSpec &input);
 /// a tensor for each of its outputs, any other key a scalar (logged).
 Status checkSection(Archive &archive, const PhaseSpec &section);
 
+/// Runs the phase each controller reads once on example inputs: it must log the controller's
+/// statistic as a scalar.
+Status checkControllersLogged(Archive &archive);
+
 /// The type of every top-level tensor value of `graph` (the phase's method, called with
 /// `self` and the phase inputs) and of its inputs, from one run on example inputs of the
 /// spec's batch size. Checks that the method returns one scalar loss tensor (or (loss,

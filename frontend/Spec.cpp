@@ -26,6 +26,7 @@ constexpr std::pair<InputSource, const char *> kSources[] = {
     {InputSource::Categorical, "categorical"},
     {InputSource::Fade, "fade"},
     {InputSource::Output, "output"},
+    {InputSource::Controller, "controller"},
 };
 
 constexpr std::pair<Precision, const char *> kPrecisions[] = {
@@ -334,22 +335,6 @@ Status parseEma(const json &e, Spec &spec) {
   return Status::ok();
 }
 
-/// What the sample grid draws from ('sample').
-Status parseSample(const json &s, Spec &spec) {
-  GANC_TRY(need(s.is_object() && s.contains("submodule") && s.contains("noise_shape"),
-                "'sample' needs 'submodule' and 'noise_shape'"));
-  GANC_TRY(knownKeys(s, "sample", "'sample': "));
-  SampleSpec sample;
-  sample.submodule = s["submodule"].get<std::string>();
-  auto shape = shapeOf(s["noise_shape"], "'sample.noise_shape'");
-  if (!shape)
-    return shape.status();
-  sample.noiseShape = shape.take();
-  GANC_TRY(field(s, "classes", sample.classes, "'sample': "));
-  spec.sample = sample;
-  return Status::ok();
-}
-
 /// The model-wide training-step fields (version 2): precision, loss_scalers, sync_batch_norm,
 /// non_finite, zero.
 Status parseModelWideTrainingStep(const json &j, Spec &spec) {
@@ -446,6 +431,9 @@ Status parseInto(const json &j, Spec &spec) {
     GANC_TRY(parseStages(j["stages"], spec));
   if (j.contains("sample"))
     GANC_TRY(parseSample(j["sample"], spec));
+  if (j.contains("controllers"))
+    GANC_TRY(parseControllers(j["controllers"], spec));
+  GANC_TRY(checkControllerInputs(spec));
   return checkSharedValues(spec);
 }
 

@@ -34,6 +34,7 @@ enum class InputSource {
   Categorical, ///< "categorical": random class ids
   Fade,        ///< "fade": the current stage's fade-in weight, a 0-dim tensor in [0, 1]
   Output,      ///< "output": a tensor an earlier phase of the step computed
+  Controller,  ///< "controller": a controller's value (ADA's p), a 0-dim tensor
 };
 
 /// The spec's name of a source, and the source of a name (nullopt for an unknown one).
@@ -56,6 +57,8 @@ struct InputSpec {
   /// An `output` input taken detached (no gradient into what computed it; the default), or
   /// through its graph: this phase's backward continues into the section that computed it.
   bool detach = true;
+  /// A `controller` input: the controller's name.
+  std::string controller;
   /// Whether the input is an integer tensor of class ids.
   bool isClassIds() const {
     return source == InputSource::Labels || source == InputSource::Categorical;
@@ -159,11 +162,36 @@ struct OptimizerSpec {
   std::optional<LrScheduleSpec> schedule;
 };
 
+/// What the sample grid draws: a submodule's forward on fixed noise, or a method of the GAN on
+/// the inputs it names.
 struct SampleSpec {
   std::string submodule;
   std::vector<int64_t> noiseShape;
   /// > 0: a class-conditional submodule, called with (z, labels), labels cycling 0..classes-1.
   int64_t classes = 0;
+  /// Instead: a method of the GAN ("sample_rows") called with `inputs` (fixed noise, class ids
+  /// cycling through the classes, the data set's first samples and their labels); it returns
+  /// images, or a tuple of image batches that the grid shows side by side, a row per sample.
+  std::string method;
+  std::vector<InputSpec> inputs;
+  /// Run in training mode (pix2pix draws with dropout on), its buffers restored afterwards;
+  /// false: eval mode.
+  bool train = false;
+};
+
+/// A value adjusted during training from what a phase logs and fed to phases as an input:
+/// StyleGAN2-ADA's augmentation probability (type "ada"). Every `interval` steps, with the
+/// mean m of the phase's logged `statistic` since the last adjustment over every rank,
+/// p = max(0, p + sign(m - target) * images / (speedKimg * 1000)), images being the
+/// interval's images over every rank.
+struct ControllerSpec {
+  std::string type = "ada";
+  std::string phase;
+  std::string statistic;
+  double target = 0.6;
+  int64_t interval = 4;
+  double speedKimg = 500;
+  double initial = 0;
 };
 
 /// An exponential moving average of a trained submodule, kept in a frozen copy of it.
@@ -209,6 +237,8 @@ struct Spec {
   std::optional<SampleSpec> sample;
   std::optional<EmaSpec> ema;
   std::optional<StagesSpec> stages;
+  /// Controllers by name ("controllers").
+  std::map<std::string, ControllerSpec> controllers;
   /// The JSON text as stored in the archive.
   std::string text;
 

@@ -29,7 +29,11 @@ Status parseInput(const json &in, const Spec &spec, bool hasStages, const std::s
   GANC_TRY(need(input.source == InputSource::Output ||
                     (!in.contains("output") && !in.contains("detach")),
                 at + ": 'output' and 'detach' belong to inputs of source 'output'"));
-  if (input.source == InputSource::Output) {
+  GANC_TRY(need((input.source == InputSource::Controller) == in.contains("controller"),
+                at + ": an input of source 'controller' names its 'controller', and only it"));
+  if (input.source == InputSource::Controller) {
+    GANC_TRY(field(in, "controller", input.controller, at + ": "));
+  } else if (input.source == InputSource::Output) {
     std::string output;
     GANC_TRY(field(in, "output", output, at + ": "));
     const size_t dot = output.rfind('.');
@@ -131,6 +135,88 @@ Status parsePhase(const json &p, const Spec &spec, bool hasStages, PhaseSpec &ph
       return precision.status();
     phase.precision = *precision;
   }
+  return Status::ok();
+}
+
+Status parseSample(const json &s, Spec &spec) {
+  GANC_TRY(need(s.is_object(), "'sample' must be an object"));
+  GANC_TRY(knownKeys(s, "sample", "'sample': "));
+  GANC_TRY(needVersion(spec.version, s, "sample", "'sample': "));
+  SampleSpec sample;
+  const bool method = s.contains("method");
+  GANC_TRY(need(method != (s.contains("submodule") || s.contains("noise_shape")),
+                "'sample' needs 'submodule' and 'noise_shape' (a generator on noise) or "
+                "'method' and 'inputs' (a method of the GAN), not both"));
+  std::string mode = "eval";
+  GANC_TRY(field(s, "mode", mode, "'sample': "));
+  GANC_TRY(need(mode == "eval" || mode == "train",
+                "'sample': 'mode' must be eval or train, got '" + mode + "'"));
+  sample.train = mode == "train";
+  if (method) {
+    GANC_TRY(field(s, "method", sample.method, "'sample': "));
+    GANC_TRY(need(s.contains("inputs") && s["inputs"].is_array(),
+                  "'sample': 'method' needs 'inputs', the method's arguments in order"));
+    for (const json &in : s["inputs"]) {
+      InputSpec input;
+      GANC_TRY(parseInput(in, spec, false, "'sample'", input));
+      GANC_TRY(need(input.source != InputSource::Output && input.source != InputSource::Controller,
+                    "'sample': input '" + input.name +
+                        "': the grid's inputs are data, labels, normal, uniform or categorical"));
+      sample.inputs.push_back(input);
+    }
+    spec.sample = sample;
+    return Status::ok();
+  }
+  GANC_TRY(need(s.contains("submodule") && s.contains("noise_shape"),
+                "'sample' needs 'submodule' and 'noise_shape'"));
+  GANC_TRY(field(s, "submodule", sample.submodule, "'sample': "));
+  auto shape = shapeOf(s["noise_shape"], "'sample.noise_shape'");
+  if (!shape)
+    return shape.status();
+  sample.noiseShape = shape.take();
+  GANC_TRY(field(s, "classes", sample.classes, "'sample': "));
+  spec.sample = sample;
+  return Status::ok();
+}
+
+Status parseControllers(const json &j, Spec &spec) {
+  GANC_TRY(need(j.is_object(), "'controllers' must map names to controllers"));
+  GANC_TRY(need(spec.version >= 2, "'controllers' is a ganc_spec 2 field; set \"ganc_spec\": 2"));
+  for (const auto &[name, c] : j.items()) {
+    const std::string where = "controller '" + name + "': ";
+    GANC_TRY(need(c.is_object(), where + "must be an object"));
+    GANC_TRY(knownKeys(c, "controller", where));
+    ControllerSpec controller;
+    GANC_TRY(field(c, "type", controller.type, where));
+    GANC_TRY(
+        need(controller.type == "ada",
+             where + "'type' must be ada (StyleGAN2-ADA's rule), got '" + controller.type + "'"));
+    GANC_TRY(field(c, "phase", controller.phase, where));
+    GANC_TRY(field(c, "statistic", controller.statistic, where));
+    GANC_TRY(field(c, "target", controller.target, where));
+    GANC_TRY(field(c, "interval", controller.interval, where));
+    GANC_TRY(field(c, "speed_kimg", controller.speedKimg, where));
+    GANC_TRY(field(c, "initial", controller.initial, where));
+    const PhaseSpec *phase = spec.findPhase(controller.phase);
+    GANC_TRY(need(phase && !phase->isSection(),
+                  where + "'phase' must name a phase that trains and logs the statistic, got '" +
+                      controller.phase + "'"));
+    GANC_TRY(need(!controller.statistic.empty(),
+                  where + "'statistic' must name a value phase '" + controller.phase + "' logs"));
+    GANC_TRY(need(controller.interval >= 1, where + "'interval' must be an integer >= 1"));
+    GANC_TRY(need(controller.speedKimg > 0, where + "'speed_kimg' must be > 0"));
+    GANC_TRY(need(controller.initial >= 0, where + "'initial' must be >= 0"));
+    spec.controllers[name] = controller;
+  }
+  return Status::ok();
+}
+
+Status checkControllerInputs(const Spec &spec) {
+  for (const PhaseSpec &phase : spec.phases)
+    for (const InputSpec &in : phase.inputs)
+      GANC_TRY(need(in.source != InputSource::Controller || spec.controllers.count(in.controller),
+                    "phase '" + phase.name + "': input '" + in.name + "' reads controller '" +
+                        in.controller + "', which 'controllers' does not declare"));
   return Status::ok();
 }
 

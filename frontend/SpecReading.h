@@ -55,6 +55,12 @@ bool isPath(const std::string &path);
 /// One phase: name, method, interval, what it trains, its inputs and outputs, its
 /// training-step fields. `hasStages`: whether the spec declares stages.
 Status parsePhase(const json &p, const Spec &spec, bool hasStages, PhaseSpec &phase);
+/// What the sample grid draws ('sample'): a submodule on noise, or a method on inputs.
+Status parseSample(const json &s, Spec &spec);
+/// The controllers ('controllers'), once the phases are read.
+Status parseControllers(const json &j, Spec &spec);
+/// Every `controller` input names a controller.
+Status checkControllerInputs(const Spec &spec);
 /// The values phases hand each other within a step (`outputs`, `output` inputs): each is
 /// computed by an earlier phase that runs whenever its taker does, with as many
 /// micro-batches; a graph is taken by one phase only, from a section.

@@ -155,6 +155,26 @@ c10::impl::GenericDict gatherOptimizerState(Session &s, const Optimizer &optimiz
 
 namespace {
 
+/// A checkpoint is never written from weights that are not finite: the last good one stays.
+/// One device reduction per parameter, one host read for all of them.
+Status checkWeightsFinite(Session &s, int64_t step) {
+  std::vector<std::string> names;
+  std::vector<at::Tensor> finite;
+  for (const auto &p : s.module().named_parameters(true)) {
+    names.push_back(p.name);
+    finite.push_back(p.value.isfinite().all());
+  }
+  if (finite.empty())
+    return Status::ok();
+  at::Tensor flags = torch::stack(finite).cpu();
+  for (size_t i = 0; i < names.size(); ++i)
+    if (!flags[static_cast<int64_t>(i)].item<bool>())
+      return Status::failure("step " + std::to_string(step) + ": parameter '" + names[i] +
+                             "' is not finite; checkpoint.pt was not written (the last one "
+                             "is left as it was)");
+  return Status::ok();
+}
+
 /// A checkpoint's bytes for `step` steps done (rank 0; empty elsewhere). Every rank takes part.
 Expected<std::vector<char>> checkpointBytes(Session &s, PhaseInputs &inputs, int64_t step) {
   std::vector<at::Tensor> noise = gatherStates(s, inputs.noise());
@@ -169,22 +189,7 @@ Expected<std::vector<char>> checkpointBytes(Session &s, PhaseInputs &inputs, int
     optimizers.insert(sub, s.sharded() ? gatherOptimizerState(s, opt) : opt.stateDict());
   if (!s.isRankZero())
     return std::vector<char>();
-  // A checkpoint is never written from weights that are not finite: the last good one stays.
-  // One device reduction per parameter, one host read for all of them.
-  std::vector<std::string> names;
-  std::vector<at::Tensor> finite;
-  for (const auto &p : s.module().named_parameters(true)) {
-    names.push_back(p.name);
-    finite.push_back(p.value.isfinite().all());
-  }
-  if (!finite.empty()) {
-    at::Tensor flags = torch::stack(finite).cpu();
-    for (size_t i = 0; i < names.size(); ++i)
-      if (!flags[static_cast<int64_t>(i)].item<bool>())
-        return Status::failure("step " + std::to_string(step) + ": parameter '" + names[i] +
-                               "' is not finite; checkpoint.pt was not written (the last one "
-                               "is left as it was)");
-  }
+  GANC_TRY(checkWeightsFinite(s, step));
   c10::impl::GenericDict ckpt = makeDict();
   ckpt.insert("format", std::string("ganc-checkpoint"));
   ckpt.insert("version", int64_t{1});
@@ -212,6 +217,12 @@ Expected<std::vector<char>> checkpointBytes(Session &s, PhaseInputs &inputs, int
   for (const auto &[name, scaler] : s.lossScalers)
     scalers.insert(name, scaler.stateDict());
   ckpt.insert("loss_scalers", scalers);
+  if (!s.controllers.empty()) {
+    c10::impl::GenericDict controllers = makeDict();
+    for (const auto &[name, controller] : s.controllers)
+      controllers.insert(name, controller.stateDict());
+    ckpt.insert("controllers", controllers);
+  }
   c10::impl::GenericDict rng = makeDict();
   rng.insert("noise", c10::List<at::Tensor>(noise));
   if (!phase.empty())
@@ -326,6 +337,19 @@ Status checkContents(const Session &s, const c10::impl::GenericDict &ckpt,
     if (!ckpt.contains("loss_scalers") || !ckpt.at("loss_scalers").isGenericDict() ||
         !ckpt.at("loss_scalers").toGenericDict().contains(name))
       return Status::error(where + "has no state for loss scaler '" + name + "'");
+  for (const auto &[name, controller] : s.controllers) {
+    const bool kept = ckpt.contains("controllers") && ckpt.at("controllers").isGenericDict() &&
+                      ckpt.at("controllers").toGenericDict().contains(name);
+    const c10::IValue state =
+        kept ? ckpt.at("controllers").toGenericDict().at(name) : c10::IValue();
+    if (!kept || !state.isGenericDict() || !state.toGenericDict().contains("value") ||
+        !state.toGenericDict().contains("totals") ||
+        !state.toGenericDict().contains("interval_images") ||
+        !state.toGenericDict().at("value").isTensor() ||
+        !state.toGenericDict().at("totals").isTensor() ||
+        state.toGenericDict().at("totals").toTensor().numel() != 2)
+      return Status::error(where + "has no state for controller '" + name + "'");
+  }
   return Status::ok();
 }
 
@@ -407,6 +431,8 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
   }
   for (auto &[name, scaler] : s.lossScalers)
     scaler.loadStateDict(ckpt.at("loss_scalers").toGenericDict().at(name).toGenericDict());
+  for (auto &[name, controller] : s.controllers)
+    controller.loadStateDict(ckpt.at("controllers").toGenericDict().at(name).toGenericDict());
   // On another number of ranks, the ranks the checkpoint had continue their noise and their
   // local buffers; a new rank starts its own (seed + rank) stream with rank 0's buffers, and
   // the data position carries over as the samples the epoch has used. Weights and optimizer

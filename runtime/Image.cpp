@@ -34,9 +34,10 @@ at::Tensor scatter(const at::Tensor &points) {
   return canvas;
 }
 
-at::Tensor grid(const at::Tensor &samples) {
+at::Tensor grid(const at::Tensor &samples, int64_t columns) {
   const int64_t n = samples.size(0), c = samples.size(1), h = samples.size(2), w = samples.size(3);
-  const int64_t cols = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n))));
+  const int64_t cols =
+      columns > 0 ? columns : static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n))));
   const int64_t rows = (n + cols - 1) / cols, pad = 2;
   at::Tensor canvas = torch::zeros({3, rows * (h + pad) + pad, cols * (w + pad) + pad});
   at::Tensor images = ((samples.to(torch::kFloat32).clamp(-1, 1) + 1) * 127.5);
@@ -51,13 +52,13 @@ at::Tensor grid(const at::Tensor &samples) {
 
 } // namespace
 
-Status writeSampleGrid(const at::Tensor &samples, const std::string &path) {
+Status writeSampleGrid(const at::Tensor &samples, const std::string &path, int64_t columns) {
   at::Tensor s = samples.detach().cpu();
   at::Tensor image;
   if (s.dim() == 2 && s.size(1) == 2)
     image = scatter(s);
   else if (s.dim() == 4 && (s.size(1) == 1 || s.size(1) == 3))
-    image = grid(s);
+    image = grid(s, columns);
   else
     return Status::error("samples of shape " + c10::str(s.sizes()) +
                          " are neither images nor 2-D points");

@@ -9,9 +9,9 @@
 
 namespace ganc::runtime {
 
-/// `samples` is [N, C, H, W] (C = 1 or 3) in [-1, 1]; writes a near-square grid to `path`
-/// through a temporary file and a rename. Samples that are not images (e.g. 2-D points) are
-/// drawn as a scatter plot instead.
-Status writeSampleGrid(const at::Tensor &samples, const std::string &path);
+/// `samples` is [N, C, H, W] (C = 1 or 3) in [-1, 1]; writes a grid of `columns` images a
+/// row (0: near-square) to `path` through a temporary file and a rename. Samples that are not
+/// images (e.g. 2-D points) are drawn as a scatter plot instead.
+Status writeSampleGrid(const at::Tensor &samples, const std::string &path, int64_t columns = 0);
 
 } // namespace ganc::runtime

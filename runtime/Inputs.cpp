@@ -182,6 +182,9 @@ std::vector<at::Tensor> PhaseInputs::make(const frontend::PhaseSpec &phase, int6
     case InputSource::Fade:
       inputs.push_back(fade_);
       break;
+    case InputSource::Controller:
+      inputs.push_back(session_.controllers.at(in.controller).value());
+      break;
     case InputSource::Output: {
       const at::Tensor &value = values_.at({in.producer, in.value}).at(j);
       inputs.push_back(in.detach ? value.detach() : value);

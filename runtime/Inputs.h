@@ -52,6 +52,8 @@ public:
   /// The data set as loaded ([N, *data shape], on the CPU; undefined without data). With the
   /// spec's xflip its second half is the first mirrored.
   const at::Tensor &dataset() const { return data_; }
+  /// The data set's labels, as dataset() (undefined without labels).
+  const at::Tensor &labels() const { return labels_; }
   /// Samples in the data set before any mirroring.
   int64_t distinctSamples() const { return distinct_; }
   /// The data order (null without data), for checkpoints.

@@ -121,9 +121,12 @@ Expected<std::unique_ptr<Metrics>> Metrics::create(Session &s, const PhaseInputs
     m->metrics_.push_back(*spec);
   }
   const frontend::Spec &spec = s.spec();
-  if (!spec.sample)
-    return Status::error("--metrics: the spec has no `sample` entry; the metrics score the "
-                         "generator the sample grid calls (spec `sample`: submodule, noise_shape)");
+  if (!spec.sample || !spec.sample->method.empty())
+    return Status::error(
+        std::string("--metrics: the spec's `sample` ") +
+        (spec.sample ? "calls method '" + spec.sample->method + "'" : "is missing") +
+        "; the metrics score a generator on noise (spec `sample`: submodule, "
+        "noise_shape)");
   if (!inputs.dataset().defined())
     return Status::error("--metrics compares with the real images: the spec's phases read no "
                          "data (--data)");

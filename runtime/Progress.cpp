@@ -387,6 +387,8 @@ void Progress::logLine(int64_t done, const std::vector<double> &moments,
     record["LR/" + group] = optimizer.lr();
   for (const auto &[name, scaler] : session_.lossScalers)
     record["LossScale/" + name] = scaler.scale().item<double>();
+  for (const auto &[name, controller] : session_.controllers)
+    record["Controller/" + name] = controller.value().item<double>();
   record["Progress/img_per_sec"] = imagesPerSecond;
   record["Progress/kimg"] = static_cast<double>(session_.imagesSeen) / 1000.0;
   record["Timing/sec_per_step"] = stepTime;

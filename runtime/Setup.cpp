@@ -488,6 +488,8 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
   GANC_TRY(replanRecipe(*s));
   for (const ir::LossScaler &l : s->plan->lossScalers)
     s->lossScalers.emplace(l.name, LossScaler(l, s->device));
+  for (const auto &[name, c] : s->spec().controllers)
+    s->controllers.emplace(name, Controller(c, s->device, s->inputType));
   GANC_TRY(createExecutor(*s));
   s->executor->broadcastState();
 

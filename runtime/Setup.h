@@ -5,6 +5,7 @@
 #include "backend/Executor.h"
 #include "frontend/Frontend.h"
 #include "ir/Module.h"
+#include "runtime/Controller.h"
 #include "runtime/Distributed.h"
 #include "runtime/LossScaler.h"
 #include "runtime/Optimizer.h"
@@ -33,6 +34,8 @@ struct Session {
   std::map<std::string, Optimizer> optimizers;
   /// The plan's dynamic loss scalers by name.
   std::map<std::string, LossScaler> lossScalers;
+  /// The spec's controllers (ADA's p) by name.
+  std::map<std::string, Controller> controllers;
   /// The optimizer group that steps each used parameter.
   std::map<std::string, std::string> groupOf;
   /// Each parameter's position in the model's parameter order.

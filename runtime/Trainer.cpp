@@ -92,14 +92,18 @@ public:
       for (const PhaseOutputs &out : outputs) {
         progress.addLoss(step, out.phase, out.loss);
         progress.addStats(out.phase, out.stats);
+        for (auto &[name, controller] : s_.controllers)
+          controller.observe(out.phase, out.stats);
       }
+      for (auto &[name, controller] : s_.controllers) // ADA's p, after the step
+        controller.endStep(step + 1, images * s_.rank.worldSize, *s_.group.backend);
       if (ema_)
         ema_->update();
       const int64_t done = step + 1, imagesBefore = s_.imagesSeen;
       const bool last = done == o.steps;
       GANC_TRY(progress.endStep(done, images));
       if (o.sampleEvery > 0 && (done % o.sampleEvery == 0 || last))
-        GANC_TRY(writeSamples(s_, done, last));
+        GANC_TRY(writeSamples(s_, inputs_, done, last));
       // Metrics before the step's checkpoint, which then holds the best snapshot's record.
       bool best = false;
       if (metrics_ && metrics_->due(imagesBefore, s_.imagesSeen, last))
@@ -320,7 +324,7 @@ Status prepare(const TrainOptions &options, std::unique_ptr<Session> &session,
       GANC_TRY(truncateHistory(options.outDir, firstStep));
   }
   GANC_TRY(checkRanksStartAlike(*session, firstStep));
-  GANC_TRY(checkSampler(*session));
+  GANC_TRY(checkSampler(*session, *inputs));
   auto scored = Metrics::create(*session, *inputs); // after the resume: its best snapshot
   if (!scored)
     return scored.status();

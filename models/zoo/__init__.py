@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from .augment import AugmentedDCGAN
+from .augment import ADADCGAN, AugmentedDCGAN, ada_spec
 from .biggan import BigGAN, biggan_spec
 from .conditional import ConditionalDCGAN, conditional_spec
 from .cyclegan import CycleGAN, cyclegan_spec
+from .cyclegan_pool import CycleGANPool, cyclegan_pool_spec
 from .dcgan import DCGAN, training_step_spec, two_phase_spec
 from .ema import EMAGAN, ema_spec
 from .mlp import MLPDiscriminator, MLPGAN, MLPGANStats, MLPGenerator, mlp, mlp_spec
@@ -75,6 +76,13 @@ ZOO = {
     # pix2pix as its reference loop runs: the fake computed once per step in a section, D
     # stepped on it detached, G through it (make_data.py pairs: 16-pixel A|B pairs as channels).
     "pix2pix": lambda: (Pix2Pix(), pix2pix_spec("pix2pix")),
+    # CycleGAN as its reference loop runs: forward() once per step in a section, the G step
+    # through its four images, the D step on fakes from image history pools of 50 (buffers
+    # updated in the phase with its own random draws).
+    "cyclegan_pool": lambda: (CycleGANPool(), cyclegan_pool_spec("cyclegan_pool")),
+    # Adaptive augmentation (StyleGAN2-ADA's heuristic): p, a controller fed to both phases,
+    # adjusted every 2 steps from the mean of sign(D(real)) that phase d logs.
+    "dcgan32_ada": lambda: (ADADCGAN(), ada_spec("dcgan32_ada")),
 }
 
 # Full-size configurations, for benchmarks and scaling predictions on GPUs (the tests export

@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .dcgan import DCGAN
+from .dcgan import DCGAN, two_phase_spec
 
 
 def augment(x: torch.Tensor) -> torch.Tensor:
@@ -38,3 +38,47 @@ class AugmentedDCGAN(DCGAN):
 
     def phase_g(self, z: torch.Tensor) -> torch.Tensor:
         return F.softplus(-self.discriminator(augment(self.generator(z)))).mean()
+
+
+def ada_augment(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """StyleGAN2-ADA's idea on two of its operations: each image mirrored with probability p
+    and, independently, shifted in brightness with probability p (differentiable, so G's step
+    learns through it). The draws come from the rank's phase generator."""
+    n = x.size(0)
+    flip = torch.rand(n, 1, 1, 1, dtype=x.dtype, device=x.device) < p
+    x = torch.where(flip, x.flip(3), x)
+    shift = (torch.rand(n, 1, 1, 1, dtype=x.dtype, device=x.device) - 0.5) * 0.4
+    keep = torch.rand(n, 1, 1, 1, dtype=x.dtype, device=x.device) < p
+    return x + torch.where(keep, shift, torch.zeros_like(shift))
+
+
+class ADADCGAN(DCGAN):
+    """DCGAN-32 trained with adaptive augmentation: D sees real and generated images augmented
+    with probability p, a controller of the step that follows D's overfitting heuristic
+    (the mean of sign(D(real)) against a target), as StyleGAN2-ADA does."""
+
+    def __init__(self):
+        super().__init__(32, 32)
+
+    def phase_d(self, real, z, p):
+        fake = self.generator(z).detach()
+        real_logits = self.discriminator(ada_augment(real, p))
+        fake_logits = self.discriminator(ada_augment(fake, p))
+        loss = F.softplus(fake_logits).mean() + F.softplus(-real_logits).mean()
+        return loss, {"signs_real": real_logits.sign().mean()}
+
+    def phase_g(self, z, p):
+        return F.softplus(-self.discriminator(ada_augment(self.generator(z), p))).mean()
+
+
+def ada_spec(name, batch=16, target=0.6, interval=2, speed_kimg=1.0, initial=0.2):
+    """The two-phase DCGAN spec with an ADA controller feeding both phases (ganc_spec 2). The
+    tests' speed moves p by 0.032 per adjustment at 2 ranks of 16 (StyleGAN's default, 500 kimg,
+    moves it by 0.0001)."""
+    spec = two_phase_spec(name, batch, [3, 32, 32], [100, 1, 1])
+    p = {"name": "p", "source": "controller", "controller": "augment_p"}
+    for phase in spec["phases"]:
+        phase["inputs"].append(dict(p))
+    return dict(spec, ganc_spec=2, controllers={"augment_p": {
+        "type": "ada", "phase": "d", "statistic": "signs_real", "target": target, "interval": interval,
+        "speed_kimg": speed_kimg, "initial": initial}})

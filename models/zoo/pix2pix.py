@@ -77,6 +77,12 @@ class Pix2Pix(nn.Module):
         loss_l1 = F.l1_loss(fake_b, b) * self.lambda_l1
         return loss_gan + loss_l1, {"loss_G_GAN": loss_gan.detach(), "loss_G_L1": loss_l1.detach()}
 
+    def sample_rows(self, pair):
+        """The grid: a row per pair, input A | G(A) | target B (in training mode, as pix2pix's
+        test.py draws by default: dropout on)."""
+        a = pair[:, :3]
+        return a, self.generator(a), pair[:, 3:]
+
 
 def pix2pix_spec(name, batch=8, size=16):
     adam = {"type": "adam", "lr": 2e-4, "betas": [0.5, 0.999], "eps": 1e-8, "weight_decay": 0.0}
@@ -92,4 +98,5 @@ def pix2pix_spec(name, batch=8, size=16):
                                "detach": False}]},
         ],
         "optimizers": {"generator": dict(adam), "discriminator": dict(adam)},
+        "sample": {"method": "sample_rows", "inputs": [pair], "mode": "train"},
     }

@@ -34,6 +34,9 @@ def example_inputs(spec: dict, phase: dict, batch: int | None = None, values: di
         if inp["source"] == "fade":
             out.append(torch.rand(()).to(dtype))
             continue
+        if inp["source"] == "controller":
+            out.append(torch.tensor(float(spec["controllers"][inp["controller"]].get("initial", 0.0))).to(dtype))
+            continue
         if inp["source"] in ("labels", "categorical"):
             out.append(torch.randint(inp.get("classes", spec["data"].get("classes", 1)), (batch,)))
             continue
@@ -126,6 +129,7 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, ver
     _restore(model, state)
     lines = functions.check_all(probe.functions.applied.values())
     names = [p["method"] for p in spec["phases"]]
+    names += [spec["sample"]["method"]] if "method" in spec.get("sample", {}) else []  # the grid's
     if trace:
         scripted = _trace_whole(model, spec, names)
     else:
@@ -191,7 +195,15 @@ def _probe(model: torch.nn.Module, spec: dict, batch: int | None = None) -> Prob
             if phase["updates"]:
                 phase_loss(out, phase)
         sample = spec.get("sample")
-        if sample:
+        if sample and "method" in sample:  # the grid's method, on a batch of its inputs
+            args = example_inputs(spec, {"name": "sample", "inputs": sample["inputs"]}, batch)
+            training = model.training
+            if sample.get("mode", "eval") == "eval":
+                model.eval()
+            with torch.no_grad():
+                getattr(model, sample["method"])(*args)
+            model.train(training)
+        elif sample:
             sub = model.get_submodule(sample["submodule"])
             training = sub.training
             sub.eval()

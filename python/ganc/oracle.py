@@ -79,6 +79,7 @@ class Inputs:
         self.spec, self.data, self.rank, self.world, self.seed = spec, data, rank, world, seed
         self.device = torch.device(device)
         self.labels = None
+        self.controllers = {}  # name: the controller's value (a 0-dim tensor), set by the trainer
         self.channels_last = False  # NHWC data batches (ganc's --memory-format channels_last)
         if self.device.type == "cuda":
             # ganc draws GPU noise from the default CUDA generator (graph-safe under capture).
@@ -125,7 +126,9 @@ class Inputs:
         the step handed on (taken detached unless the input says "detach": false)."""
         out = []
         for inp in phase["inputs"]:
-            if inp["source"] == "output":
+            if inp["source"] == "controller":
+                out.append(self.controllers[inp["controller"]])
+            elif inp["source"] == "output":
                 value = values[tuple(inp["output"].rsplit(".", 1))][micro]
                 out.append(value if inp.get("detach", True) is False else value.detach())
             elif inp["source"] == "fade":
@@ -163,7 +166,7 @@ class GlobalInputs:
         per_rank = [r.for_phase(phase, batch, fade, values, micro) for r in self.ranks]
         out = []
         for i, inp in enumerate(phase["inputs"]):
-            if inp["source"] in ("data", "labels", "fade", "output"):
+            if inp["source"] in ("data", "labels", "fade", "output", "controller"):
                 out.append(per_rank[0][i])
             else:
                 out.append(torch.cat([args[i] for args in per_rank]))
@@ -267,6 +270,48 @@ def _rank_inputs(spec, data, labels, rank, world, seed, cuda, gpu, global_batch_
     return inputs
 
 
+class Controllers:
+    """StyleGAN2-ADA's heuristic as its training loop runs it, for each of the spec's
+    controllers: the mean of the phase's logged statistic (its micro-batches' mean per run)
+    over every rank since the last adjustment; every `interval` steps, after the step,
+    p = max(p + sign(mean - target) * images / (speed_kimg * 1000), 0), images being the
+    interval's over every rank. `history[name]` is p after every step."""
+
+    def __init__(self, spec, device):
+        dtype = getattr(torch, spec.get("dtype", "float32"))
+        self.specs = spec.get("controllers", {})
+        self.values = {n: torch.tensor(float(c.get("initial", 0.0)), dtype=dtype, device=device)
+                       for n, c in self.specs.items()}
+        self.device = device
+        self.step = {n: torch.zeros(2, dtype=torch.float64, device=device) for n in self.specs}
+        self.totals = {n: torch.zeros(2, dtype=torch.float64, device=device) for n in self.specs}
+        self.images = {n: 0 for n in self.specs}
+        self.history = {n: [] for n in self.specs}
+
+    def observe(self, phase, logged, micro_batches):
+        for n, c in self.specs.items():
+            if c["phase"] == phase["name"]:
+                self.step[n][0] += logged[c["statistic"]].detach().double() / micro_batches
+                self.step[n][1] += 1.0 / micro_batches
+
+    def end_step(self, done, images):
+        for n, c in self.specs.items():
+            dist.all_reduce(self.step[n])
+            self.totals[n] += self.step[n]
+            self.step[n].zero_()
+            self.images[n] += images
+            if done % c.get("interval", 4) == 0:
+                total, count = self.totals[n].tolist()
+                if count > 0:
+                    mean = total / count
+                    sign = 1.0 if mean > c.get("target", 0.6) else -1.0 if mean < c.get("target", 0.6) else 0.0
+                    with torch.no_grad():
+                        self.values[n].add_(sign * self.images[n] / (c.get("speed_kimg", 500) * 1000.0)).clamp_min_(0.0)
+                self.totals[n].zero_()
+                self.images[n] = 0
+            self.history[n].append(self.values[n].item())
+
+
 class _EagerTraining:
     """One rank of the eager reference: the model, its phases each wrapped in DDP, the
     optimizers (one torch.optim optimizer per group, as separate param groups of one optimizer
@@ -286,6 +331,7 @@ class _EagerTraining:
         self.runners = self._runners(cuda, gpu)
         self.grad_norms = {}  # phase: [norm per run]
         self.scalers = grad_scalers(spec, "cuda" if cuda else "cpu")
+        self.controllers = Controllers(spec, "cuda" if cuda else "cpu")
         self.ema = spec.get("ema")
         if self.ema is not None:
             src, dst = getattr(gan, self.ema["submodule"]), getattr(gan, self.ema["copy"])
@@ -376,8 +422,10 @@ class _EagerTraining:
             with contextlib.nullcontext() if last or manual else runner.no_sync():
                 with autocast(device, precision):
                     loss = runner(*args)
+                logged = (runner.module if isinstance(runner, DDP) else runner).values
+                self.controllers.observe(phase, logged, micro_batches)
                 for name in phase.get("outputs", []):
-                    handed = (runner.module if isinstance(runner, DDP) else runner).values[name]
+                    handed = logged[name]
                     values.setdefault((phase["name"], name), []).append(handed.detach())
                 if micro_batches > 1:
                     loss = loss / micro_batches  # the mean over micro-batches
@@ -447,6 +495,8 @@ class _EagerTraining:
         final = {n: p.detach().cpu().clone() for n, p in self.params.items()}
         final.update({n: b.detach().cpu().clone() for n, b in self.gan.named_buffers()})
         torch.save(final, os.path.join(out_dir, "params_final.pt"))
+        with open(os.path.join(out_dir, "controllers.json"), "w") as f:
+            json.dump(self.controllers.history, f)
 
 
 def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device, reducer,
@@ -466,6 +516,8 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
     data, labels = _load_data(data_path, spec)
     inputs = _rank_inputs(spec, data, labels, rank, world, seed, cuda, gpu, global_batch_of, channels_last)
     training = _EagerTraining(gan, spec, world, cuda, gpu, reducer, zero)
+    for r in getattr(inputs, "ranks", [inputs]):
+        r.controllers = training.controllers.values
     stages = spec.get("stages")
     for step in range(steps):
         batches = []  # the step's batches: micro-batch j of every phase reads batch j
@@ -485,6 +537,7 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
             updates = training.backward(phase, inputs, batches, fade, device, values)
             dump = os.path.join(out_dir, f"grads_step{step}_{phase['name']}.pt") if out_dir and rank == 0 else None
             training.step(phase, updates, dump)
+        training.controllers.end_step(step + 1, len(batches) * spec["batch_size"] * world)
         training.end_step()
     if out_dir and rank == 0:
         training.write_final(out_dir)

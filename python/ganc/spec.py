@@ -25,7 +25,7 @@ V2_SPEC_FIELDS = tuple(_FIELDS["version"].get("spec", {}))
 V2_PHASE_FIELDS = tuple(_FIELDS["version"].get("phase", {}))
 V2_OPTIMIZER_FIELDS = tuple(_FIELDS["version"].get("optimizer", {}))
 PRECISIONS = ("float32", "bfloat16", "float16")
-SOURCES = ("data", "labels", "normal", "uniform", "categorical", "fade", "output")
+SOURCES = ("data", "labels", "normal", "uniform", "categorical", "fade", "output", "controller")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 BUFFER_POLICIES = ("broadcast", "local")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -315,6 +315,10 @@ def _validate_phases(spec: dict, module, v1: bool) -> set:
                          f"{where}: input {inp['name']!r} needs 'classes' (or 'data.classes')")
                 _require(inp["source"] != "labels" or data.get("classes", 0) > 0,
                          f"{where}: input {inp['name']!r} reads labels: set 'data.classes'")
+            elif inp["source"] == "controller":
+                _require(inp.get("controller") in spec.get("controllers", {}),
+                         f"{where}: input {inp['name']!r} reads controller {inp.get('controller')!r}, "
+                         "which 'controllers' does not declare")
             elif inp["source"] == "output":
                 _require(isinstance(inp.get("output"), str) and "." in inp["output"],
                          f"{where}: input {inp['name']!r} takes an earlier phase's value: set 'output' "
@@ -378,7 +382,13 @@ def _validate_sampling(spec: dict, updated: set, module) -> None:
     if "stages" in spec:
         _validate_stages(spec["stages"], module)
     sample = spec.get("sample")
-    if sample is not None:
+    if sample is not None and "method" in sample:  # a method of the GAN on the inputs it names
+        _known_keys(sample, "sample", "spec: 'sample': ")
+        _require(isinstance(sample["method"], str) and isinstance(sample.get("inputs"), list),
+                 "spec: 'sample': 'method' needs 'inputs', the method's arguments in order")
+        _require(module is None or hasattr(module, sample["method"]),
+                 f"spec: sample method {sample['method']!r} does not exist on the module")
+    elif sample is not None:
         _require(isinstance(sample.get("submodule"), str) and isinstance(sample.get("noise_shape"), list),
                  "spec: 'sample' needs 'submodule' and 'noise_shape'")
         _known_keys(sample, "sample", "spec: 'sample': ")
