@@ -10,8 +10,16 @@ fused Adam with the spec's hyper-parameters everywhere), cuDNN benchmark mode on
   which DDP cannot run, on the unwrapped submodules with a flat all-reduce; once as people
   write it (NCHW) and once with the model and data in channels-last;
 - StyleGAN3 style: no DDP, one flat NCCL all-reduce of every gradient after backward;
-- torch.compile(mode="reduce-overhead") of each phase method (flat all-reduce); where it
-  fails (double backward), the row says so with the error;
+- a tuned eager loop, as a careful user writes it at world size 1: no DDP wrapper and no
+  all-reduce, the model and data in channels-last, fused Adam, cuDNN benchmark;
+- the same loop with each phase (forward, backward, optimizer step) captured by hand with
+  `torch.cuda.graph` after three eager runs on a side stream, capturable fused Adam, the
+  phase's inputs copied into static tensors before each replay (PyTorch's whole-network
+  capture recipe);
+- torch.compile(mode="reduce-overhead") and torch.compile(mode="max-autotune") of each phase
+  method (flat all-reduce); where one fails (double backward), the row says so with the
+  error; a side that runs past `--side-timeout` seconds (max-autotune's tuning) is stopped
+  and says so;
 - ganc eager: `ganc run --device cuda --cuda-graphs off` (the same plan, no graphs);
 - ganc with one launch per step (`--cuda-graphs step`: a step's captured phases launched as
   one graph made of theirs);
@@ -68,7 +76,7 @@ import torch.multiprocessing as mp  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import ganc  # noqa: E402
-from ganc.oracle import Inputs, _optimizer, free_port, to_channels_last  # noqa: E402
+from ganc.oracle import Inputs, _optimizer, autocast, free_port, to_channels_last  # noqa: E402
 import zoo  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -76,7 +84,7 @@ import baselines  # noqa: E402
 
 GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
 # --sides: the rows, in the table's order.
-SIDES = ["ddp", "ddp_cl", "flat", "compile", "ganc_eager", "ganc_nchw", "ganc_side", "ganc_memsets", "ganc_upload",
+SIDES = ["ddp", "ddp_cl", "flat", "tuned", "captured", "compile", "compile_max", "ganc_eager", "ganc_nchw", "ganc_side", "ganc_memsets", "ganc_upload",
          "ganc_step", "ganc"]
 # model -> (data set, image size, phases eager DDP cannot run)
 MODELS = {
@@ -141,6 +149,80 @@ def fmt_top(side, top, gaps=None, steps=None, n=12):
     return lines
 
 
+class HandCaptured:
+    """The tuned loop with each phase captured by hand, as PyTorch's CUDA Graphs recipe has a
+    user do it: a phase's first three runs eager on a side stream (cuDNN's benchmark, the
+    optimizer's state), then its forward, backward and capturable fused Adam step captured in
+    one `torch.cuda.graph` from static input tensors (gradients set to None first, so the
+    graph writes them rather than adds to them), then replayed after copying each step's
+    inputs in. Plain phases only: accumulation, loss scalers and clipping are refused."""
+
+    EAGER_RUNS = 3
+
+    def __init__(self, gan, spec, subs, inputs, optimizers, methods):
+        for phase in spec["phases"]:
+            for s in phase["updates"]:
+                if spec["optimizers"][s].get("clip_grad_norm"):
+                    raise ValueError(f"hand capture: {s} is clipped")
+            if phase.get("accumulate", 1) > 1 or phase.get("loss_scaler"):
+                raise ValueError(f"hand capture: phase {phase['name']} accumulates or scales its loss")
+        for opt in optimizers.values():
+            for group in opt.param_groups:
+                group["capturable"] = True
+        self.gan, self.spec, self.subs, self.inputs = gan, spec, subs, inputs
+        self.optimizers, self.methods = optimizers, methods
+        self.params = {s: list(getattr(gan, s).parameters()) for s in subs}
+        self.runs = {p["name"]: 0 for p in spec["phases"]}
+        self.graphs = {}  # phase -> (graph, static inputs)
+        self.side = torch.cuda.Stream()
+
+    def _work(self, phase, args):
+        updates = set(phase["updates"])
+        for s in self.subs:
+            for p in self.params[s]:
+                p.requires_grad_(s in updates)
+        with autocast("cuda", phase.get("precision", self.spec.get("precision", "float32"))):
+            loss = self.methods[phase["name"]](*args)
+        loss.backward()
+        for s in phase["updates"]:
+            self.optimizers[s].step()
+
+    def _no_grads(self):
+        for s in self.subs:
+            for p in self.params[s]:
+                p.grad = None
+
+    def __call__(self, step):
+        batch = None
+        for phase in self.spec["phases"]:
+            if step % phase.get("interval", 1):
+                continue
+            if batch is None and any(i["source"] in ("data", "labels") for i in phase["inputs"]):
+                batch = self.inputs.batch()
+            args = self.inputs.for_phase(phase, batch)
+            name = phase["name"]
+            self.runs[name] += 1
+            if self.runs[name] <= self.EAGER_RUNS:
+                self.side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(self.side):
+                    self._no_grads()
+                    self._work(phase, args)
+                torch.cuda.current_stream().wait_stream(self.side)
+                continue
+            if name not in self.graphs:
+                self._no_grads()
+                static = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    self._work(phase, static)
+                self.graphs[name] = (graph, static)
+            graph, static = self.graphs[name]
+            for dst, src in zip(static, args):
+                if isinstance(dst, torch.Tensor):
+                    dst.copy_(src)
+            graph.replay()
+
+
 def _baseline(rank, port, model, style, data_path, iters, warmup, result_path, trace_path=None):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -152,7 +234,8 @@ def _baseline(rank, port, model, style, data_path, iters, warmup, result_path, t
         gan, spec = zoo.build(model)
         spec = ganc.validate(spec)
         gan = gan.cuda().train()
-        channels_last = style.endswith("_cl")
+        # tuned and captured: the careful user's loop (no DDP at world size 1, channels-last).
+        channels_last = style.endswith("_cl") or style in ("tuned", "captured")
         style = style.removesuffix("_cl")
         if channels_last:
             to_channels_last(gan)
@@ -168,15 +251,20 @@ def _baseline(rank, port, model, style, data_path, iters, warmup, result_path, t
                 setattr(gan, s, DDP(getattr(gan, s), device_ids=[0], find_unused_parameters=True,
                                     broadcast_buffers=False))
         methods = {p["name"]: getattr(gan, p["method"]) for p in spec["phases"]}
-        if style == "compile":
-            methods = {k: torch.compile(m, mode="reduce-overhead") for k, m in methods.items()}
+        if style in ("compile", "compile_max"):
+            mode = "reduce-overhead" if style == "compile" else "max-autotune"
+            methods = {k: torch.compile(m, mode=mode) for k, m in methods.items()}
         manual = MODELS[model][2] if style == "ddp" else ()
+        captured = HandCaptured(gan, spec, subs, inputs, opts, methods) if style == "captured" else None
         step = 0
 
         def iteration():
             nonlocal step
-            baselines.iteration(gan, spec, subs, inputs, opts, "flat" if style == "compile" else style, 1,
-                                methods, step=step, manual=manual)
+            if captured:
+                captured(step)
+            else:
+                baselines.iteration(gan, spec, subs, inputs, opts, "ddp" if style == "ddp" else "flat", 1,
+                                    methods, step=step, manual=manual)
             step += 1
 
         for _ in range(warmup):
@@ -209,12 +297,19 @@ def _baseline(rank, port, model, style, data_path, iters, warmup, result_path, t
         dist.destroy_process_group()
 
 
-def baseline(model, style, data, iters, warmup, tmp, traces=None):
+def baseline(model, style, data, iters, warmup, tmp, traces=None, timeout=None):
+    """One baseline side in a process of its own; stopped after `timeout` seconds."""
     path = os.path.join(tmp, f"{model}_{style}.json")
     try:
         trace = os.path.join(traces, f"{model}_{style}.json") if traces else None
-        mp.spawn(_baseline, args=(free_port(), model, style, data, iters, warmup, path, trace), nprocs=1,
-                 join=True)
+        context = mp.spawn(_baseline, args=(free_port(), model, style, data, iters, warmup, path, trace), nprocs=1,
+                           join=False)
+        deadline = time.monotonic() + timeout if timeout else None
+        while not context.join(timeout=5):
+            if deadline is not None and time.monotonic() > deadline:
+                for process in context.processes:
+                    process.kill()
+                return {"error": f"stopped after {timeout:.0f} s (--side-timeout), not done compiling or timing"}
     except Exception as e:
         return {"error": str(e).splitlines()[-1] if str(e) else type(e).__name__}
     return json.load(open(path))
@@ -326,6 +421,11 @@ def main():
     parser.add_argument("--repeat", type=int, default=1,
                         help="rounds: each round measures every side once, in the table's order; "
                         "rows give the median ms/step (ratios between medians) and the range")
+    parser.add_argument("--side-timeout", type=float, default=600,
+                        help="seconds a baseline side may take, compiling included, before it is stopped")
+    parser.add_argument("--once", default="",
+                        help="sides measured in the first round only (e.g. compile_max, whose tuning "
+                        "takes minutes)")
     parser.add_argument("--json", help="also write every number here")
     parser.add_argument("--traces", help="write the profiled steps of torch.compile and ganc replay here "
                         "as Chrome traces (MODEL_compile.json from torch.profiler, MODEL_ganc_on_auto.json "
@@ -335,6 +435,9 @@ def main():
     unknown = [w for w in wanted if w not in SIDES]
     if unknown:
         parser.error(f"--sides: unknown side {unknown[0]!r} (known: {', '.join(SIDES)})")
+    once = [w for w in args.once.split(",") if w and w not in SIDES]
+    if once:
+        parser.error(f"--once: unknown side {once[0]!r}")
     if args.repeat < 1:
         parser.error("--repeat: at least 1")
     if not torch.cuda.is_available():
@@ -364,7 +467,8 @@ def main():
             print(f"[bench] {model}, round 1/{args.repeat}: ganc (CUDA Graph replay): {ms}", flush=True)
             def base(style):
                 traces = args.traces if style == "compile" else None
-                return lambda: baseline(model, style, data, args.iters, args.warmup, tmp, traces)
+                return lambda: baseline(model, style, data, args.iters, args.warmup, tmp, traces,
+                                        args.side_timeout)
 
             def own(graphs="on", layout="auto", comm="auto", memsets="kernel", upload="copy"):
                 default = (graphs, layout, comm, memsets, upload) == ("on", "auto", "auto", "kernel", "copy")
@@ -375,7 +479,10 @@ def main():
             sides = [("ddp", "eager DDP (per submodule)", base("ddp")),
                      ("ddp_cl", "eager DDP, channels-last", base("ddp_cl")),
                      ("flat", "StyleGAN3-style flat all-reduce", base("flat")),
+                     ("tuned", "tuned eager (no DDP, channels-last)", base("tuned")),
+                     ("captured", "tuned eager, phases captured by hand", base("captured")),
                      ("compile", "torch.compile reduce-overhead", base("compile")),
+                     ("compile_max", "torch.compile max-autotune", base("compile_max")),
                      ("ganc_eager", "ganc eager (--cuda-graphs off)", own("off")),
                      ("ganc_nchw", "ganc replay, NCHW layout", own(layout="contiguous")),
                      ("ganc_side", "ganc replay, collectives on a side stream", own(comm="side")),
@@ -395,6 +502,8 @@ def main():
                     # Round 0's ganc row is the run measured above (and printed there).
                     if key == "ganc" and round_ == 0:
                         runs[name].append(g)
+                        continue
+                    if round_ > 0 and key in args.once.split(","):
                         continue
                     runs[name].append(measure())
                     r = runs[name][-1]

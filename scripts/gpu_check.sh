@@ -8,6 +8,16 @@
 #   scripts/gpu_check.sh [OUT_DIR] [--skip-tests] [--skip-bench] [--skip-scaling]
 #                        [--test-args "..."] [--bench-args "..."] [--deadline SECONDS]
 #                        [--save-build DIR] [--prebuilt DIR] [--source-hash]
+#                        [--official REPO] [--official-args "..."] [--stages LIST]
+#                        [--test-seconds SECONDS]
+#
+# --official REPO: also StyleGAN2 at 256 pixels trained by ganc and by NVIDIA's own train.py
+# of that StyleGAN3 checkout (bench/nvidia_train_speed.py; --official-args go to it). Its
+# preparation (their CUDA plugins' build, ganc's export and compile of their networks) starts
+# in the background as soon as the binary is ready, beside the smoke run and the tests; the
+# stage waits for it. --stages: the stages' order (default tests,bench,scaling; official is
+# added after the tests where --official is given). --test-seconds: the most the tests may take
+# (SIGINT then, as at the --deadline), so that later stages keep their time.
 #
 # --test-args goes to pytest (e.g. -k "two_ranks" or -k "not two_ranks": the GPU tests in
 # two parts, where one call of the machine has a time limit).
@@ -26,7 +36,7 @@
 #
 #   OUT_DIR/log.txt         everything printed
 #   OUT_DIR/summary.md      device, versions, test results, measured distances, benchmark table
-#   OUT_DIR/junit.xml       the GPU tests' results
+#   OUT_DIR/junit0.xml      the GPU tests' results (junit1.xml: the second part)
 #   OUT_DIR/distances.json  the distances the GPU tests measured (replay/eager, ganc/DDP)
 #   OUT_DIR/bench.json      every benchmark number (bench.txt: its table, after the host cost
 #                           of graph launches by size and shape, bench/graph_launch.py;
@@ -55,6 +65,10 @@ DEADLINE=""
 SAVE_BUILD=""
 PREBUILT=""
 SOURCE_HASH_ONLY=0
+OFFICIAL=""
+OFFICIAL_ARGS=""
+STAGES=""
+TEST_SECONDS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-tests) RUN_TESTS=0; shift ;;
@@ -66,6 +80,10 @@ while [ $# -gt 0 ]; do
     --save-build) SAVE_BUILD=$2; shift 2 ;;
     --prebuilt) PREBUILT=$2; shift 2 ;;
     --source-hash) SOURCE_HASH_ONLY=1; shift ;;
+    --official) OFFICIAL=$2; shift 2 ;;
+    --official-args) OFFICIAL_ARGS=$2; shift 2 ;;
+    --stages) STAGES=$2; shift 2 ;;
+    --test-seconds) TEST_SECONDS=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/{s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     -*) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
     *) OUT=$1; shift ;;
@@ -85,17 +103,38 @@ exec > >(tee -a "$LOG") 2>&1
 say() { echo "[gpu_check $(date +%H:%M:%S)] $*"; }
 stop() { say "STOPPED: $1"; exit "${2:-1}"; }
 
-case "$DEADLINE" in
-  "") ;;
-  *[!0-9]*) stop "--deadline takes whole seconds, not '$DEADLINE'" 2 ;;
+case "$DEADLINE$TEST_SECONDS" in
+  *[!0-9]*) stop "--deadline and --test-seconds take whole seconds, not '$DEADLINE' '$TEST_SECONDS'" 2 ;;
 esac
+if [ -z "$STAGES" ]; then
+  STAGES="tests${OFFICIAL:+,official},bench,scaling"
+fi
+for stage in ${STAGES//,/ }; do
+  case "$stage" in
+    tests|bench|scaling) ;;
+    official) [ -n "$OFFICIAL" ] || stop "--stages names official without --official REPO" 2 ;;
+    *) stop "--stages: unknown stage '$stage' (tests, official, bench, scaling)" 2 ;;
+  esac
+done
+if [ -n "$OFFICIAL" ]; then
+  OFFICIAL=$(cd "$OFFICIAL" 2>/dev/null && pwd) || stop "--official: no folder $OFFICIAL" 2
+  [ -f "$OFFICIAL/train.py" ] || stop "--official: $OFFICIAL has no train.py (a NVlabs/stylegan3 checkout)" 2
+fi
 # The time a stage may take under --deadline: what is left, less SUMMARY_SECONDS for writing
-# the summary (0 where nothing is left); empty without a deadline.
+# the summary (0 where nothing is left), at most STAGE_CAP where that is set; empty without
+# either.
 SUMMARY_SECONDS=20
+STAGE_CAP=""
 stage_limit() {
-  [ -n "$DEADLINE" ] || return 0
-  local left=$((DEADLINE - SECONDS - SUMMARY_SECONDS))
-  echo $((left > 0 ? left : 0))
+  local left=""
+  if [ -n "$DEADLINE" ]; then
+    left=$((DEADLINE - SECONDS - SUMMARY_SECONDS))
+    left=$((left > 0 ? left : 0))
+  fi
+  if [ -n "$STAGE_CAP" ] && { [ -z "$left" ] || [ "$STAGE_CAP" -lt "$left" ]; }; then
+    left=$STAGE_CAP
+  fi
+  echo "$left"
 }
 # Runs a stage's command, under --deadline interrupted with SIGINT when its time is up (and
 # killed 15 s later if still running); says so, and returns the command's status.
@@ -208,6 +247,25 @@ fi
 # ganc's Python helpers (plots, TensorBoard) run in this Python, wherever the binary was built.
 export GANC_PYTHON=$PY
 
+# --- --official: its preparation in the background (CPU work and nvcc while the GPU runs the
+# smoke run and the tests): NVIDIA's CUDA plugins built into torch's extension cache, and ganc's
+# export and compile of their networks at each batch (bench/nvidia_train_speed.py --prepare-only).
+OFFICIAL_WORK=$BUILD/official
+OFFICIAL_PREP=()
+if [ -n "$OFFICIAL" ]; then
+  mkdir -p "$OFFICIAL_WORK"
+  (cd "$OFFICIAL" && PYTHONPATH=$ROOT/bench "$PY" -c "import torch, nvidia_compat
+if torch.cuda.is_available():
+    from torch_utils.ops import bias_act, upfirdn2d
+    print('plugins built:', bias_act._init(), upfirdn2d._init())" >"$OUT/official_plugins.txt" 2>&1) &
+  OFFICIAL_PREP+=($!)
+  eval "OARGS=($OFFICIAL_ARGS)"
+  GANC=$BUILD/tools/ganc "$PY" "$ROOT/bench/nvidia_train_speed.py" --repo "$OFFICIAL" --work "$OFFICIAL_WORK" \
+    --prepare-only "${OARGS[@]}" >"$OUT/official_prepare.txt" 2>&1 &
+  OFFICIAL_PREP+=($!)
+  say "--official: preparing in the background (plugins, export and compile at each batch)"
+fi
+
 MODELS=$BUILD/tests/models
 "$PY" "$ROOT/tests/python/make_archives.py" "$MODELS" >/dev/null || stop "exporting the zoo failed"
 say "exported the zoo into $MODELS"
@@ -259,17 +317,35 @@ else
   say "smoke: 4 captured dcgan32 steps on the GPU ran ($(tail -1 "$SMOKE/log.txt"))"
 fi
 TEST_RC=skipped
-if [ $RUN_TESTS = 1 ]; then
+# The GPU tests of the CUDA paths that ran least on a GPU, run before the others.
+NEWEST_TESTS="step_graphs or either_stream or memset or uploads or shared_values or timing_reports"
+run_tests() {
+  [ $RUN_TESTS = 1 ] || return 0
   say "GPU tests (tests/python/test_cuda.py $TEST_ARGS)"
   PAR=()
   # 8 workers; a model's replay and parity tests on one worker, which trains its captured run once.
   "$PY" -c "import xdist" 2>/dev/null && PAR=(-n 8 --dist loadgroup)
   "$PY" -c "import pytest_timeout" 2>/dev/null && PAR+=(--timeout 400)
-  # The arguments as the shell would split them (quotes kept: -k "not two_ranks").
-  eval "EXTRA=($TEST_ARGS)"
-  staged "$PY" -m pytest -v -rs -p no:cacheprovider -W ignore::DeprecationWarning "${PAR[@]}" \
-    --junitxml="$OUT/junit.xml" "$ROOT/tests/python/test_cuda.py" "${EXTRA[@]}"
-  TEST_RC=$?
+  # The arguments as the shell would split them (quotes kept: -k "not two_ranks"). Without
+  # them, the tests of the paths newest to a GPU first, then the rest: xdist's loadgroup
+  # scheduling sends the grouped replay and parity tests first, whatever the file's order.
+  local started=$SECONDS parts=() part rc
+  if [ -n "$TEST_ARGS" ]; then
+    parts=("$TEST_ARGS")
+  else
+    parts=("-k '$NEWEST_TESTS'" "-k 'not ($NEWEST_TESTS)'")
+  fi
+  TEST_RC=0
+  for part in "${!parts[@]}"; do
+    eval "EXTRA=(${parts[$part]})"
+    local cap=""
+    [ -n "$TEST_SECONDS" ] && cap=$((TEST_SECONDS - (SECONDS - started))) && [ "$cap" -lt 5 ] && cap=0
+    STAGE_CAP=$cap staged "$PY" -m pytest -v -rs -p no:cacheprovider -W ignore::DeprecationWarning \
+      "${PAR[@]}" --junitxml="$OUT/junit$part.xml" "$ROOT/tests/python/test_cuda.py" "${EXTRA[@]}"
+    rc=$?
+    [ $rc = 5 ] && rc=0  # no test selected
+    [ "$TEST_RC" = 0 ] && TEST_RC=$rc
+  done
   # One file of measured distances (each test process wrote its own).
   "$PY" - "$OUT/report" "$OUT/distances.json" <<'EOF'
 import glob, json, os, shutil, sys
@@ -279,9 +355,23 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
 json.dump(merged, open(sys.argv[2], "w"), indent=1, sort_keys=True)
 shutil.rmtree(sys.argv[1], ignore_errors=True)
 EOF
-fi
+}
+OFFICIAL_RC=skipped
+run_official() {
+  say "StyleGAN2 at 256 pixels: ganc against NVIDIA's train.py (bench/nvidia_train_speed.py $OFFICIAL_ARGS)"
+  local pid
+  for pid in "${OFFICIAL_PREP[@]}"; do wait "$pid"; done
+  cat "$OUT/official_plugins.txt" "$OUT/official_prepare.txt" 2>/dev/null | grep -v "^W[0-9]" | tail -5
+  eval "OARGS=($OFFICIAL_ARGS)"
+  GANC=$BUILD/tools/ganc staged "$PY" "$ROOT/bench/nvidia_train_speed.py" --repo "$OFFICIAL" \
+    --work "$OFFICIAL_WORK" --json "$OUT/official.json" "${OARGS[@]}" | tee "$OUT/official.txt"
+  OFFICIAL_RC=${PIPESTATUS[0]}
+  # Each side's log, for a run that failed.
+  (cd "$OFFICIAL_WORK" && tar czf "$OUT/official_logs.tgz" ./*.txt 2>/dev/null)
+}
 BENCH_RC=skipped
-if [ $RUN_BENCH = 1 ]; then
+run_bench() {
+  [ $RUN_BENCH = 1 ] || return 0
   say "GPU benchmark (bench/graph_launch.py, then bench/bench_gpu.py $BENCH_ARGS)"
   staged "$PY" "$ROOT/bench/graph_launch.py" | tee "$OUT/bench.txt"
   BENCH_RC=${PIPESTATUS[0]}
@@ -294,14 +384,18 @@ if [ $RUN_BENCH = 1 ]; then
   if [ -d "$OUT/traces" ]; then
     tar czf "$OUT/traces.tgz" -C "$OUT" traces && rm -rf "$OUT/traces"
   fi
-fi
+}
 SCALING_RC=skipped
-if [ $RUN_SCALING = 1 ]; then
+run_scaling() {
+  [ $RUN_SCALING = 1 ] || return 0
   say "scaling predictions from a GPU profile (bench/gpu_scaling.py)"
   staged "$PY" "$ROOT/bench/gpu_scaling.py" --json "$OUT/scaling.json" --markdown "$OUT/scaling.md" \
     | tee "$OUT/scaling.txt"
   SCALING_RC=${PIPESTATUS[0]}
-fi
+}
+for stage in ${STAGES//,/ }; do
+  "run_$stage"
+done
 
 {
   echo "# ganc GPU check"
@@ -311,11 +405,13 @@ fi
   echo "- torch: $("$PY" -c 'import torch; print(torch.__version__)'), cuDNN $("$PY" -c 'import torch; print(torch.backends.cudnn.version())'), NCCL $("$PY" -c 'import torch; print(".".join(map(str, torch.cuda.nccl.version())))')"
   [ -n "${GANC_GPU_TRAIN_ARGS:-}" ] && echo "- **every ganc run with $GANC_GPU_TRAIN_ARGS**: the default failed the smoke run (log.txt)"
   echo "- GPU tests: exit $TEST_RC$([ "$TEST_RC" = 124 ] && echo ', interrupted at the --deadline')"
-  if [ -f "$OUT/junit.xml" ]; then
-    "$PY" - "$OUT/junit.xml" <<'EOF'
+  if ls "$OUT"/junit*.xml >/dev/null 2>&1; then
+    "$PY" - "$OUT"/junit*.xml <<'EOF'
 import sys, xml.etree.ElementTree as ET
-root = ET.parse(sys.argv[1]).getroot()
-for case in root.iter("testcase"):
+cases = [c for path in sys.argv[1:] for c in ET.parse(path).getroot().iter("testcase")]
+for case in cases:
+    if case.get("name") is None:  # a worker's record of an interrupted run
+        continue
     state = "passed"
     for kind in ("failure", "error", "skipped"):
         node = case.find(kind)
@@ -337,6 +433,11 @@ for key in sorted(merged):
     print(f"- {key}: {json.dumps(value)}")
 EOF
   fi
+  if [ -n "$OFFICIAL" ]; then
+    echo
+    echo "## StyleGAN2 at 256 pixels against NVIDIA's train.py (exit $OFFICIAL_RC)"
+    [ -f "$OUT/official.txt" ] && grep -v "^W[0-9]" "$OUT/official.txt" | sed 's/^/    /'
+  fi
   echo
   echo "## Benchmark (exit $BENCH_RC$([ "$BENCH_RC" = 124 ] && echo ', interrupted at the --deadline'))"
   [ -f "$OUT/bench.txt" ] && sed 's/^/    /' "$OUT/bench.txt"
@@ -354,6 +455,7 @@ ended() {
   esac
 }
 ended "GPU tests" "$TEST_RC"
+ended "StyleGAN2 against NVIDIA's train.py" "$OFFICIAL_RC"
 ended "GPU benchmark" "$BENCH_RC"
 ended "scaling predictions" "$SCALING_RC"
 say "done: $OUT/summary.md"

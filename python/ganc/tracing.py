@@ -89,6 +89,7 @@ def _trace(module, calls, python_seed, specialise):
             warnings.simplefilter("always")
             _seeded(python_seed)
             traced = torch.jit.trace_module(module, inputs, check_trace=False, strict=False)
+        _follow_input_device(traced)
     finally:
         for name in inputs:
             module.__dict__.pop(name, None)
@@ -96,6 +97,37 @@ def _trace(module, calls, python_seed, specialise):
     if specialise:
         _define_dispatch(traced, picked)
     return traced, tracer, list(inputs)
+
+
+# Operations that make a tensor on the device they are given (`device=x.device`, which a trace
+# records as the constant device it ran on).
+_FACTORIES = {"aten::" + op for op in (
+    "randn", "rand", "randint", "randperm", "normal", "zeros", "ones", "empty", "full", "arange", "linspace",
+    "logspace", "eye", "tensor", "scalar_tensor", "as_tensor", "empty_strided", "bernoulli")}
+
+
+def _follow_input_device(traced):
+    """In every traced graph, a constant device given to a factory (torch.randn(...,
+    device=x.device) in StyleGAN's noise inputs) becomes the device of the method's first
+    tensor input: the export runs on the CPU and the network trains on any device."""
+    for module in traced.modules():
+        for name in module._c._method_names():
+            graph = module._c._get_method(name).graph
+            first = next((v for v in graph.inputs() if v.type().kind() == "TensorType"), None)
+            if first is None:
+                continue
+            device = None
+            for node in list(graph.nodes()):
+                if node.kind() != "prim::Constant" or node.output().type().kind() != "DeviceObjType":
+                    continue
+                for use in list(node.output().uses()):
+                    if use.user.kind() not in _FACTORIES:
+                        continue
+                    if device is None:
+                        device = graph.create("prim::device", [first])
+                        device.output().setType(torch._C.DeviceObjType.get())
+                        device.insertBefore(next(iter(graph.nodes())))
+                    use.user.replaceInput(use.offset, device.output())
 
 
 def _define_dispatch(traced, calls):

@@ -28,13 +28,14 @@ import itertools
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 import torch
 
 import ganc
 from ganc import oracle
-from conftest import TIMING_FIELDS, archive, gradient_dumps
+from conftest import ROOT, TIMING_FIELDS, archive, gradient_dumps
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="no CUDA GPU on this machine; the CUDA Graph tests need one")
@@ -299,6 +300,29 @@ def test_uploads_on_either_stream_train_alike(ganc_bin, datasets, tmp_path, mode
     report(f"upload_stream/{model}", {"differ": differ[:5], "first_loss_difference": losses})
     assert not differ, f"{len(differ)} tensors differ, first {differ[0]}"
     assert losses is None, f"the logged losses differ: copy stream {losses[0]!r}, compute stream {losses[1]!r}"
+
+
+def test_shared_values_on_cuda_match_eager_ddp(ganc_bin, tmp_path):
+    """pix2pix on the GPU: its section computes the fake once, phase d takes it detached and
+    phase g through its graph. Those phases run eagerly (each says why) and train as eager
+    DDP on NCCL does."""
+    model, steps = "pix2pix", 6
+    pairs = str(tmp_path / "pairs.pt")
+    subprocess.run([sys.executable, os.path.join(ROOT, "models", "make_data.py"), "pairs", "--size", "16", "-o",
+                    pairs], check=True, stdout=subprocess.DEVNULL)
+    spec = ganc.load_spec(archive(model))
+    got, err = train_cuda(ganc_bin, model, pairs, str(tmp_path / "ganc"), steps, "--cuda-graphs", "on",
+                          "--warmup", "1", "--deterministic", "--memory-format", "auto")
+    for phase in spec["phases"]:
+        if phase.get("updates"):
+            assert f"phase '{phase['name']}' runs eagerly" in err, err
+    ref = str(tmp_path / "ddp")
+    oracle.run(archive(model), pairs, 1, steps, SEED, out_dir=ref, device="cuda", deterministic=True,
+               channels_last=True)
+    grad, param, first = distances(got, ref, spec, steps)
+    report(f"parity_deterministic/{model}/auto", {"grad": grad, "param": param, "first_difference": first})
+    assert grad <= 1e-5, f"gradients differ from eager DDP by {grad:.2e}; first at {first}"
+    assert param <= 1e-5, f"parameters differ from eager DDP by {param:.2e} after {steps} steps"
 
 
 def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):

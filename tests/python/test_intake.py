@@ -283,6 +283,29 @@ def test_traced_network_takes_a_gradient_penalty_like_eager(tmp_path):
             assert a is None or torch.allclose(a, b, rtol=1e-6, atol=0), method
 
 
+class NoiseInput(nn.Module):
+    """StyleGAN's noise input: fresh noise made on the device of the activations
+    (`device=x.device`, which a trace records as the device it ran on)."""
+
+    def __init__(self):
+        super().__init__()
+        self.strength = nn.Parameter(torch.full([], 0.5))
+
+    def forward(self, x):
+        return x + torch.randn([x.shape[0], x.shape[1]], device=x.device) * self.strength
+
+
+def test_traced_noise_follows_the_device_of_its_input(tmp_path):
+    """The export traces on the CPU; the traced network trains on the GPU. Its noise is made
+    on the device its input is on, not on the CPU the trace ran on (checked on the meta
+    device, which every machine has)."""
+    path = str(tmp_path / "m.pt")
+    ganc.export(TinyGAN(NoiseInput()), path, tiny_spec(), verbose=False)
+    network = torch.jit.load(path, map_location="meta").discriminator
+    out = network(torch.zeros(8, 4, device="meta"))
+    assert out.device.type == "meta" and out.shape == (8, 1)
+
+
 class CalledWithKeywords(TinyGAN):
     def phase_g(self, z):
         return F.softplus(-self.discriminator(self.generator(z), scale=2)).mean()

@@ -1,0 +1,425 @@
+"""StyleGAN2 at 256 pixels in its official configuration: ganc against NVIDIA's own train.py.
+
+Both sides train the same networks on the same GPU, data set and per-GPU batch:
+
+- NVIDIA: `train.py --cfg=stylegan2` of a StyleGAN3 checkout (`--repo`; kept outside the
+  repository or in the git-ignored external/, never committed), unchanged, with its CUDA
+  plugins (bias_act, upfirdn2d, built on first use with ninja and nvcc) and its defaults for
+  that configuration: channel base `--cbase` (16384 here, the paper's 256-pixel setting),
+  channel max 512, 8 mapping layers, float16 in the top 4 resolutions with conv clamp 256,
+  style mixing 0.9, path length every 4 steps, R1 every 16, G_ema; `--aug=noaug --mirror=0
+  --metrics=none`, through bench/nvidia_compat.py's two shims for PyTorch 2.11 (their
+  sampler's constructor and their plugins' import). Seconds per kimg and peak memory are read from its own stats.jsonl
+  (`Timing/sec_per_kimg`, `Resources/peak_gpu_mem_gb`), over the ticks after the first kimg.
+- ganc: the same `training.networks_stylegan2` Generator and Discriminator, built from the
+  options train.py prints with `--dry-run` (so every network argument is the one it trains
+  with), wrapped in a module whose phases are its StyleGAN2Loss (Gmain, Greg every 4, Dmain,
+  Dreg every 16, the gains, the lazy-regularisation learning rates and betas, EMA by
+  batch * 10/32 kimg), exported with `ganc.export` (their code unchanged: off a GPU their ops
+  take their reference paths, so ganc runs bias_act and upfirdn2d as separate kernels where
+  NVIDIA's run fused), compiled and trained with `ganc train --device cuda`, every phase
+  captured and replayed. Seconds per kimg from stats.jsonl's `Progress/img_per_sec` after the
+  first kimg.
+
+Differences kept on purpose, none of which changes the work per step: style mixing's cutoff
+is drawn as a mask (the same distribution; their `ws[:, cutoff:]` slices by a tensor), no EMA
+ramp-up (the same arithmetic), the mapping's `w_avg` (used only for truncation when sampling)
+is not tracked in Dmain (a traced network takes tensors by position, not `update_emas=True`;
+a lerp of 512 numbers per step), and ganc does not replace non-finite gradients by zero.
+
+Both sides' GPU memory is also sampled with nvidia-smi every 0.2 s (the process's whole use,
+CUDA context and allocator cache included), so the two are read the same way.
+
+    python bench/nvidia_train_speed.py --repo external/stylegan3 [--batches 4,32] [--kimg 3]
+
+Without a GPU it makes the data set, reads train.py's options, exports and compiles the model
+at each batch, and stops with one line (exit 3). Results: bench/results/nvidia_train_speed.json
+(machine, date, command, every number).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import ganc  # noqa: E402
+
+
+def reg_intervals(options: dict) -> tuple:
+    """G's and D's lazy regularisation intervals: train.py's, else training_loop's defaults."""
+    return int(options.get("G_reg_interval") or 1), int(options.get("D_reg_interval", 16) or 1)
+
+
+class OfficialStyleGAN2(torch.nn.Module):
+    """NVIDIA's Generator and Discriminator with StyleGAN2Loss's four phases as methods."""
+
+    def __init__(self, options: dict, resolution: int):
+        super().__init__()
+        import dnnlib
+        common = dict(c_dim=0, img_resolution=resolution, img_channels=3)
+        self.G = dnnlib.util.construct_class_by_name(**options["G_kwargs"], **common).train()
+        self.D = dnnlib.util.construct_class_by_name(**options["D_kwargs"], **common).train()
+        self.G_ema = dnnlib.util.construct_class_by_name(**options["G_kwargs"], **common).eval()
+        self.G_ema.load_state_dict(self.G.state_dict())
+        self.G_ema.requires_grad_(False)
+        self.register_buffer("pl_mean", torch.zeros([]))
+        loss = options["loss_kwargs"]
+        self.style_mixing_prob = float(loss.get("style_mixing_prob", 0.0))
+        self.pl_weight = float(loss.get("pl_weight", 0.0))
+        self.pl_decay = float(loss.get("pl_decay", 0.01))
+        self.pl_batch_shrink = int(loss.get("pl_batch_shrink", 2))
+        self.r1_gamma = float(loss["r1_gamma"])
+        self.g_reg_interval, self.d_reg_interval = reg_intervals(options)
+
+    def run_g(self, z: torch.Tensor):
+        c = torch.zeros([z.shape[0], 0], device=z.device)
+        ws = self.G.mapping(z, c)
+        if self.style_mixing_prob > 0:
+            num_ws = ws.shape[1]
+            cutoff = torch.randint(1, num_ws, [1], device=ws.device)
+            mix = torch.rand([1], device=ws.device) < self.style_mixing_prob
+            cutoff = torch.where(mix, cutoff, torch.full_like(cutoff, num_ws))
+            other = self.G.mapping(torch.randn_like(z), c)
+            later = (torch.arange(num_ws, device=ws.device) >= cutoff).view(1, num_ws, 1)
+            ws = torch.where(later, other, ws)
+        img = self.G.synthesis(ws)
+        return img, ws
+
+    def run_d(self, img: torch.Tensor):
+        c = torch.zeros([img.shape[0], 0], device=img.device)
+        return self.D(img, c)
+
+    def phase_gmain(self, z: torch.Tensor):
+        img, _ = self.run_g(z)
+        return F.softplus(-self.run_d(img)).mean()
+
+    def phase_greg(self, z: torch.Tensor):
+        z = z[:z.shape[0] // self.pl_batch_shrink]
+        img, ws = self.run_g(z)
+        noise = torch.randn_like(img) / math.sqrt(img.shape[2] * img.shape[3])
+        grads = torch.autograd.grad([(img * noise).sum()], [ws], create_graph=True)[0]
+        assert grads is not None
+        lengths = grads.square().sum(2).mean(1).sqrt()
+        pl_mean = self.pl_mean.lerp(lengths.mean(), self.pl_decay)
+        self.pl_mean.copy_(pl_mean.detach())
+        return ((lengths - pl_mean).square() * self.pl_weight).mean() * self.g_reg_interval
+
+    def phase_dmain(self, real: torch.Tensor, z: torch.Tensor):
+        fake, _ = self.run_g(z)
+        loss_gen = F.softplus(self.run_d(fake.detach())).mean()
+        return loss_gen + F.softplus(-self.run_d(real)).mean()
+
+    def phase_dreg(self, real: torch.Tensor):
+        x = real.detach().requires_grad_(True)
+        grads = torch.autograd.grad([self.run_d(x).sum()], [x], create_graph=True)[0]
+        assert grads is not None
+        return (grads.square().sum([1, 2, 3]) * (self.r1_gamma / 2)).mean() * self.d_reg_interval
+
+
+def spec(options: dict, resolution: int, batch: int) -> dict:
+    """ganc's spec for train.py's options: its phases, lazy-regularisation optimizers and EMA."""
+    z = {"name": "z", "source": "normal", "shape": [options["G_kwargs"]["z_dim"]]}
+    real = {"name": "real", "source": "data"}
+
+    def adam(kwargs: dict, interval: int) -> dict:
+        ratio = interval / (interval + 1)  # training_loop's mb_ratio
+        return {"type": "adam", "lr": kwargs["lr"] * ratio, "betas": [b ** ratio for b in kwargs["betas"]],
+                "eps": kwargs["eps"]}
+
+    g_int, d_int = reg_intervals(options)
+    return {"ganc_spec": 1, "name": "stylegan2_official", "batch_size": batch,
+            "data": {"shape": [3, resolution, resolution]},
+            "phases": [{"name": "Gmain", "method": "phase_gmain", "updates": ["G"], "inputs": [z]},
+                       {"name": "Greg", "method": "phase_greg", "updates": ["G"], "interval": g_int, "inputs": [z]},
+                       {"name": "Dmain", "method": "phase_dmain", "updates": ["D"], "inputs": [real, z]},
+                       {"name": "Dreg", "method": "phase_dreg", "updates": ["D"], "interval": d_int,
+                        "inputs": [real]}],
+            "optimizers": {"G": adam(options["G_opt_kwargs"], g_int), "D": adam(options["D_opt_kwargs"], d_int)},
+            "ema": {"submodule": "G", "copy": "G_ema", "half_life_images": options["ema_kimg"] * 1000}}
+
+
+def make_dataset(path: str, resolution: int, count: int) -> None:
+    """A StyleGAN dataset_tool-style zip of `count` RGB PNGs (scikit-learn's digits, scaled up
+    and tinted), with `"labels": null`."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+    digits = torch.tensor(load_digits().images, dtype=torch.float32) / 16.0
+    g = torch.Generator().manual_seed(0)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as z:
+        for i in range(count):
+            d = digits[i % len(digits)][None, None]
+            img = F.interpolate(d, size=(resolution, resolution), mode="bilinear", align_corners=False)[0]
+            tint = torch.rand([3, 1, 1], generator=g) * 0.7 + 0.3
+            rgb = (img * tint * 255).clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy()
+            buf = io.BytesIO()
+            Image.fromarray(rgb).save(buf, format="png", compress_level=0)
+            z.writestr(f"{i // 1000:05d}/img{i:08d}.png", buf.getvalue())
+        z.writestr("dataset.json", json.dumps({"labels": None}))
+
+
+def train_py_args(repo: str, data: str, out: str, batch: int, kimg: int, cbase: int, gamma: float) -> list:
+    # Their train.py itself, through two shims for PyTorch 2.11 (bench/nvidia_compat.py).
+    return [sys.executable, os.path.join(HERE, "nvidia_compat.py"), os.path.join(repo, "train.py"), f"--outdir={out}", "--cfg=stylegan2", f"--data={data}",
+            "--gpus=1", f"--batch={batch}", f"--gamma={gamma}", f"--cbase={cbase}", "--mirror=0", "--aug=noaug",
+            "--metrics=none", f"--kimg={kimg}", "--tick=1", "--snap=1000", "--workers=2", "--seed=0"]
+
+
+def dry_run_options(repo: str, data: str, batch: int, cbase: int, gamma: float) -> dict:
+    """train.py's whole configuration for these settings, as `--dry-run` prints it."""
+    with tempfile.TemporaryDirectory() as out:
+        done = subprocess.run(train_py_args(repo, data, out, batch, 1, cbase, gamma) + ["--dry-run"], cwd=repo,
+                              capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"train.py --dry-run failed: {done.stderr.strip().splitlines()[-1:]}")
+    text = done.stdout
+    start = text.index("{")
+    options, _ = json.JSONDecoder().raw_decode(text[start:])
+    return options
+
+
+class MemorySampler:
+    """The GPU's memory in use, sampled with nvidia-smi every 0.2 s while a side runs; the peak
+    above what was in use before it started."""
+
+    def __init__(self):
+        self.base = self._used()
+        self.peak = self.base
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    @staticmethod
+    def _used():
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=10).stdout
+            return int(out.split()[0])
+        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+            return None
+
+    def _loop(self):
+        while not self._stop.wait(0.2):
+            used = self._used()
+            if used is not None and (self.peak is None or used > self.peak):
+                self.peak = used
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def peak_gib(self):
+        if self.base is None or self.peak is None:
+            return None
+        return (self.peak - self.base) / 1024.0
+
+
+def read_jsonl(path: str) -> list:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def run_nvidia(repo: str, data: str, out: str, batch: int, kimg: int, cbase: int, gamma: float, limit: float) -> dict:
+    log = os.path.join(out, f"nvidia_b{batch}.txt")
+    out = os.path.join(out, f"nvidia_b{batch}")  # train.py's --outdir: a run folder in it
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    start = time.time()
+    with MemorySampler() as memory, open(log, "w") as f:
+        try:
+            done = subprocess.run(train_py_args(repo, data, out, batch, kimg, cbase, gamma), cwd=repo, stdout=f,
+                                  stderr=subprocess.STDOUT, timeout=limit)
+            rc = done.returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    result = {"exit": rc, "wall_seconds": time.time() - start, "nvidia_smi_peak_gib": memory.peak_gib()}
+    text = open(log).read()
+    result["plugins_fell_back"] = "Falling back to slow reference implementation" in text
+    stats = sorted(p for p in (os.path.join(d, "stats.jsonl") for d in
+                               [os.path.join(out, x) for x in os.listdir(out)] if os.path.isdir(d)) if os.path.isfile(p))
+    if not stats:
+        result["error"] = text.strip().splitlines()[-1:] or ["no output"]
+        return result
+    ticks = read_jsonl(stats[-1])
+    steady = [t for t in ticks if t["Progress/tick"]["mean"] >= 2] or ticks[1:]
+    per_kimg = [t["Timing/sec_per_kimg"]["mean"] for t in steady]
+    result.update({
+        "ticks": len(ticks),
+        "sec_per_kimg_by_tick": [t["Timing/sec_per_kimg"]["mean"] for t in ticks],
+        "sec_per_kimg": sum(per_kimg) / len(per_kimg) if per_kimg else None,
+        "peak_gpu_mem_gb": max(t["Resources/peak_gpu_mem_gb"]["mean"] for t in ticks),
+        "peak_gpu_mem_reserved_gb": max(t["Resources/peak_gpu_mem_reserved_gb"]["mean"] for t in ticks),
+        "losses_finite": all(math.isfinite(t[k]["mean"]) for t in ticks for k in ("Loss/G/loss", "Loss/D/loss")
+                             if k in t),
+        "last_losses": {k: ticks[-1][k]["mean"] for k in ("Loss/G/loss", "Loss/D/loss", "Loss/G/reg", "Loss/D/reg")
+                        if k in ticks[-1]},
+    })
+    shutil.rmtree(out, ignore_errors=True)  # its network pickles
+    return result
+
+
+def run_ganc(ganc_bin: str, model: str, plan: str, data: str, out: str, batch: int, kimg: int, limit: float,
+             extra: list) -> dict:
+    steps = max(2, math.ceil(kimg * 1000 / batch))
+    every = max(1, math.ceil(1000 / batch / 2))  # two records per kimg
+    run = os.path.join(out, f"ganc_b{batch}")
+    cmd = [ganc_bin, "train", plan, "--model", model, "--data", data, "--device", "cuda", "--steps", str(steps),
+           "--out", run, "--sample-every", "0", "--checkpoint-every", "0", "--log-every", str(every)] + extra
+    start = time.time()
+    with MemorySampler() as memory, open(os.path.join(out, f"ganc_b{batch}.txt"), "w") as f:
+        try:
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=limit).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    result = {"exit": rc, "wall_seconds": time.time() - start, "nvidia_smi_peak_gib": memory.peak_gib(),
+              "command": " ".join(cmd)}
+    path = os.path.join(run, "stats.jsonl")
+    if not os.path.isfile(path):
+        result["error"] = open(os.path.join(out, f"ganc_b{batch}.txt")).read().strip().splitlines()[-3:]
+        return result
+    records = read_jsonl(path)
+    steady = [r for r in records if r["Progress/kimg"] > 1.0 + 1e-9] or records[1:]
+    rates = [r["Progress/img_per_sec"] for r in steady if r.get("Progress/img_per_sec")]
+    losses = [v for r in records for k, v in r.items() if k.startswith("Loss/")]
+    values = [v["mean"] if isinstance(v, dict) else v for v in losses]
+    result.update({
+        "steps": steps, "records": len(records),
+        "sec_per_kimg_by_record": [1000.0 / r["Progress/img_per_sec"] for r in records if r.get("Progress/img_per_sec")],
+        "sec_per_kimg": 1000.0 / (sum(rates) / len(rates)) if rates else None,
+        "losses_finite": bool(values) and all(math.isfinite(v) for v in values),
+        "last_losses": {k: v for k, v in records[-1].items() if k.startswith("Loss/")},
+    })
+    summary = os.path.join(run, "summary.json")
+    if os.path.isfile(summary):
+        result["summary"] = json.load(open(summary))
+    return result
+
+
+def table_row(batch: int, row: dict) -> list:
+    nv, gc = row.get("nvidia", {}), row.get("ganc", {})
+
+    def num(value, fmt="{:.2f}"):
+        return fmt.format(value) if isinstance(value, (int, float)) else "n/a"
+
+    return [batch, num(nv.get("sec_per_kimg")) if "error" not in nv else "fails: " + str(nv["error"]),
+            num(gc.get("sec_per_kimg")) if "error" not in gc else "fails: " + str(gc["error"]),
+            num(row.get("ganc_speedup"), "{:.2f}x"), num(nv.get("peak_gpu_mem_gb"), "{:.1f}"),
+            f"{num(nv.get('nvidia_smi_peak_gib'), '{:.1f}')} / {num(gc.get('nvidia_smi_peak_gib'), '{:.1f}')}"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", required=True, help="a checkout of NVlabs/stylegan3")
+    parser.add_argument("--batches", default="4,32", help="per-GPU batch sizes")
+    parser.add_argument("--kimg", type=int, default=3, help="kimg each side trains per batch (the first is warm-up)")
+    parser.add_argument("--resolution", type=int, default=256)
+    parser.add_argument("--cbase", type=int, default=16384)
+    parser.add_argument("--gamma", type=float, default=1.0)
+    parser.add_argument("--images", type=int, default=512, help="images in the generated data set")
+    parser.add_argument("--sides", default="nvidia,ganc")
+    parser.add_argument("--limit", type=float, default=240, help="seconds each run may take")
+    parser.add_argument("--ganc-args", default="", help="options for every ganc train run")
+    parser.add_argument("--work", default=None, help="folder for the data, archives and runs (default: a temporary one)")
+    parser.add_argument("--export-batch", type=int, default=None,
+                        help="the batch ganc's archive is exported at (default: the smallest of --batches)")
+    parser.add_argument("--prepare-only", action="store_true",
+                        help="make the data set, export and compile, then stop (a GPU machine's idle minutes)")
+    parser.add_argument("--json", default=os.path.join(HERE, "results", "nvidia_train_speed.json"))
+    parser.add_argument("--build", default=os.environ.get("GANC_BUILD_DIR", os.path.join(ROOT, "build")))
+    args = parser.parse_args()
+    repo = os.path.abspath(args.repo)
+    if not os.path.isfile(os.path.join(repo, "training", "networks_stylegan2.py")):
+        raise SystemExit(f"{repo}: no training/networks_stylegan2.py (a NVlabs/stylegan3 checkout is needed)")
+    sys.path.insert(0, repo)
+    ganc_bin = os.environ.get("GANC", os.path.join(args.build, "tools", "ganc"))
+    batches = [int(b) for b in args.batches.split(",")]
+    sides = args.sides.split(",")
+    work = args.work or tempfile.mkdtemp(prefix="ganc_nvidia_")
+    os.makedirs(work, exist_ok=True)
+    data = os.path.join(work, f"data{args.resolution}.zip")
+    if not os.path.isfile(data):
+        partial = f"{data}.{os.getpid()}"
+        make_dataset(partial, args.resolution, args.images)
+        os.replace(partial, data)  # whole, for a process preparing beside this one
+    result = {"machine": f"{platform.node()} ({platform.machine()}, {os.cpu_count()} cores)",
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
+              "command": " ".join(sys.argv), "torch": torch.__version__,
+              "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+              "resolution": args.resolution, "cbase": args.cbase, "gamma": args.gamma, "kimg": args.kimg,
+              "by_batch": {}}
+    # One archive for every batch, exported at the smallest: the traced networks take any batch
+    # (the minibatch-std group, min(4, N), is traced as 4), `ganc train --batch-size` sets the
+    # batch, and the export's probes at 256 pixels stay small (at batch 32 they need over 24 GB
+    # of host memory). Only the EMA half-life follows the export's batch: the same work per step.
+    export_batch = args.export_batch or min(batches)
+    for batch in batches:
+        result["by_batch"][str(batch)] = {"train_py_options": dry_run_options(repo, data, batch, args.cbase,
+                                                                              args.gamma)}
+    options = (result["by_batch"][str(export_batch)]["train_py_options"] if export_batch in batches
+               else dry_run_options(repo, data, export_batch, args.cbase, args.gamma))
+    model, plan = (os.path.join(work, f"official_b{export_batch}.{x}") for x in ("pt", "plan"))
+    result["ganc_export_batch"] = export_batch
+    if "ganc" in sides and not os.path.isfile(plan):
+        torch.manual_seed(0)
+        t0 = time.time()
+        ganc.export(OfficialStyleGAN2(options, args.resolution), model + ".partial",
+                    spec(options, args.resolution, export_batch), verbose=False)
+        os.replace(model + ".partial", model)
+        subprocess.run([ganc_bin, "compile", model, "-o", plan + ".partial"], check=True, stdout=subprocess.DEVNULL)
+        os.replace(plan + ".partial", plan)
+        print(f"exported and compiled at batch {export_batch} in {time.time() - t0:.0f} s", flush=True)
+    if args.prepare_only:
+        print(f"nvidia_train_speed: prepared batch {args.batches} in {work}")
+        return
+    if not torch.cuda.is_available():
+        print(f"nvidia_train_speed: no CUDA GPU: made the data set, read train.py's options, exported and compiled "
+              f"at batch {args.batches} in {work}; nothing trained")
+        sys.exit(3)
+    for batch in batches:
+        row = result["by_batch"][str(batch)]
+        if "nvidia" in sides:
+            row["nvidia"] = run_nvidia(repo, data, work, batch, args.kimg, args.cbase, args.gamma, args.limit)
+            print(f"batch {batch}: NVIDIA train.py {json.dumps({k: v for k, v in row['nvidia'].items() if k != 'sec_per_kimg_by_tick'})}", flush=True)
+        if "ganc" in sides:
+            row["ganc"] = run_ganc(ganc_bin, model, plan, data, work, batch, args.kimg, args.limit,
+                                   ["--batch-size", str(batch)] + args.ganc_args.split())
+            print(f"batch {batch}: ganc {json.dumps({k: v for k, v in row['ganc'].items() if k not in ('summary', 'sec_per_kimg_by_record')})}", flush=True)
+        a, b = row.get("nvidia", {}).get("sec_per_kimg"), row.get("ganc", {}).get("sec_per_kimg")
+        if a and b:
+            row["ganc_speedup"] = a / b
+            print(f"batch {batch}: NVIDIA {a:.2f} s/kimg, ganc {b:.2f} s/kimg: ganc {a / b:.2f}x", flush=True)
+    result["benchmark"] = "nvidia_train_speed"
+    result["title"] = ("StyleGAN2 at 256 pixels in its official configuration on one GPU: ganc against NVIDIA's "
+                       "own train.py, seconds per kimg after the first kimg")
+    result["table"] = {"columns": ["per-GPU batch", "NVIDIA train.py s/kimg", "ganc s/kimg", "ganc speed-up",
+                                   "NVIDIA peak GB (allocated)", "GPU memory by nvidia-smi, GiB (NVIDIA / ganc)"],
+                       "rows": [table_row(batch, result["by_batch"][str(batch)]) for batch in batches]}
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
