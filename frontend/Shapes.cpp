@@ -34,7 +34,7 @@ at::Tensor exampleInput(const Spec &spec, const InputSpec &input, int64_t batch)
   if (input.isClassIds())
     return torch::randint(input.classes, {batch}, torch::kLong);
   std::vector<int64_t> shape = {batch};
-  const auto &sample = input.source == InputSource::Data ? spec.dataShape : input.shape;
+  const auto &sample = input.source == InputSource::Data ? spec.sampleShape(input) : input.shape;
   shape.insert(shape.end(), sample.begin(), sample.end());
   return (input.source == InputSource::Uniform ? torch::rand(shape) : torch::randn(shape))
       .to(inputScalarType(spec));

@@ -368,6 +368,93 @@ Status parseModelWideTrainingStep(const json &j, Spec &spec) {
   return Status::ok();
 }
 
+/// "[3, 16, 16]".
+std::string shapeText(const std::vector<int64_t> &shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+/// `data.fields`: each field's shape and offset, and the packed sample shape.
+Status parseFields(const json &fields, Spec &spec) {
+  GANC_TRY(need(fields.is_array() && !fields.empty(),
+                "'data.fields' must be a non-empty list of {\"name\": ..., \"shape\": [...]}"));
+  int64_t channels = 0;
+  for (const json &f : fields) {
+    GANC_TRY(
+        need(f.is_object() && f.contains("name") && f["name"].is_string() &&
+                 !f["name"].get<std::string>().empty() && f.contains("shape") && f.size() == 2,
+             "'data.fields' holds {\"name\": ..., \"shape\": [...]} objects, got " + f.dump()));
+    DataField field{f["name"].get<std::string>(), {}, channels};
+    const std::string at = "'data.fields': field '" + field.name + "'";
+    GANC_TRY(need(field.name != "labels",
+                  at + ": 'labels' is the labels' key in a data file; name the field otherwise"));
+    GANC_TRY(need(spec.dataField(field.name) == nullptr, at + " is declared twice"));
+    auto shape = shapeOf(f["shape"], at + " shape");
+    if (!shape)
+      return shape.status();
+    field.shape = shape.take();
+    GANC_TRY(need(!field.shape.empty(), at + ": its shape needs at least one dimension"));
+    if (!spec.dataFields.empty()) {
+      const DataField &first = spec.dataFields.front();
+      GANC_TRY(need(std::equal(field.shape.begin() + 1, field.shape.end(), first.shape.begin() + 1,
+                               first.shape.end()),
+                    at + " has shape " + shapeText(field.shape) + " and field '" + first.name +
+                        "' " + shapeText(first.shape) +
+                        ": fields are kept side by side in their first (channel) dimension, so "
+                        "the others must match"));
+    }
+    channels += field.shape[0];
+    spec.dataFields.push_back(field);
+  }
+  spec.dataShape = spec.dataFields.front().shape;
+  spec.dataShape[0] = channels;
+  return Status::ok();
+}
+
+/// `data`: one sample's shape or its fields, the labels' classes, mirroring, the layout.
+Status parseData(const json &j, Spec &spec) {
+  GANC_TRY(need(j.contains("data") && j["data"].is_object() &&
+                    (j["data"].contains("shape") || j["data"].contains("fields")),
+                "missing 'data': {\"shape\": [...]}"));
+  const json &d = j["data"];
+  GANC_TRY(knownKeys(d, "data", "'data': "));
+  GANC_TRY(needVersion(spec.version, d, "data", "'data': "));
+  GANC_TRY(need(!(d.contains("shape") && d.contains("fields")),
+                "'data' has 'shape' and 'fields': a sample is one tensor (shape) or named parts "
+                "(fields), not both"));
+  if (d.contains("fields")) {
+    GANC_TRY(parseFields(d["fields"], spec));
+  } else {
+    auto dataShape = shapeOf(d["shape"], "'data.shape'");
+    if (!dataShape)
+      return dataShape.status();
+    spec.dataShape = dataShape.take();
+  }
+  GANC_TRY(field(d, "classes", spec.dataClasses, "'data': "));
+  GANC_TRY(need(spec.dataClasses >= 0, "'data.classes' must be >= 0"));
+  GANC_TRY(field(d, "xflip", spec.dataXflip, "'data': "));
+  GANC_TRY(need(!spec.dataXflip || spec.dataShape.size() == 3,
+                "'data.xflip' mirrors images: it needs a [C, H, W] data shape"));
+  GANC_TRY(field(d, "layout", spec.dataLayout, "'data': "));
+  if (!spec.dataLayout.empty()) {
+    GANC_TRY(need(spec.dataLayout == "side_by_side",
+                  "'data.layout' is '" + spec.dataLayout +
+                      "': the one layout is \"side_by_side\" (each image holds the fields left "
+                      "to right)"));
+    const auto &fields = spec.dataFields;
+    GANC_TRY(need(fields.size() >= 2 && std::all_of(fields.begin(), fields.end(),
+                                                    [&](const DataField &f) {
+                                                      return f.shape.size() == 3 &&
+                                                             f.shape == fields[0].shape;
+                                                    }),
+                  "'data.layout' side_by_side splits an image into its fields: it needs two or "
+                  "more 'data.fields' of one [C, H, W] shape"));
+  }
+  return Status::ok();
+}
+
 Status parseInto(const json &j, Spec &spec) {
   GANC_TRY(need(j.is_object(), "must be a JSON object"));
   GANC_TRY(need(j.contains("ganc_spec"), "missing 'ganc_spec' (the schema version)"));
@@ -386,18 +473,7 @@ Status parseInto(const json &j, Spec &spec) {
                     j["batch_size"].get<int64_t>() > 0,
                 "'batch_size' must be a positive integer"));
   spec.batchSize = j["batch_size"].get<int64_t>();
-  GANC_TRY(need(j.contains("data") && j["data"].is_object() && j["data"].contains("shape"),
-                "missing 'data': {\"shape\": [...]}"));
-  GANC_TRY(knownKeys(j["data"], "data", "'data': "));
-  auto dataShape = shapeOf(j["data"]["shape"], "'data.shape'");
-  if (!dataShape)
-    return dataShape.status();
-  spec.dataShape = dataShape.take();
-  GANC_TRY(field(j["data"], "classes", spec.dataClasses, "'data': "));
-  GANC_TRY(need(spec.dataClasses >= 0, "'data.classes' must be >= 0"));
-  GANC_TRY(field(j["data"], "xflip", spec.dataXflip, "'data': "));
-  GANC_TRY(need(!spec.dataXflip || spec.dataShape.size() == 3,
-                "'data.xflip' mirrors images: it needs a [C, H, W] data shape"));
+  GANC_TRY(parseData(j, spec));
   std::string dtype = "float32";
   GANC_TRY(field(j, "dtype", dtype, ""));
   static const std::map<std::string, InputDtype> kDtypes = {{"float32", InputDtype::Float32},

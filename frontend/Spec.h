@@ -59,12 +59,23 @@ struct InputSpec {
   bool detach = true;
   /// A `controller` input: the controller's name.
   std::string controller;
+  /// A `data` input of a data set with fields (`data.fields`): the field it takes.
+  std::string field;
   /// Whether the input is an integer tensor of class ids.
   bool isClassIds() const {
     return source == InputSource::Labels || source == InputSource::Categorical;
   }
   /// The step's batch or its labels (the inputs that make a phase read data).
   bool readsData() const { return source == InputSource::Data || source == InputSource::Labels; }
+};
+
+/// A named part of every sample (`data.fields`: pix2pix's "A" and "B"). The fields are kept
+/// packed along their first (channel) dimension, in the spec's order: `offset` is where this
+/// one starts there.
+struct DataField {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;
 };
 
 /// One stage of a progressively grown GAN. In stage k every stage attribute holds k.
@@ -208,7 +219,25 @@ struct Spec {
   int version = kSpecVersion;
   std::string name;
   int64_t batchSize = 0; // per rank
+  /// One sample's shape; with `dataFields`, theirs packed along the first dimension.
   std::vector<int64_t> dataShape;
+  /// The named parts of a sample (`data.fields`); empty: a sample is one tensor.
+  std::vector<DataField> dataFields;
+  /// How an image of a folder or zip holds the fields: "side_by_side" (left to right, as
+  /// pix2pix's A|B images), or empty (an image is a sample).
+  std::string dataLayout;
+  /// The field `name` of `dataFields` (null when there is none of that name).
+  const DataField *dataField(const std::string &name) const {
+    for (const DataField &f : dataFields)
+      if (f.name == name)
+        return &f;
+    return nullptr;
+  }
+  /// The per-sample shape of a `data` input: its field's, or the whole sample's.
+  const std::vector<int64_t> &sampleShape(const InputSpec &input) const {
+    const DataField *f = input.field.empty() ? nullptr : dataField(input.field);
+    return f ? f->shape : dataShape;
+  }
   /// Classes of the dataset's labels (0: unlabelled).
   int64_t dataClasses = 0;
   /// The data set doubled with every image mirrored left to right (StyleGAN's --mirror).

@@ -10,6 +10,14 @@ namespace ganc::frontend::reading {
 
 namespace {
 
+/// "A, B": the data's field names, for messages.
+std::string fieldNames(const Spec &spec) {
+  std::string names;
+  for (const DataField &f : spec.dataFields)
+    names += (names.empty() ? "" : ", ") + f.name;
+  return names;
+}
+
 /// One phase input; `where` names the phase, `hasStages` whether the spec declares stages.
 Status parseInput(const json &in, const Spec &spec, bool hasStages, const std::string &where,
                   InputSpec &input) {
@@ -29,6 +37,8 @@ Status parseInput(const json &in, const Spec &spec, bool hasStages, const std::s
   GANC_TRY(need(input.source == InputSource::Output ||
                     (!in.contains("output") && !in.contains("detach")),
                 at + ": 'output' and 'detach' belong to inputs of source 'output'"));
+  GANC_TRY(need(input.source == InputSource::Data || !in.contains("field"),
+                at + ": 'field' belongs to inputs of source 'data'"));
   GANC_TRY(need((input.source == InputSource::Controller) == in.contains("controller"),
                 at + ": an input of source 'controller' names its 'controller', and only it"));
   if (input.source == InputSource::Controller) {
@@ -51,7 +61,18 @@ Status parseInput(const json &in, const Spec &spec, bool hasStages, const std::s
     GANC_TRY(need(input.classes > 0, at + " needs 'classes' (or 'data.classes')"));
     GANC_TRY(need(input.source != InputSource::Labels || spec.dataClasses > 0,
                   at + " reads labels: set 'data.classes'"));
-  } else if (input.source != InputSource::Data) {
+  } else if (input.source == InputSource::Data) {
+    GANC_TRY(field(in, "field", input.field, at + ": "));
+    if (spec.dataFields.empty())
+      GANC_TRY(need(input.field.empty(),
+                    at + " takes field '" + input.field + "': 'data' declares no 'fields'"));
+    else
+      GANC_TRY(need(spec.dataField(input.field) != nullptr,
+                    at +
+                        (input.field.empty() ? std::string(" takes the data: name one of its")
+                                             : " takes field '" + input.field + "', not one of") +
+                        " fields (" + fieldNames(spec) + ") in 'field'"));
+  } else {
     GANC_TRY(need(in.contains("shape"),
                   where + ": " + source + " input '" + input.name + "' needs a 'shape'"));
     auto shape = shapeOf(in["shape"], at + " shape");

@@ -4,7 +4,7 @@
                                                                    # 8x8 digits, upscaled, RGB
     python3 models/make_data.py ring -o ring.pt                     # 2-D ring of 8 Gaussians
     python3 models/make_data.py two_domains -o ab.pt                # unpaired 2-D domains A, B
-    python3 models/make_data.py pairs -o pairs16.pt [--size 16]     # paired images A|B: a digit's
+    python3 models/make_data.py pairs -o pairs16.pt [--size 16]     # fields A and B: a digit's
                                                                    # outline and the digit coloured
 
 Nothing is downloaded: the digits ship inside the scikit-learn package.
@@ -44,9 +44,9 @@ def two_domains(n: int = 4096) -> torch.Tensor:
     return torch.stack([a, b], 1)  # [n, 2 domains, 2]
 
 
-def pairs(size: int) -> torch.Tensor:
-    """pix2pix-style pairs as 6 channels, [1797, 6, size, size] in [-1, 1]: A (0-2) the digit's
-    outline (its morphological gradient, grey), B (3-5) the digit coloured by its class."""
+def pairs(size: int) -> dict:
+    """pix2pix-style pairs, two fields of [1797, 3, size, size] in [-1, 1]: A the digit's
+    outline (its morphological gradient, grey), B the digit coloured by its class."""
     d = digits(size)
     x = (d["images"][:, :1] + 1) / 2  # [N, 1, H, W] in [0, 1]
     outline = F.max_pool2d(x, 3, 1, 1) + F.max_pool2d(-x, 3, 1, 1)  # dilation - erosion
@@ -54,7 +54,7 @@ def pairs(size: int) -> torch.Tensor:
     colour = torch.stack([torch.cos(hue), torch.cos(hue - 2.1), torch.cos(hue + 2.1)], 1) * 0.5 + 0.5
     a = outline.clamp(0, 1).expand(-1, 3, -1, -1)
     b = x * colour[:, :, None, None]
-    return (torch.cat([a, b], 1) * 2 - 1).contiguous()
+    return {"A": (a * 2 - 1).contiguous(), "B": (b * 2 - 1).contiguous()}
 
 
 def main():
@@ -66,6 +66,9 @@ def main():
     data = {"digits": lambda: digits(args.size), "ring": ring, "two_domains": two_domains,
             "pairs": lambda: pairs(args.size)}[args.name]()
     torch.save(data, args.output)
+    if isinstance(data, dict) and "images" not in data:
+        print(f"wrote {args.output}: fields " + ", ".join(f"{k} {tuple(v.shape)}" for k, v in data.items()))
+        return
     shape = tuple(data["images"].shape) if isinstance(data, dict) else tuple(data.shape)
     print(f"wrote {args.output}: {shape}" + (" with labels" if isinstance(data, dict) else ""))
 

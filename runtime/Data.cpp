@@ -287,6 +287,13 @@ std::string rangeWarning(const std::string &path, const at::Tensor &data) {
   return "";
 }
 
+/// torch.save's zip holds a pickle (NAME/data.pkl); any other zip is a set of images.
+bool holdsPickle(const std::vector<std::string> &names) {
+  return std::any_of(names.begin(), names.end(), [](const std::string &name) {
+    return name.size() >= 9 && name.compare(name.size() - 9, 9, "/data.pkl") == 0;
+  });
+}
+
 } // namespace
 
 Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t> &sampleShape) {
@@ -297,10 +304,7 @@ Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t
     return bytes.status().withContext("--data");
   std::vector<std::string> names;
   GANC_TRY(checkZipArchive(*bytes, &names).withContext("--data " + path));
-  // torch.save's zip holds a pickle (NAME/data.pkl); any other zip is a set of images.
-  if (std::none_of(names.begin(), names.end(), [](const std::string &name) {
-        return name.size() >= 9 && name.compare(name.size() - 9, 9, "/data.pkl") == 0;
-      }))
+  if (!holdsPickle(names))
     return loadImageZip(path, *bytes, sampleShape);
   c10::IValue value;
   try {
@@ -337,6 +341,109 @@ Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t
     return Status::error("--data " + path + ": " + std::to_string(labels.size(0)) + " labels for " +
                          std::to_string(data.size(0)) + " samples");
   return Dataset{data, labels, "", rangeWarning(path, data)};
+}
+
+DataLayout dataLayout(const frontend::Spec &spec) {
+  return {spec.dataFields, spec.dataLayout == "side_by_side"};
+}
+
+namespace {
+
+std::string fieldList(const DataLayout &layout) {
+  std::string names;
+  for (const frontend::DataField &f : layout.fields)
+    names += (names.empty() ? "" : ", ") + f.name;
+  return names;
+}
+
+/// A torch.save dict of the fields' tensors, packed along dimension 1.
+Expected<Dataset> loadFieldTensors(const std::string &path, const c10::IValue &value,
+                                   const DataLayout &layout) {
+  if (!value.isGenericDict())
+    return Status::error("--data " + path + ": the spec's data has fields (" + fieldList(layout) +
+                         "): save a dict with a tensor per field");
+  const auto dict = value.toGenericDict();
+  std::vector<at::Tensor> parts;
+  for (const frontend::DataField &f : layout.fields) {
+    const std::string at = "--data " + path + ": field '" + f.name + "'";
+    if (!dict.contains(f.name) || !dict.at(f.name).isTensor())
+      return Status::error(at + " is missing (the dict holds no tensor of that name)");
+    at::Tensor t = dict.at(f.name).toTensor();
+    t = t.to(t.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32).contiguous();
+    std::vector<int64_t> expected = {t.dim() ? t.size(0) : 0};
+    expected.insert(expected.end(), f.shape.begin(), f.shape.end());
+    if (t.dim() == 0 || t.sizes().vec() != expected)
+      return Status::error(at + " has shape " + c10::str(t.sizes()) +
+                           ", the spec's field needs [N, " +
+                           c10::str(c10::IntArrayRef(f.shape)).substr(1));
+    if (!parts.empty() && (t.size(0) != parts[0].size(0) || t.dtype() != parts[0].dtype()))
+      return Status::error(at + " has " + std::to_string(t.size(0)) + " " +
+                           std::string(t.dtype().name()) + " samples, field '" +
+                           layout.fields[0].name + "' " + std::to_string(parts[0].size(0)) + " " +
+                           std::string(parts[0].dtype().name()));
+    parts.push_back(t);
+  }
+  at::Tensor labels;
+  if (dict.contains("labels") && dict.at("labels").isTensor())
+    labels = dict.at("labels").toTensor().to(torch::kLong).flatten();
+  at::Tensor data = torch::cat(parts, 1);
+  if (data.size(0) == 0)
+    return Status::error("--data " + path + ": the dataset is empty");
+  if (labels.defined() && labels.size(0) != data.size(0))
+    return Status::error("--data " + path + ": " + std::to_string(labels.size(0)) + " labels for " +
+                         std::to_string(data.size(0)) + " samples");
+  return Dataset{data, labels, "fields " + fieldList(layout), rangeWarning(path, data)};
+}
+
+} // namespace
+
+Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t> &sampleShape,
+                              const DataLayout &layout) {
+  if (layout.fields.empty())
+    return loadDataset(path, sampleShape);
+  std::vector<char> bytes;
+  std::vector<std::string> names;
+  if (!fs::is_directory(path)) {
+    auto read = readFile(path);
+    if (!read)
+      return read.status().withContext("--data");
+    bytes = read.take();
+    GANC_TRY(checkZipArchive(bytes, &names).withContext("--data " + path));
+  }
+  if (holdsPickle(names)) {
+    c10::IValue value;
+    try {
+      value = torch::pickle_load(bytes);
+    } catch (const std::exception &e) {
+      std::string what = e.what();
+      return Status::error("--data " + path + ": not a torch.save file or image folder (" +
+                           what.substr(0, what.find('\n')) + ")");
+    }
+    return loadFieldTensors(path, value, layout);
+  }
+  if (!layout.sideBySide)
+    return Status::error("--data " + path +
+                         ": an image holds one sample, and the spec's data has "
+                         "fields (" +
+                         fieldList(layout) +
+                         "): set 'data.layout' to "
+                         "\"side_by_side\" for images holding them left to right, or save a dict "
+                         "with a tensor per field");
+  // Each image is the fields left to right: decoded at k times a field's width, then split.
+  const std::vector<int64_t> &field = layout.fields[0].shape;
+  const auto k = static_cast<int64_t>(layout.fields.size());
+  const std::vector<int64_t> wide = {field[0], field[1], field[2] * k};
+  auto data = bytes.empty() ? loadImageFolder(path, wide) : loadImageZip(path, bytes, wide);
+  if (!data)
+    return data.status();
+  at::Tensor &x = data->samples;
+  x = x.view({x.size(0), field[0], field[1], k, field[2]})
+          .permute({0, 3, 1, 2, 4})
+          .reshape({x.size(0), k * field[0], field[1], field[2]})
+          .contiguous();
+  data->note += (data->note.empty() ? "" : "; ") +
+                std::string("each image split side by side into ") + fieldList(layout);
+  return data;
 }
 
 ShardedBatches::ShardedBatches(int64_t datasetSize, int rank, int worldSize, int64_t batchSize,

@@ -1,6 +1,7 @@
 // Training data: a tensor file or a folder of images, sharded by rank like DistributedSampler.
 #pragma once
 
+#include "frontend/Spec.h"
 #include "support/Status.h"
 
 #include <torch/torch.h>
@@ -30,6 +31,20 @@ struct Dataset {
 /// lies in a first-level subfolder, by that folder's name (torchvision's ImageFolder: classes
 /// in sorted order); otherwise they are unlabelled.
 Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t> &sampleShape);
+
+/// How the spec's samples are made of fields (`data.fields`, `data.layout`).
+struct DataLayout {
+  std::vector<frontend::DataField> fields;
+  /// Each image holds the fields left to right (pix2pix's A|B images).
+  bool sideBySide = false;
+};
+/// As above; with fields, a tensor file is a dict with a tensor per field (and optionally
+/// "labels"), and images are split side by side where the layout says so. The samples hold
+/// the fields packed along dimension 1, in the spec's order.
+Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t> &sampleShape,
+                              const DataLayout &layout);
+/// The spec's data layout.
+DataLayout dataLayout(const frontend::Spec &spec);
 
 /// torch.utils.data.DistributedSampler(shuffle=True, seed, drop_last=False) feeding a
 /// DataLoader(batch_size, drop_last=True): the same indices, in the same order, per rank.

@@ -79,6 +79,18 @@ Status checkStagingFits(const std::string &data, const std::vector<int64_t> &sha
 
 } // namespace
 
+at::Tensor fieldOf(const frontend::Spec &spec, const frontend::InputSpec &input,
+                   const at::Tensor &samples) {
+  const frontend::DataField *field = input.field.empty() ? nullptr : spec.dataField(input.field);
+  if (field == nullptr)
+    return samples;
+  // A copy in the samples' memory format (channels-last on CUDA), not a strided view.
+  const auto format = samples.dim() == 4 && samples.is_contiguous(at::MemoryFormat::ChannelsLast)
+                          ? at::MemoryFormat::ChannelsLast
+                          : at::MemoryFormat::Contiguous;
+  return samples.narrow(1, field->offset, field->shape[0]).contiguous(format);
+}
+
 Expected<std::unique_ptr<PhaseInputs>> PhaseInputs::create(const Session &session) {
   auto in = std::unique_ptr<PhaseInputs>(new PhaseInputs(session));
   const frontend::Spec &spec = session.spec();
@@ -95,7 +107,7 @@ Expected<std::unique_ptr<PhaseInputs>> PhaseInputs::create(const Session &sessio
     if (o.data.empty())
       return Status::error("the spec's phases read data: give --data PATH (a torch.save "
                            "tensor file or a folder of images)");
-    auto data = loadDataset(o.data, spec.dataShape);
+    auto data = loadDataset(o.data, spec.dataShape, dataLayout(spec));
     if (!data)
       return data.status();
     in->distinct_ = data->samples.size(0);
@@ -177,7 +189,7 @@ std::vector<at::Tensor> PhaseInputs::make(const frontend::PhaseSpec &phase, int6
   for (const frontend::InputSpec &in : phase.inputs) {
     switch (in.source) {
     case InputSource::Data:
-      inputs.push_back(batch_.at(j)->tensor());
+      inputs.push_back(fieldOf(session_.spec(), in, batch_.at(j)->tensor()));
       break;
     case InputSource::Fade:
       inputs.push_back(fade_);

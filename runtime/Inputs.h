@@ -76,6 +76,11 @@ private:
   std::map<std::pair<std::string, std::string>, std::vector<at::Tensor>> values_;
 };
 
+/// A `data` input's tensor from a batch of samples (or the data set): its field, where it
+/// names one, as a tensor of its own, else the samples.
+at::Tensor fieldOf(const frontend::Spec &spec, const frontend::InputSpec &input,
+                   const at::Tensor &samples);
+
 /// setUp() and PhaseInputs::create(): a rank ready to train, or to score a snapshot.
 Status setUpWithInputs(const TrainOptions &options, std::unique_ptr<Session> &session,
                        std::unique_ptr<PhaseInputs> &inputs);

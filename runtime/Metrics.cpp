@@ -130,6 +130,10 @@ Expected<std::unique_ptr<Metrics>> Metrics::create(Session &s, const PhaseInputs
   if (!inputs.dataset().defined())
     return Status::error("--metrics compares with the real images: the spec's phases read no "
                          "data (--data)");
+  if (spec.dataFields.size() > 1)
+    return Status::error("--metrics compares with the real images: the spec's samples have " +
+                         std::to_string(spec.dataFields.size()) +
+                         " fields (data.fields), not one image each");
   if (spec.dataShape.size() != 3 || (spec.dataShape[0] != 1 && spec.dataShape[0] != 3))
     return Status::error("--metrics scores images: the spec's data shape must be [C, H, W] with "
                          "C = 1 or 3, not " +

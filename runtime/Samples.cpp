@@ -35,7 +35,9 @@ std::vector<at::Tensor> gridInputs(const Session &s, const PhaseInputs &data, in
   for (const frontend::InputSpec &input : sample.inputs) {
     switch (input.source) {
     case frontend::InputSource::Data:
-      in.push_back(data.dataset().index_select(0, cycle.remainder(data.dataset().size(0))));
+      in.push_back(
+          fieldOf(s.spec(), input,
+                  data.dataset().index_select(0, cycle.remainder(data.dataset().size(0)))));
       break;
     case frontend::InputSource::Labels:
       in.push_back(data.labels().index_select(0, cycle.remainder(data.labels().size(0))));

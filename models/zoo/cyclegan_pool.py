@@ -4,8 +4,8 @@ computed once per step in a section; the G step (both generators) through them, 
 identity losses and the frozen discriminators; then the D step on fakes drawn from an image
 history pool of 50 per discriminator (Shrivastava et al.), detached. The pools are buffers
 updated inside the D phase with its own random draws, so they are checkpointed and a resumed
-run continues them exactly. A sample is a pair packed as channels, A in 0-2 and B in 3-5
-(make_data.py pairs), as CycleGAN's unaligned loader gives one image of each domain."""
+run continues them exactly. A sample has two fields, an image of each domain, A and B
+(make_data.py pairs), as CycleGAN's unaligned loader gives one image of each."""
 from __future__ import annotations
 
 from typing import List
@@ -76,19 +76,17 @@ class CycleGANPool(nn.Module):
         target = torch.ones_like(prediction) if real else torch.zeros_like(prediction)
         return F.mse_loss(prediction, target)
 
-    def forward_images(self, pair):
+    def forward_images(self, a, b):
         """junyanz's forward(), in its order (which sets the order backward sums each
         generator's gradients from its three uses)."""
-        a, b = pair[:, :3], pair[:, 3:]
         fake_b = self.gen_ab(a)
         rec_a = self.gen_ba(fake_b)
         fake_a = self.gen_ba(b)
         rec_b = self.gen_ab(fake_a)
         return {"fake_b": fake_b, "rec_a": rec_a, "fake_a": fake_a, "rec_b": rec_b}
 
-    def phase_g(self, pair, fake_b, rec_a, fake_a, rec_b):
+    def phase_g(self, a, b, fake_b, rec_a, fake_a, rec_b):
         """backward_G: identity, adversarial (frozen D) and cycle losses."""
-        a, b = pair[:, :3], pair[:, 3:]
         idt_a = F.l1_loss(self.gen_ab(b), b) * self.lambda_b * self.lambda_identity
         idt_b = F.l1_loss(self.gen_ba(a), a) * self.lambda_a * self.lambda_identity
         adv_a = self.gan_loss(self.disc_b(fake_b), True)
@@ -97,9 +95,8 @@ class CycleGANPool(nn.Module):
         cycle_b = F.l1_loss(rec_b, b) * self.lambda_b
         return adv_a + adv_b + cycle_a + cycle_b + idt_a + idt_b
 
-    def phase_d(self, pair, fake_b, fake_a):
+    def phase_d(self, a, b, fake_b, fake_a):
         """backward_D_A and backward_D_B: each D on real images and on fakes from its pool."""
-        a, b = pair[:, :3], pair[:, 3:]
         fake_b = self.pool_b.query(fake_b)
         loss_b = (self.gan_loss(self.disc_b(b), True) + self.gan_loss(self.disc_b(fake_b.detach()), False)) * 0.5
         fake_a = self.pool_a.query(fake_a)
@@ -109,21 +106,23 @@ class CycleGANPool(nn.Module):
 
 def cyclegan_pool_spec(name, batch=8, size=16):
     adam = {"type": "adam", "lr": 2e-4, "betas": [0.5, 0.999], "eps": 1e-8, "weight_decay": 0.0}
-    pair = {"name": "pair", "source": "data"}
+    pair = [{"name": "a", "source": "data", "field": "A"}, {"name": "b", "source": "data", "field": "B"}]
+    field = [3, size, size]
 
     def take(value, detach=True):
         return dict({"name": value, "source": "output", "output": "forward." + value},
                     **({} if detach else {"detach": False}))
 
     return {
-        "ganc_spec": 2, "name": name, "batch_size": batch, "data": {"shape": [6, size, size]},
+        "ganc_spec": 2, "name": name, "batch_size": batch,
+        "data": {"fields": [{"name": "A", "shape": field}, {"name": "B", "shape": field}]},
         "phases": [
-            {"name": "forward", "method": "forward_images", "inputs": [pair],
+            {"name": "forward", "method": "forward_images", "inputs": pair,
              "outputs": ["fake_b", "rec_a", "fake_a", "rec_b"]},
             {"name": "g", "method": "phase_g", "updates": ["gen_ab", "gen_ba"],
-             "inputs": [pair] + [take(v, detach=False) for v in ("fake_b", "rec_a", "fake_a", "rec_b")]},
+             "inputs": pair + [take(v, detach=False) for v in ("fake_b", "rec_a", "fake_a", "rec_b")]},
             {"name": "d", "method": "phase_d", "updates": ["disc_a", "disc_b"],
-             "inputs": [pair, take("fake_b"), take("fake_a")]},
+             "inputs": pair + [take("fake_b"), take("fake_a")]},
         ],
         "optimizers": {"generators": dict(adam, params=["gen_ab", "gen_ba"]),
                        "discriminators": dict(adam, params=["disc_a", "disc_b"])},

@@ -3,8 +3,8 @@ generator with dropout, a PatchGAN discriminator on (input, output) pairs, the v
 loss and L1 x 100. Its `optimize_parameters` computes the fake once per step
 (`forward()`), steps D on `fake.detach()`, then steps G through that same fake, judged by
 the updated D. Here `forward_fake` is that forward, a section of the step; `phase_d` takes the
-fake detached and `phase_g` through its graph. A sample is a pair packed as channels:
-A in channels 0-2, B in 3-5 (make_data.py pairs)."""
+fake detached and `phase_g` through its graph. A sample has two fields, the input A and the
+target B (make_data.py pairs; pix2pix's own A|B images load with `"layout": "side_by_side"`)."""
 from __future__ import annotations
 
 import torch
@@ -59,44 +59,44 @@ class Pix2Pix(nn.Module):
         target = torch.ones_like(logits) if real else torch.zeros_like(logits)
         return F.binary_cross_entropy_with_logits(logits, target)
 
-    def forward_fake(self, pair):
+    def forward_fake(self, a):
         """junyanz's forward(): fake_B = netG(real_A)."""
-        return {"fake_b": self.generator(pair[:, :3])}
+        return {"fake_b": self.generator(a)}
 
-    def phase_d(self, pair, fake_b):
+    def phase_d(self, a, b, fake_b):
         """backward_D: D on (A, fake B) detached and on (A, B), halved."""
-        a, b = pair[:, :3], pair[:, 3:]
         loss_fake = self.gan_loss(self.discriminator(torch.cat([a, fake_b], 1)), False)
         loss_real = self.gan_loss(self.discriminator(torch.cat([a, b], 1)), True)
         return (loss_fake + loss_real) * 0.5
 
-    def phase_g(self, pair, fake_b):
+    def phase_g(self, a, b, fake_b):
         """backward_G: the updated D on (A, fake B), plus L1 to B, through the step's fake."""
-        a, b = pair[:, :3], pair[:, 3:]
         loss_gan = self.gan_loss(self.discriminator(torch.cat([a, fake_b], 1)), True)
         loss_l1 = F.l1_loss(fake_b, b) * self.lambda_l1
         return loss_gan + loss_l1, {"loss_G_GAN": loss_gan.detach(), "loss_G_L1": loss_l1.detach()}
 
-    def sample_rows(self, pair):
+    def sample_rows(self, a, b):
         """The grid: a row per pair, input A | G(A) | target B (in training mode, as pix2pix's
         test.py draws by default: dropout on)."""
-        a = pair[:, :3]
-        return a, self.generator(a), pair[:, 3:]
+        return a, self.generator(a), b
 
 
 def pix2pix_spec(name, batch=8, size=16):
     adam = {"type": "adam", "lr": 2e-4, "betas": [0.5, 0.999], "eps": 1e-8, "weight_decay": 0.0}
-    pair = {"name": "pair", "source": "data"}
+    a = {"name": "a", "source": "data", "field": "A"}
+    b = {"name": "b", "source": "data", "field": "B"}
+    field = [3, size, size]
     return {
-        "ganc_spec": 2, "name": name, "batch_size": batch, "data": {"shape": [6, size, size]},
+        "ganc_spec": 2, "name": name, "batch_size": batch,
+        "data": {"fields": [{"name": "A", "shape": field}, {"name": "B", "shape": field}]},
         "phases": [
-            {"name": "forward", "method": "forward_fake", "outputs": ["fake_b"], "inputs": [pair]},
+            {"name": "forward", "method": "forward_fake", "outputs": ["fake_b"], "inputs": [a]},
             {"name": "d", "method": "phase_d", "updates": ["discriminator"],
-             "inputs": [pair, {"name": "fake_b", "source": "output", "output": "forward.fake_b"}]},
+             "inputs": [a, b, {"name": "fake_b", "source": "output", "output": "forward.fake_b"}]},
             {"name": "g", "method": "phase_g", "updates": ["generator"],
-             "inputs": [pair, {"name": "fake_b", "source": "output", "output": "forward.fake_b",
+             "inputs": [a, b, {"name": "fake_b", "source": "output", "output": "forward.fake_b",
                                "detach": False}]},
         ],
         "optimizers": {"generator": dict(adam), "discriminator": dict(adam)},
-        "sample": {"method": "sample_rows", "inputs": [pair], "mode": "train"},
+        "sample": {"method": "sample_rows", "inputs": [a, b], "mode": "train"},
     }

@@ -13,7 +13,7 @@ from . import functions, oplibs
 from .hybrid import Probe, Resolver, script_error, fresh_types_on_failure, script_failure
 from .tracing import rng_kept
 from .scriptable import ExportError, make_scriptable, sync_batch_norm_paths
-from .spec import SPEC_VERSION, SpecError, dumps, validate
+from .spec import SPEC_VERSION, SpecError, dumps, sample_shape, validate
 
 __all__ = ["export", "load_spec", "load_checkpoint", "example_inputs", "run_phases", "phase_methods_scripted"]
 
@@ -40,7 +40,7 @@ def example_inputs(spec: dict, phase: dict, batch: int | None = None, values: di
         if inp["source"] in ("labels", "categorical"):
             out.append(torch.randint(inp.get("classes", spec["data"].get("classes", 1)), (batch,)))
             continue
-        shape = spec["data"]["shape"] if inp["source"] == "data" else inp["shape"]
+        shape = sample_shape(spec, inp.get("field")) if inp["source"] == "data" else inp["shape"]
         draw = torch.rand if inp["source"] == "uniform" else torch.randn
         out.append(draw([batch] + list(shape)).to(dtype))
     return tuple(out)

@@ -23,7 +23,8 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .exporter import load_spec
-from .spec import fade_at, lr_scheduler, optimizer_groups, optimizer_settings, stage_at, within
+from .spec import (fade_at, field_of, lr_scheduler, optimizer_groups, optimizer_settings, pack_fields, stage_at,
+                   within)
 
 
 # ganc seeds the generator random ops inside phases draw from with seed + this + rank.
@@ -134,7 +135,7 @@ class Inputs:
             elif inp["source"] == "fade":
                 out.append(torch.tensor(fade, dtype=self.dtype, device=self.device))
             elif inp["source"] == "data":
-                out.append(batch[0])
+                out.append(field_of(self.spec, inp.get("field"), batch[0]))
             elif inp["source"] == "labels":
                 out.append(batch[1])
             elif inp["source"] == "categorical":
@@ -247,7 +248,7 @@ def _load_data(data_path, spec):
     data, labels = torch.load(data_path), None
     if isinstance(data, dict):
         labels = data.get("labels")
-        data = data["images"]
+        data = pack_fields(spec, data) if spec["data"].get("fields") else data["images"]
     data = (data if data.dtype == torch.float64 else data.float()).to(getattr(torch, spec.get("dtype", "float32")))
     if spec["data"].get("xflip"):  # the set doubled with mirrored images, as ganc does
         data = torch.cat([data, data.flip(-1)])

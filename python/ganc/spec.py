@@ -196,6 +196,39 @@ def _require(cond: bool, message: str) -> None:
         raise SpecError(message)
 
 
+def sample_shape(spec: dict, field: str | None = None) -> list:
+    """One sample's shape: `data.shape`, or with `data.fields` the named field's, or (no
+    field named) the fields packed along their first dimension, as ganc keeps them."""
+    fields = spec["data"].get("fields")
+    if not fields:
+        return list(spec["data"]["shape"])
+    if field is not None:
+        return list(next(f["shape"] for f in fields if f["name"] == field))
+    return [sum(f["shape"][0] for f in fields)] + list(fields[0]["shape"][1:])
+
+
+def field_of(spec: dict, field: str | None, samples):
+    """A `data` input's tensor from a batch of packed samples: its field's channels (as a
+    tensor of its own, in the samples' memory format), or the samples without a field."""
+    if not field:
+        return samples
+    offset = 0
+    for f in spec["data"]["fields"]:
+        if f["name"] == field:
+            import torch
+            part = samples.narrow(1, offset, f["shape"][0])
+            channels_last = samples.dim() == 4 and samples.is_contiguous(memory_format=torch.channels_last)
+            return part.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+        offset += f["shape"][0]
+    raise KeyError(field)
+
+
+def pack_fields(spec: dict, data: dict):
+    """A data file's dict of field tensors packed along dimension 1, in the spec's order."""
+    import torch
+    return torch.cat([data[f["name"]] for f in spec["data"]["fields"]], 1)
+
+
 def validate(spec: dict, module=None) -> dict:
     """Checks `spec` (and, given the module, that methods and submodules exist).
 
@@ -234,12 +267,14 @@ def _validate_model_wide(spec: dict, module) -> bool:
     _require(isinstance(spec.get("batch_size"), int) and spec["batch_size"] > 0,
              "spec: 'batch_size' must be a positive integer (per rank)")
     data = spec.get("data")
-    _require(isinstance(data, dict) and isinstance(data.get("shape"), list),
+    _require(isinstance(data, dict) and (isinstance(data.get("shape"), list) or "fields" in data),
              "spec: 'data' must be an object with a 'shape' list (one sample, no batch dim)")
     _known_keys(data, "data", "spec: 'data': ")
-    _require(_positive_ints(data["shape"]), "spec: 'data.shape' must be a list of positive integers")
+    # data.fields and data.layout are checked by the C++ validator (below, in ganc spec).
+    _require("fields" in data or _positive_ints(data["shape"]),
+             "spec: 'data.shape' must be a list of positive integers")
     _require(isinstance(data.get("xflip", False), bool), "spec: 'data': 'xflip' must be true or false")
-    _require(not data.get("xflip") or len(data["shape"]) == 3,
+    _require(not data.get("xflip") or "fields" in data or len(data["shape"]) == 3,
              "spec: 'data.xflip' mirrors images: it needs a [C, H, W] data shape")
     spec.setdefault("dtype", "float32")
     _require(spec["dtype"] in DTYPES, f"spec: 'dtype' must be one of {', '.join(DTYPES)}")

@@ -9,13 +9,16 @@ graph). Both draw the same batches and dropout masks, so every all-reduced gradi
 parameters and G's BatchNorm statistics agree only if ganc, too, runs G once per step, in
 that order.
 """
+import io
 import json
 import os
 import subprocess
 import sys
+import zipfile
 
 import pytest
 import torch
+from PIL import Image
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
@@ -309,7 +312,6 @@ def test_pix2pix_samples_show_input_output_and_target_rows(ganc_bin, pairs, tmp_
     """The grid from the spec's sampling method: a row per data sample, A | G(A) | B, the
     data set's first samples; drawn in training mode (dropout on) with every buffer put back,
     so a run that draws samples every 2 steps ends with the checkpoint of one that draws none."""
-    from PIL import Image
     plan = str(tmp_path / "plan.ganc")
     subprocess.run([ganc_bin, "compile", archive("pix2pix"), "-o", plan], check=True, stdout=subprocess.DEVNULL)
 
@@ -324,7 +326,8 @@ def test_pix2pix_samples_show_input_output_and_target_rows(ganc_bin, pairs, tmp_
     grid = torch.from_numpy(__import__("numpy").asarray(Image.open(str(tmp_path / "sampled" / "samples.png"))))
     size, pad = 16, 2
     assert tuple(grid.shape) == (5 * (size + pad) + pad, 3 * (size + pad) + pad, 3)
-    data = torch.load(pairs)[:5].float()
+    fields = torch.load(pairs)
+    data = torch.cat([fields["A"], fields["B"]], 1)[:5].float()  # A in channels 0-2, B in 3-5
 
     def cell(row, column):
         top, left = pad + row * (size + pad), pad + column * (size + pad)
@@ -339,6 +342,60 @@ def test_pix2pix_samples_show_input_output_and_target_rows(ganc_bin, pairs, tmp_
         assert (cell(row, 1) - pixels(data[row, 3:])).abs().max() > 1, f"row {row}: G(A) is the target itself"
 
 
+def side_by_side_images(fields, folder, count):
+    """pix2pix's own data layout: each pair as one PNG, A | B left to right, in a zip laid out
+    as StyleGAN's dataset_tool writes it (unlabelled). Returns the zip and the fields as
+    the 8-bit images hold them, scaled to [-1, 1] as ganc scales pixels."""
+    pixels = {k: ((v[:count].clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8) for k, v in fields.items()}
+    path = os.path.join(folder, "pairs.zip")
+    with zipfile.ZipFile(path, "w") as z:
+        for i in range(count):
+            wide = torch.cat([pixels["A"][i], pixels["B"][i]], 2).permute(1, 2, 0).numpy()
+            buf = io.BytesIO()
+            Image.fromarray(wide).save(buf, format="png")
+            z.writestr(f"00000/img{i:08d}.png", buf.getvalue())
+        z.writestr("dataset.json", json.dumps({"labels": None}))
+    return path, {k: v.float() / 127.5 - 1 for k, v in pixels.items()}
+
+
+def test_side_by_side_pairs_train_as_their_fields_mirrored_together(ganc_bin, pairs, tmp_path):
+    """pix2pix's A|B images in a zip, split by `"layout": "side_by_side"` into the fields A
+    and B, the set doubled by xflip: ganc at 2 ranks trains as eager DDP (ganc.oracle) on a
+    tensor file of the same fields, mirrored one by one. Loaded as one image, mirroring would
+    swap A and B."""
+    zip_path, quantised = side_by_side_images(torch.load(pairs), str(tmp_path), 64)
+    torch.save(quantised, str(tmp_path / "fields.pt"))
+    spec = ganc.load_spec(archive("pix2pix"))
+    spec["data"].update(layout="side_by_side", xflip=True)
+    model = Pix2Pix()
+    model.load_state_dict(torch.jit.load(archive("pix2pix")).state_dict())
+    path = str(tmp_path / "pix2pix_pairs.pt")
+    ganc.export(model, path, spec, verbose=False)
+    got_dir = run_ganc(ganc_bin, "pix2pix", zip_path, 2, str(tmp_path), path=path)
+    ref_dir = str(tmp_path / "ddp")
+    oracle.run(path, str(tmp_path / "fields.pt"), 2, STEPS, SEED, out_dir=ref_dir)
+    compare("pix2pix", got_dir, ref_dir, path=path)
+
+
+def test_data_without_a_field_is_refused_naming_it(ganc_bin, pairs, tmp_path):
+    """A data file lacking a field of the spec, and images with no layout for fields: one line
+    each, before training."""
+    plan = str(tmp_path / "plan.ganc")
+    subprocess.run([ganc_bin, "compile", archive("pix2pix"), "-o", plan], check=True, stdout=subprocess.DEVNULL)
+    only_a = str(tmp_path / "only_a.pt")
+    torch.save({"A": torch.load(pairs)["A"]}, only_a)
+    images = str(tmp_path / "images")
+    os.makedirs(images)
+    for i in range(16):
+        Image.fromarray(torch.zeros(16, 16, 3, dtype=torch.uint8).numpy()).save(os.path.join(images, f"{i}.png"))
+    for data, says in ((only_a, "field 'B' is missing"), (images, "set 'data.layout' to \"side_by_side\"")):
+        done = subprocess.run([ganc_bin, "train", plan, "--model", archive("pix2pix"), "--data", data, "--steps",
+                               "1", "--out", str(tmp_path / "run")], capture_output=True, text=True)
+        assert done.returncode != 0, done.stdout
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and says in lines[0], done.stderr
+
+
 def test_metrics_need_a_generator_on_noise(ganc_bin, pairs, tmp_path):
     """--metrics scores a generator on noise: a sample block that calls a method is refused
     before any step, in one line."""
@@ -349,6 +406,17 @@ def test_metrics_need_a_generator_on_noise(ganc_bin, pairs, tmp_path):
                           timeout=300)
     assert done.returncode == 2 and "calls method 'sample_rows'" in done.stderr, done.stderr
     assert not os.path.exists(tmp_path / "run" / "checkpoint.pt")
+    # A generator on noise, but samples of two fields: no real images to compare with.
+    spec = ganc.load_spec(archive("pix2pix"))
+    spec["sample"] = {"submodule": "generator", "noise_shape": [3, 16, 16]}
+    model = Pix2Pix()
+    path = str(tmp_path / "on_noise.pt")
+    ganc.export(model, path, spec, verbose=False)
+    subprocess.run([ganc_bin, "compile", path, "-o", plan], check=True, stdout=subprocess.DEVNULL)
+    done = subprocess.run([ganc_bin, "train", plan, "--model", path, "--data", pairs, "--steps", "1",
+                           "--out", str(tmp_path / "run"), "--metrics", "fid1k"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2 and "samples have 2 fields" in done.stderr, done.stderr
 
 
 def test_ada_p_follows_its_rule_and_resumes_exactly(ganc_bin, datasets, tmp_path):
