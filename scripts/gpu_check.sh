@@ -103,8 +103,11 @@ exec > >(tee -a "$LOG") 2>&1
 say() { echo "[gpu_check $(date +%H:%M:%S)] $*"; }
 stop() { say "STOPPED: $1"; exit "${2:-1}"; }
 
-case "$DEADLINE$TEST_SECONDS" in
-  *[!0-9]*) stop "--deadline and --test-seconds take whole seconds, not '$DEADLINE' '$TEST_SECONDS'" 2 ;;
+case "$DEADLINE" in
+  *[!0-9]*) stop "--deadline takes whole seconds, not '$DEADLINE'" 2 ;;
+esac
+case "$TEST_SECONDS" in
+  *[!0-9]*) stop "--test-seconds takes whole seconds, not '$TEST_SECONDS'" 2 ;;
 esac
 if [ -z "$STAGES" ]; then
   STAGES="tests${OFFICIAL:+,official},bench,scaling"
@@ -117,7 +120,8 @@ for stage in ${STAGES//,/ }; do
   esac
 done
 if [ -n "$OFFICIAL" ]; then
-  OFFICIAL=$(cd "$OFFICIAL" 2>/dev/null && pwd) || stop "--official: no folder $OFFICIAL" 2
+  [ -d "$OFFICIAL" ] || stop "--official: no folder $OFFICIAL" 2
+  OFFICIAL=$(cd "$OFFICIAL" && pwd)
   [ -f "$OFFICIAL/train.py" ] || stop "--official: $OFFICIAL has no train.py (a NVlabs/stylegan3 checkout)" 2
 fi
 # The time a stage may take under --deadline: what is left, less SUMMARY_SECONDS for writing

@@ -569,6 +569,10 @@ def test_gpu_check_uses_a_prebuilt_binary_of_these_sources_only(ganc_bin, tmp_pa
 
 @pytest.mark.parametrize("args,says", [
     (["--deadline", "9m"], "STOPPED: --deadline takes whole seconds, not '9m'"),
+    (["--test-seconds", "1.5"], "STOPPED: --test-seconds takes whole seconds, not '1.5'"),
+    (["--stages", "tests,bench,lunch"], "STOPPED: --stages: unknown stage 'lunch' (tests, official, bench, scaling)"),
+    (["--stages", "official"], "STOPPED: --stages names official without --official REPO"),
+    (["--official", "/nonexistent/stylegan3"], "STOPPED: --official: no folder /nonexistent/stylegan3"),
     (["--frobnicate"], "gpu_check: unknown option --frobnicate"),
 ])
 def test_gpu_check_refuses_bad_options_in_one_line(tmp_path, args, says):
