@@ -294,6 +294,17 @@ bool holdsPickle(const std::vector<std::string> &names) {
   });
 }
 
+/// The object a torch.save file holds.
+Expected<c10::IValue> unpickle(const std::string &path, const std::vector<char> &bytes) {
+  try {
+    return torch::pickle_load(bytes);
+  } catch (const std::exception &e) {
+    std::string what = e.what();
+    return Status::error("--data " + path + ": not a torch.save file or image folder (" +
+                         what.substr(0, what.find('\n')) + ")");
+  }
+}
+
 } // namespace
 
 Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t> &sampleShape) {
@@ -306,14 +317,10 @@ Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t
   GANC_TRY(checkZipArchive(*bytes, &names).withContext("--data " + path));
   if (!holdsPickle(names))
     return loadImageZip(path, *bytes, sampleShape);
-  c10::IValue value;
-  try {
-    value = torch::pickle_load(*bytes);
-  } catch (const std::exception &e) {
-    std::string what = e.what();
-    return Status::error("--data " + path + ": not a torch.save file or image folder (" +
-                         what.substr(0, what.find('\n')) + ")");
-  }
+  auto unpickled = unpickle(path, *bytes);
+  if (!unpickled)
+    return unpickled.status();
+  c10::IValue value = unpickled.take();
   at::Tensor labels;
   if (value.isGenericDict() && value.toGenericDict().contains("images")) {
     auto dict = value.toGenericDict();
@@ -411,15 +418,10 @@ Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t
     GANC_TRY(checkZipArchive(bytes, &names).withContext("--data " + path));
   }
   if (holdsPickle(names)) {
-    c10::IValue value;
-    try {
-      value = torch::pickle_load(bytes);
-    } catch (const std::exception &e) {
-      std::string what = e.what();
-      return Status::error("--data " + path + ": not a torch.save file or image folder (" +
-                           what.substr(0, what.find('\n')) + ")");
-    }
-    return loadFieldTensors(path, value, layout);
+    auto value = unpickle(path, bytes);
+    if (!value)
+      return value.status();
+    return loadFieldTensors(path, *value, layout);
   }
   if (!layout.sideBySide)
     return Status::error("--data " + path +
