@@ -9,7 +9,7 @@
 #                        [--test-args "..."] [--bench-args "..."] [--deadline SECONDS]
 #                        [--save-build DIR] [--prebuilt DIR] [--source-hash]
 #                        [--official REPO] [--official-args "..."] [--stages LIST]
-#                        [--test-seconds SECONDS]
+#                        [--test-seconds SECONDS] [--zoo DIR]
 #
 # --official REPO: also StyleGAN2 at 256 pixels trained by ganc and by NVIDIA's own train.py
 # of that StyleGAN3 checkout (bench/nvidia_train_speed.py; --official-args go to it). Its
@@ -17,7 +17,10 @@
 # in the background as soon as the binary is ready, beside the smoke run and the tests; the
 # stage waits for it. --stages: the stages' order (default tests,bench,scaling; official is
 # added after the tests where --official is given). --test-seconds: the most the tests may take
-# (SIGINT then, as at the --deadline), so that later stages keep their time.
+# (SIGINT then, as at the --deadline), so that later stages keep their time. --zoo DIR: the
+# test archives already exported there (an earlier run's BUILD/tests/models, on a machine kept
+# warm between calls) instead of exporting them again (a minute, more on a loaded machine);
+# they must come from these sources.
 #
 # --test-args goes to pytest (e.g. -k "two_ranks" or -k "not two_ranks": the GPU tests in
 # two parts, where one call of the machine has a time limit).
@@ -69,6 +72,7 @@ OFFICIAL=""
 OFFICIAL_ARGS=""
 STAGES=""
 TEST_SECONDS=""
+ZOO=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-tests) RUN_TESTS=0; shift ;;
@@ -84,6 +88,7 @@ while [ $# -gt 0 ]; do
     --official-args) OFFICIAL_ARGS=$2; shift 2 ;;
     --stages) STAGES=$2; shift 2 ;;
     --test-seconds) TEST_SECONDS=$2; shift 2 ;;
+    --zoo) ZOO=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/{s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     -*) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
     *) OUT=$1; shift ;;
@@ -119,6 +124,10 @@ for stage in ${STAGES//,/ }; do
     *) stop "--stages: unknown stage '$stage' (tests, official, bench, scaling)" 2 ;;
   esac
 done
+if [ -n "$ZOO" ]; then
+  [ -f "$ZOO/dcgan32.pt" ] || stop "--zoo: $ZOO holds no exported zoo (no dcgan32.pt)" 2
+  ZOO=$(cd "$ZOO" && pwd)
+fi
 if [ -n "$OFFICIAL" ]; then
   [ -d "$OFFICIAL" ] || stop "--official: no folder $OFFICIAL" 2
   OFFICIAL=$(cd "$OFFICIAL" && pwd)
@@ -270,9 +279,14 @@ if torch.cuda.is_available():
   say "--official: preparing in the background (plugins, export and compile at each batch)"
 fi
 
-MODELS=$BUILD/tests/models
-"$PY" "$ROOT/tests/python/make_archives.py" "$MODELS" >/dev/null || stop "exporting the zoo failed"
-say "exported the zoo into $MODELS"
+if [ -n "$ZOO" ]; then
+  MODELS=$ZOO
+  say "using the zoo exported in $MODELS"
+else
+  MODELS=$BUILD/tests/models
+  "$PY" "$ROOT/tests/python/make_archives.py" "$MODELS" >/dev/null || stop "exporting the zoo failed"
+  say "exported the zoo into $MODELS"
+fi
 
 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
   || stop "no CUDA GPU visible (torch.cuda.is_available() is False): built (or prebuilt) and exported, nothing run" 3
