@@ -78,6 +78,14 @@ struct DataField {
   int64_t offset = 0;
 };
 
+/// "A, B": the fields' names, for messages.
+inline std::string fieldNames(const std::vector<DataField> &fields) {
+  std::string names;
+  for (const DataField &f : fields)
+    names += (names.empty() ? "" : ", ") + f.name;
+  return names;
+}
+
 /// One stage of a progressively grown GAN. In stage k every stage attribute holds k.
 struct StageSpec {
   std::string name;

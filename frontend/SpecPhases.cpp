@@ -10,14 +10,6 @@ namespace ganc::frontend::reading {
 
 namespace {
 
-/// "A, B": the data's field names, for messages.
-std::string fieldNames(const Spec &spec) {
-  std::string names;
-  for (const DataField &f : spec.dataFields)
-    names += (names.empty() ? "" : ", ") + f.name;
-  return names;
-}
-
 /// One phase input; `where` names the phase, `hasStages` whether the spec declares stages.
 Status parseInput(const json &in, const Spec &spec, bool hasStages, const std::string &where,
                   InputSpec &input) {
@@ -71,7 +63,7 @@ Status parseInput(const json &in, const Spec &spec, bool hasStages, const std::s
                     at +
                         (input.field.empty() ? std::string(" takes the data: name one of its")
                                              : " takes field '" + input.field + "', not one of") +
-                        " fields (" + fieldNames(spec) + ") in 'field'"));
+                        " fields (" + fieldNames(spec.dataFields) + ") in 'field'"));
   } else {
     GANC_TRY(need(in.contains("shape"),
                   where + ": " + source + " input '" + input.name + "' needs a 'shape'"));

@@ -356,18 +356,12 @@ DataLayout dataLayout(const frontend::Spec &spec) {
 
 namespace {
 
-std::string fieldList(const DataLayout &layout) {
-  std::string names;
-  for (const frontend::DataField &f : layout.fields)
-    names += (names.empty() ? "" : ", ") + f.name;
-  return names;
-}
-
 /// A torch.save dict of the fields' tensors, packed along dimension 1.
 Expected<Dataset> loadFieldTensors(const std::string &path, const c10::IValue &value,
                                    const DataLayout &layout) {
   if (!value.isGenericDict())
-    return Status::error("--data " + path + ": the spec's data has fields (" + fieldList(layout) +
+    return Status::error("--data " + path + ": the spec's data has fields (" +
+                         frontend::fieldNames(layout.fields) +
                          "): save a dict with a tensor per field");
   const auto dict = value.toGenericDict();
   std::vector<at::Tensor> parts;
@@ -399,7 +393,8 @@ Expected<Dataset> loadFieldTensors(const std::string &path, const c10::IValue &v
   if (labels.defined() && labels.size(0) != data.size(0))
     return Status::error("--data " + path + ": " + std::to_string(labels.size(0)) + " labels for " +
                          std::to_string(data.size(0)) + " samples");
-  return Dataset{data, labels, "fields " + fieldList(layout), rangeWarning(path, data)};
+  return Dataset{data, labels, "fields " + frontend::fieldNames(layout.fields),
+                 rangeWarning(path, data)};
 }
 
 } // namespace
@@ -427,7 +422,7 @@ Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t
     return Status::error("--data " + path +
                          ": an image holds one sample, and the spec's data has "
                          "fields (" +
-                         fieldList(layout) +
+                         frontend::fieldNames(layout.fields) +
                          "): set 'data.layout' to "
                          "\"side_by_side\" for images holding them left to right, or save a dict "
                          "with a tensor per field");
@@ -444,7 +439,8 @@ Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t
           .reshape({x.size(0), k * field[0], field[1], field[2]})
           .contiguous();
   data->note += (data->note.empty() ? "" : "; ") +
-                std::string("each image split side by side into ") + fieldList(layout);
+                std::string("each image split side by side into ") +
+                frontend::fieldNames(layout.fields);
   return data;
 }
 
