@@ -1,10 +1,12 @@
 """Writes the zip fuzzer's seed corpus: small archives laid out as torch writes them (stored
 entries under one folder), one forced into zip64, one with a comment, one compressed."""
-import sys
+import argparse
 import zipfile
 from pathlib import Path
 
-out = Path(sys.argv[1])
+parser = argparse.ArgumentParser(description=__doc__)
+parser.add_argument("outdir", help="folder the seed archives are written into (made if missing)")
+out = Path(parser.parse_args().outdir)
 out.mkdir(parents=True, exist_ok=True)
 records = {"archive/data.pkl": b"\x80\x02}q\x00.", "archive/data/0": bytes(range(64)),
            "archive/version": b"3\n"}

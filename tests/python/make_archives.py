@@ -177,4 +177,8 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("outdir", help="folder the archives are written into (made if missing)")
+    main(parser.parse_args().outdir)
