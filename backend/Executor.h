@@ -131,10 +131,16 @@ public:
   /// (CUDA step graphs): a run's loss, statistics and gradients are then ready only after
   /// the step's last run() returned, on the device's stream order.
   virtual void beginStep(const std::vector<std::string> & /*phases*/) {}
-  /// Runs a section's method on `inputs` (eagerly, on every backend) and returns the dict it
-  /// returned: its values, with their graph where `call` records one.
-  virtual c10::impl::GenericDict runSection(const SectionCall &call,
-                                            const std::vector<at::Tensor> &inputs) = 0;
+  /// After a step's phases and sections are all issued (run() and runSection() called for
+  /// each): an executor that captured the step's phases together ends the capture here and
+  /// runs it. Gradients and logged values of the step are read after this.
+  virtual void endStep() {}
+  /// Runs a section's method on the inputs `inputs` makes for micro-batch `micro` and
+  /// returns the dict it returned: its values, with their graph where `call` records one.
+  /// On CUDA, where the step's phases share values and are captured together, the section
+  /// is part of that graph and the values are the graph's, at fixed addresses.
+  virtual c10::impl::GenericDict runSection(const SectionCall &call, const InputFn &inputs,
+                                            int64_t micro) = 0;
   /// How the phase runs ("eager", "cuda-graph", or "eager (reason)").
   virtual std::string mode(const std::string &phase) const = 0;
   virtual const PhaseReducer &reducer(const std::string &phase) const = 0;

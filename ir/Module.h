@@ -236,6 +236,17 @@ struct Phase {
 
   /// What names the phase in a plan and at run time: "name", or "name@stage".
   std::string key() const { return phaseKey(name, stage); }
+  /// Whether the phase shares values with others of its step: it takes one an earlier phase
+  /// computed (an `output` input, or a section it runs `through`) or hands one on. On CUDA
+  /// such a step's phases and sections are captured together, as one graph.
+  bool sharesValues() const {
+    if (!through.empty() || !outputs.empty())
+      return true;
+    for (const PhaseInput &input : inputs)
+      if (input.source == "output")
+        return true;
+    return false;
+  }
   /// Whether the phase trains parameter `name`: one of `updates` is the parameter itself or a
   /// submodule holding it ("discriminator.head" trains "discriminator.head.0.weight").
   bool trains(const std::string &name) const;

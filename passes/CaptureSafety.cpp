@@ -4,8 +4,12 @@
 // device value to the host (the CPU must wait, and the captured branch would be frozen) and
 // on ops whose output shape depends on data (the buffer sizes are fixed at capture). The pass
 // scans every op of the phase, nested regions included, and records the first such op as the
-// reason the phase runs eagerly. A phase that takes values another phase computed in the
-// step (an `output` input, or a section it runs `through`) runs eagerly too.
+// reason the phase runs eagerly. A phase that shares values with others of its step (an
+// `output` input, a section it runs `through`, values it hands on) is captured as safely as any
+// other: the runtime captures such a step's phases and sections together, as one graph, so
+// the values and what a later backward needs of them stay inside it (see
+// backend/cuda/CudaGraphExecutor.cpp). A section that no phase takes through its graph is
+// not lowered, so not scanned here; its capture fails at run time with the op's error.
 //
 // One exception: a traced network's shape arithmetic. The tracer records `x.shape[0]` as
 // aten::size -> prim::NumToTensor (a tensor on the host, made from a host int), does its
@@ -84,16 +88,6 @@ Expected<bool> runCaptureSafety(ir::Module &module, const PassOptions &) {
                  (op.results.empty() ? std::string() : " (%" + op.results[0]->name + ")") + " " +
                  why;
     });
-    // Values handed between phases live outside any one phase's graph: capturing them at
-    // fixed addresses across graphs is not built, so such phases run eagerly.
-    if (reason.empty() && !phase->through.empty())
-      reason = "its backward continues into section '" + phase->through.front() +
-               "', computed outside this phase's graph";
-    if (reason.empty() && !phase->outputs.empty())
-      reason = "it hands '" + phase->outputs.front() + "' to a later phase of the step";
-    for (const ir::PhaseInput &input : phase->inputs)
-      if (reason.empty() && input.source == "output")
-        reason = "%" + input.value->name + " is a value an earlier phase of the step computed";
     // Which conditional parameters a step reached is read on the host after backward.
     if (reason.empty() && !phase->conditional.empty())
       reason = "@" + phase->conditional.front() +

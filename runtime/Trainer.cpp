@@ -77,16 +77,24 @@ public:
           if (!phase.isSection())
             keys.push_back(ir::phaseKey(phase.name, stage));
         }
-      s_.executor->beginStep(keys);
+      // Every batch of the step is staged before its first phase: on CUDA the phases (and
+      // sections) that share values are captured as one graph, which no upload may enter.
       int64_t images = 0;
+      for (const frontend::PhaseSpec *phase : due)
+        images += inputs_.prepare(*phase);
+      s_.executor->beginStep(keys);
       std::vector<PhaseOutputs> outputs;
       for (size_t i = 0, k = 0; i < due.size(); ++i) {
-        images += inputs_.prepare(*due[i]);
         if (due[i]->isSection())
           GANC_TRY(runSection(step, *due[i], due));
         else
           GANC_TRY(runPhase(step, *due[i], keys[k++], progress, outputs));
       }
+      GANC_TRY(endStep(step));
+      // --dump-grads reads each phase's gradients once the whole step has run.
+      for (size_t i = 0, k = 0; i < due.size(); ++i)
+        if (!due[i]->isSection())
+          GANC_TRY(dumpPhaseGradients(step, *due[i], keys[k++]));
       // Kept once the whole step is issued: on CUDA the executor may launch a step's phases
       // together at its last run, so their outputs are read (copied) after that.
       for (const PhaseOutputs &out : outputs) {
@@ -199,13 +207,32 @@ private:
     if (!s_.options.profile.empty())
       progress.addProfile(key, s_.executor->lastRun());
     GANC_TRY(dumped);
-    if (dumping || (!s_.options.dumpDir.empty() && s_.sharded()))
-      GANC_TRY(dumpGradients(s_, step, key, phase.name));
     outputs.push_back({phase.name, loss, s_.executor->lastStats()});
     const auto &handed = s_.executor->lastOutputs();
     for (size_t micro = 0; micro < handed.size() && !phase.outputs.empty(); ++micro)
       inputs_.keepValues(phase, static_cast<int64_t>(micro), handed[micro]);
     return Status::ok();
+  }
+
+  /// After the step's phases are issued: the executor runs what it deferred (on CUDA, a step
+  /// whose phases share values is captured as one graph and runs here the first time).
+  Status endStep(int64_t step) {
+    try {
+      s_.executor->endStep();
+    } catch (const std::exception &e) {
+      return fromException(e, ErrorKind::Runtime, "")
+          .withContext("rank " + std::to_string(s_.rank.rank) + ", step " + std::to_string(step));
+    }
+    return Status::ok();
+  }
+
+  /// --dump-grads: the phase's gradients of this step (rank 0 writes them; sharded, every
+  /// rank takes part in gathering them).
+  Status dumpPhaseGradients(int64_t step, const frontend::PhaseSpec &phase,
+                            const std::string &key) {
+    if (s_.options.dumpDir.empty() || (!s_.isRankZero() && !s_.sharded()))
+      return Status::ok();
+    return dumpGradients(s_, step, key, phase.name);
   }
 
   /// A section: its method once per micro-batch, its values kept for the phases after it.
@@ -226,7 +253,8 @@ private:
     try {
       for (int64_t micro = 0; micro < section.accumulate; ++micro)
         inputs_.keepValues(section, micro,
-                           s_.executor->runSection(call, inputs_.make(section, micro)));
+                           s_.executor->runSection(
+                               call, [&](int64_t m) { return inputs_.make(section, m); }, micro));
     } catch (const std::exception &e) {
       return fromException(e, ErrorKind::Runtime, "")
           .inPhase(section.name)
@@ -251,6 +279,12 @@ private:
     if (const ShardedBatches *batches = inputs_.batches())
       line << ", " << batches->datasetSize() << " samples";
     line << "; phases:";
+    // On CUDA the phases that share values are captured with their sections as one graph,
+    // unless one of them runs eagerly (then they all do) or --profile times each phase.
+    std::string linkedEager = o.profile.empty() ? "" : "--profile times each phase on its own";
+    for (const auto &p : s_.plan->phases)
+      if (linkedEager.empty() && p->sharesValues() && !p->eagerReason.empty())
+        linkedEager = "phase '" + p->name + "', which shares values with it, runs eagerly";
     const char *separator = " ";
     for (const frontend::PhaseSpec &phase : s_.spec().phases) {
       const ir::Phase *planned = nullptr;
@@ -259,14 +293,21 @@ private:
           planned = p.get();
       line << separator << phase.name << " (";
       separator = ", ";
-      if (phase.isSection())
+      const bool linked = phase.isSection() || (planned && planned->sharesValues());
+      if (phase.isSection() && (!cuda || !o.cudaGraphs || !linkedEager.empty()))
         line << "section, eager";
+      else if (phase.isSection())
+        line << "section, captured with the phases that take its values";
       else if (!cuda)
         line << "eager";
       else if (!o.cudaGraphs)
         line << "eager, --cuda-graphs off";
       else if (planned && !planned->eagerReason.empty())
         line << "eager: " << planned->eagerReason;
+      else if (linked && !linkedEager.empty())
+        line << "eager: " << linkedEager;
+      else if (linked)
+        line << "CUDA Graph, one with the phases it shares values with";
       else if (o.launchesSteps())
         line << "CUDA Graph, one launch per step";
       else if (o.stepGraphs)

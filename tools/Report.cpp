@@ -289,7 +289,10 @@ std::string explain(const ir::Module &plan) {
     stepFeatures(out, *phase);
     if (phase->hasCaptureFacts)
       out << "  replay on CUDA: "
-          << (phase->eagerReason.empty() ? "CUDA Graph" : "eager (" + phase->eagerReason + ")")
+          << (!phase->eagerReason.empty() ? "eager (" + phase->eagerReason + ")"
+              : phase->sharesValues()
+                  ? "CUDA Graph, one with the phases and sections it shares values with"
+                  : "CUDA Graph")
           << "\n";
     parameterLines(out, plan, *phase);
     frozenLines(out, plan, *phase, owners);

@@ -198,8 +198,9 @@ c10::IValue EagerExecutor::forward(PhaseState &state, const std::vector<at::Tens
   return module_.get_method(state.plan->method)(args);
 }
 
-c10::impl::GenericDict EagerExecutor::runSection(const SectionCall &call,
-                                                 const std::vector<at::Tensor> &inputs) {
+c10::impl::GenericDict EagerExecutor::runSection(const SectionCall &call, const InputFn &inputs,
+                                                 int64_t micro) {
+  const std::vector<at::Tensor> values = inputs(micro);
   bool records = false;
   for (auto &[name, p] : parameters_) {
     const bool use = call.records && call.records(name);
@@ -213,7 +214,7 @@ c10::impl::GenericDict EagerExecutor::runSection(const SectionCall &call,
   if (!records)
     noGrad.emplace();
   AutocastScope autocast(options_.device.type(), call.autocast);
-  std::vector<c10::IValue> args(inputs.begin(), inputs.end());
+  std::vector<c10::IValue> args(values.begin(), values.end());
   return module_.get_method(call.method)(args).toGenericDict();
 }
 

@@ -17,8 +17,8 @@ public:
   ~EagerExecutor() override;
 
   at::Tensor run(const std::string &phase, const InputFn &inputs, const StepFn &step) override;
-  c10::impl::GenericDict runSection(const SectionCall &call,
-                                    const std::vector<at::Tensor> &inputs) override;
+  c10::impl::GenericDict runSection(const SectionCall &call, const InputFn &inputs,
+                                    int64_t micro) override;
   std::string mode(const std::string &phase) const override { return "eager"; }
   const PhaseReducer &reducer(const std::string &phase) const override;
 

@@ -9,6 +9,13 @@
 // concurrently, and replay order on the one stream keeps their buffers apart in time.
 // A replay is one cudaGraphLaunch (PhaseGraph keeps the RNG offsets on the device); with step
 // graphs, a step whose phases are all captured is one launch for all of them (StepGraph).
+//
+// A step whose phases share values (pix2pix: a section computes the fake once, phase d takes
+// it detached, phase g back-propagates through it) is warmed up and captured as one graph,
+// from its first call (a section or a phase) to endStep(), and replayed at its first phase's
+// call from then on (Linked). The shared values, and what a later backward reads of the graph that
+// made them, are then the graph's own tensors at fixed addresses, and the phases run in the
+// spec's order inside it, as the eager loop they replace.
 #include "backend/cuda/CudaGraphExecutor.h"
 
 #include "backend/cuda/PhaseGraph.h"
@@ -71,6 +78,28 @@ struct CudaGraphExecutor::Captured {
   /// the same step.
   at::Tensor loss;
   std::vector<std::pair<std::string, at::Tensor>> stats;
+};
+
+/// A step whose phases share values, captured as one graph (see the file comment). What each
+/// call hands out is what it handed out at capture, rewritten by every replay.
+struct CudaGraphExecutor::Linked {
+  int warmupsLeft = 0;
+  std::unique_ptr<PhaseGraph> graph;
+  bool capturing = false;
+  /// The step's phase keys, for messages ("d, g").
+  std::string names;
+  /// Each section run's values, in call order: the graph's tensors, read only by the later
+  /// phases inside the same graph.
+  std::vector<c10::impl::GenericDict> sections;
+  struct Outputs {
+    /// The loss and logged values: outside the graphs' pool, written by the graph's last
+    /// work for the phase (as Captured's); during warm-up the last eager run's.
+    at::Tensor loss;
+    std::vector<std::pair<std::string, at::Tensor>> stats;
+    /// The values the phase hands on, per micro-batch: the graph's, as the sections'.
+    std::vector<std::map<std::string, at::Tensor>> handed;
+  };
+  std::map<std::string, Outputs> phases;
 };
 
 namespace {
@@ -147,7 +176,10 @@ std::string CudaGraphExecutor::mode(const std::string &phase) const {
   const Captured &c = *phases_.at(phase);
   if (!c.plan->eagerReason.empty())
     return "eager (" + c.plan->eagerReason + ")";
-  return options_.useGraphs ? "cuda-graph" : "eager";
+  if (!options_.useGraphs)
+    return "eager";
+  return c.plan->sharesValues() ? "cuda-graph, with the phases it shares values with"
+                                : "cuda-graph";
 }
 
 namespace {
@@ -161,10 +193,44 @@ void join(const at::cuda::CUDAStream &waiter, const at::cuda::CUDAStream &done) 
 
 } // namespace
 
+std::string CudaGraphExecutor::linkedEagerReason(const std::vector<std::string> &phases) const {
+  if (options_.profile)
+    return "--profile times each phase on its own";
+  for (const std::string &phase : phases) {
+    const ir::Phase &plan = *phases_.at(phase)->plan;
+    if (!plan.eagerReason.empty())
+      return "phase '" + phase + "' of its step runs eagerly (" + plan.eagerReason + ")";
+  }
+  return "";
+}
+
 void CudaGraphExecutor::beginStep(const std::vector<std::string> &phases) {
   step_ = nullptr;
   stepPhases_ = nullptr;
   stepNext_ = 0;
+  linkedStep_ = nullptr;
+  linkedStarted_ = false;
+  linkedSections_ = 0;
+  linkedEager_.clear();
+  bool shares = false;
+  for (const std::string &phase : phases)
+    shares = shares || phases_.at(phase)->plan->sharesValues();
+  if (shares) {
+    if (!options_.useGraphs)
+      return;
+    linkedEager_ = linkedEagerReason(phases);
+    if (!linkedEager_.empty())
+      return;
+    std::unique_ptr<Linked> &linked = linked_[phases];
+    if (!linked) {
+      linked = std::make_unique<Linked>();
+      linked->warmupsLeft = options_.warmupIterations;
+      for (const std::string &phase : phases)
+        linked->names += (linked->names.empty() ? "" : ", ") + phase;
+    }
+    linkedStep_ = linked.get();
+    return;
+  }
   if (!options_.useGraphs || !options_.stepGraphs || phases.empty())
     return;
   for (const std::string &phase : phases) {
@@ -194,6 +260,10 @@ void CudaGraphExecutor::beginStep(const std::vector<std::string> &phases) {
 
 namespace {
 
+/// Why a phase sharing values runs eagerly when no step announced it (beginStep).
+const std::string kUnannounced = "it shares values with other phases, and its step was not "
+                                 "announced to be captured with them";
+
 /// Host seconds `launch` takes.
 template <typename F> double timed(F &&launch) {
   auto start = std::chrono::steady_clock::now();
@@ -203,32 +273,173 @@ template <typename F> double timed(F &&launch) {
 
 } // namespace
 
+double CudaGraphExecutor::startLinked() {
+  if (linkedStarted_)
+    return 0;
+  linkedStarted_ = true;
+  Linked &l = *linkedStep_;
+  if (l.graph)
+    return timed([&] { l.graph->launch(*rng_); });
+  // Warm-up and capture on the side stream, as a phase's (see run()), until endStep().
+  join(*side_, at::cuda::getCurrentCUDAStream());
+  if (l.warmupsLeft > 0)
+    return 0;
+  l.graph = std::make_unique<PhaseGraph>();
+  rng_->known.clear(); // capture writes the generators' device tensors
+  c10::cuda::CUDAStreamGuard guard(*side_);
+  l.capturing = true;
+  try {
+    l.graph->capture_begin(pool_);
+  } catch (const std::exception &e) {
+    l.capturing = false;
+    l.graph.reset();
+    throw std::runtime_error("capturing the phases that share values (" + l.names +
+                             ") as one CUDA Graph failed (" + firstLine(e) +
+                             "); --cuda-graphs off runs every phase eagerly");
+  }
+  return 0;
+}
+
+template <typename F> auto CudaGraphExecutor::onSide(F &&work) {
+  Linked &l = *linkedStep_;
+  c10::cuda::CUDAStreamGuard guard(*side_);
+  if (!l.capturing)
+    return work();
+  try {
+    return work();
+  } catch (const std::exception &e) {
+    // End the broken capture (its error is the one to report) before saying what failed.
+    try {
+      l.graph->capture_end();
+    } catch (const std::exception &) {
+    }
+    l.capturing = false;
+    l.graph.reset();
+    throw std::runtime_error("capturing the phases that share values (" + l.names +
+                             ") as one CUDA Graph failed (" + firstLine(e) +
+                             "); --cuda-graphs off runs every phase eagerly");
+  }
+}
+
+void CudaGraphExecutor::endStep() {
+  Linked *l = linkedStep_;
+  linkedStep_ = nullptr;
+  if (!l || !linkedStarted_ || (l->graph && !l->capturing))
+    return; // nothing linked, or replayed at the step's first phase
+  const at::cuda::CUDAStream current = at::cuda::getCurrentCUDAStream();
+  if (!l->capturing) { // a warm-up
+    join(current, *side_);
+    --l->warmupsLeft;
+    // Where the capture will copy the losses and logged values: like this warm-up's.
+    for (auto &[phase, out] : l->phases) {
+      out.loss = at::empty_like(out.loss);
+      out.stats = emptyLike(out.stats);
+    }
+    return;
+  }
+  {
+    c10::cuda::CUDAStreamGuard guard(*side_);
+    try {
+      l->graph->advanceOffsetsOnDevice();
+      l->graph->capture_end();
+      l->graph->finishCapture({options_.memsetsAsKernels, options_.copiesAsKernels});
+    } catch (const std::exception &e) {
+      l->capturing = false;
+      l->graph.reset();
+      throw std::runtime_error("capturing the phases that share values (" + l->names +
+                               ") as one CUDA Graph failed (" + firstLine(e) +
+                               "); --cuda-graphs off runs every phase eagerly");
+    }
+    l->capturing = false;
+  }
+  join(current, *side_);
+  // Capture records the step without running it: this is its first replay.
+  l->graph->launch(*rng_);
+}
+
+c10::impl::GenericDict CudaGraphExecutor::runSection(const SectionCall &call, const InputFn &inputs,
+                                                     int64_t micro) {
+  if (!linkedStep_)
+    return eager_->runSection(call, inputs, micro);
+  Linked &l = *linkedStep_;
+  // Replayed, the graph is launched at the step's first phase (whose device timer then
+  // covers the step's work), not here: the section's values are only read inside it.
+  if (!l.graph || l.capturing)
+    startLinked();
+  const size_t index = linkedSections_++;
+  if (l.graph && !l.capturing) {
+    if (index >= l.sections.size())
+      throw std::runtime_error("section '" + call.method +
+                               "' run more often than in the captured step (" + l.names + ")");
+    return l.sections[index];
+  }
+  c10::impl::GenericDict values = onSide([&] { return eager_->runSection(call, inputs, micro); });
+  if (l.capturing)
+    l.sections.push_back(values);
+  return values;
+}
+
+at::Tensor CudaGraphExecutor::runLinked(const std::string &phase, const InputFn &inputs,
+                                        const StepFn &step) {
+  Linked &l = *linkedStep_;
+  Linked::Outputs &out = l.phases[phase];
+  lastRun_.launchSeconds = startLinked();
+  if (l.graph && !l.capturing) { // replayed at the step's first phase
+    lastRun_.replayed = true;
+    lastStats_ = out.stats;
+    lastOutputs_ = out.handed;
+    return out.loss;
+  }
+  const at::Tensor loss = onSide([&] { return eager_->run(phase, inputs, step); });
+  lastOutputs_ = eager_->lastOutputs();
+  if (!l.capturing) { // a warm-up
+    out.loss = loss;
+    out.stats = eager_->lastStats();
+    lastStats_ = out.stats;
+    return loss;
+  }
+  onSide([&] { copyOut(out.loss, out.stats, loss, eager_->lastStats()); });
+  out.handed = lastOutputs_;
+  lastStats_ = out.stats;
+  return out.loss;
+}
+
+at::Tensor CudaGraphExecutor::runInStepGraph(const std::string &phase) {
+  // The phases before the last only hand out their outputs (their data is staged before each
+  // run() call, so the one launch comes at the last call).
+  const Captured &c = *phases_.at(phase);
+  const std::vector<std::string> &order = *stepPhases_;
+  if (stepNext_ >= order.size() || order[stepNext_] != phase)
+    throw std::runtime_error("phase '" + phase + "' run out of the step's announced order");
+  lastRun_.replayed = true;
+  lastStats_ = c.stats;
+  if (++stepNext_ == order.size()) {
+    lastRun_.launchSeconds = timed([&] { step_->launch(*rng_); });
+    step_ = nullptr;
+  }
+  return c.loss;
+}
+
 at::Tensor CudaGraphExecutor::run(const std::string &phase, const InputFn &inputs,
                                   const StepFn &step) {
   Captured &c = *phases_.at(phase);
   lastRun_ = RunStats();
   lastOutputs_.clear();
-  if (step_) {
-    // A step graph: the phases before the last only hand out their outputs (their data is
-    // staged before each run() call, so the one launch comes at the last call).
-    const std::vector<std::string> &order = *stepPhases_;
-    if (stepNext_ >= order.size() || order[stepNext_] != phase)
-      throw std::runtime_error("phase '" + phase + "' run out of the step's announced order");
-    lastRun_.replayed = true;
-    lastStats_ = c.stats;
-    if (++stepNext_ == order.size()) {
-      lastRun_.launchSeconds = timed([&] { step_->launch(*rng_); });
-      step_ = nullptr;
-    }
-    return c.loss;
-  }
-  if (!c.plan->eagerReason.empty() || !options_.useGraphs) {
-    if (!c.plan->eagerReason.empty() && loggedEager_.insert(phase).second)
-      std::cerr << "ganc: phase '" << phase << "' runs eagerly: " << c.plan->eagerReason
-                << std::endl;
+  if (linkedStep_)
+    return runLinked(phase, inputs, step);
+  if (step_)
+    return runInStepGraph(phase);
+  // A phase sharing values outside a captured linked step: its step runs eagerly.
+  const std::string &why = !c.plan->eagerReason.empty() || !c.plan->sharesValues()
+                               ? c.plan->eagerReason
+                           : linkedEager_.empty() ? kUnannounced
+                                                  : linkedEager_;
+  if (!why.empty() || !options_.useGraphs) {
+    if (!why.empty() && options_.useGraphs && loggedEager_.insert(phase).second)
+      std::cerr << "ganc: phase '" << phase << "' runs eagerly: " << why << std::endl;
     at::Tensor loss = eager_->run(phase, inputs, step);
     lastStats_ = eager_->lastStats();
-    lastOutputs_ = eager_->lastOutputs(); // a phase with outputs is never captured
+    lastOutputs_ = eager_->lastOutputs(); // a captured phase hands nothing on
     if (options_.profile)
       lastRun_ = eager_->timedRun(phase);
     return loss;

@@ -1,6 +1,7 @@
 // The CUDA backend: each phase (forward, backward, NCCL bucket all-reduces, optimizer step)
 // warmed up eagerly, captured once into a CUDA Graph, then replayed (optionally a whole step,
-// its phase graphs as child graphs, at one launch).
+// its phase graphs as child graphs, at one launch). A step whose phases share values is
+// captured as one graph, its sections included.
 #pragma once
 
 #include "backend/cpu/EagerExecutor.h"
@@ -29,11 +30,10 @@ public:
   ~CudaGraphExecutor() override;
 
   void beginStep(const std::vector<std::string> &phases) override;
+  void endStep() override;
   at::Tensor run(const std::string &phase, const InputFn &inputs, const StepFn &step) override;
-  c10::impl::GenericDict runSection(const SectionCall &call,
-                                    const std::vector<at::Tensor> &inputs) override {
-    return eager_->runSection(call, inputs);
-  }
+  c10::impl::GenericDict runSection(const SectionCall &call, const InputFn &inputs,
+                                    int64_t micro) override;
   std::string mode(const std::string &phase) const override;
   const PhaseReducer &reducer(const std::string &phase) const override;
   void broadcastState() override { eager_->broadcastState(); }
@@ -45,6 +45,23 @@ public:
 
 private:
   struct Captured;
+  struct Linked;
+  /// At the first call of a linked step (see Linked; a replay's first phase): launches its
+  /// graph if captured (returning the launch's host seconds), else joins the side stream and,
+  /// after the warm-ups, begins the capture.
+  double startLinked();
+  /// A call of a linked step that runs eagerly on the side stream (warm-up or capture);
+  /// during capture a failure ends the capture and names the step's phases.
+  template <typename F> auto onSide(F &&work);
+  /// run() of a phase in a linked step: a warm-up or captured run on the side stream, or the
+  /// kept outputs of the graph (launched at the step's first phase).
+  at::Tensor runLinked(const std::string &phase, const InputFn &inputs, const StepFn &step);
+  /// run() of a phase in a step graph (beginStep): its kept outputs, and the step's one
+  /// launch at its last phase.
+  at::Tensor runInStepGraph(const std::string &phase);
+  /// Why the phases of the step `phases` that share values run eagerly ("" if they are
+  /// captured together).
+  std::string linkedEagerReason(const std::vector<std::string> &phases) const;
   CudaGraphExecutor() = default;
   std::unique_ptr<EagerExecutor> eager_;
   ExecutorOptions options_;
@@ -64,6 +81,15 @@ private:
   StepGraph *step_ = nullptr;
   const std::vector<std::string> *stepPhases_ = nullptr;
   size_t stepNext_ = 0;
+  /// Steps whose phases share values: one graph per sequence of phases a step ran, keyed by
+  /// the phase keys; the current step's (null where its phases share nothing, or run
+  /// eagerly), whether its first call came, and the sections run so far.
+  std::map<std::vector<std::string>, std::unique_ptr<Linked>> linked_;
+  Linked *linkedStep_ = nullptr;
+  bool linkedStarted_ = false;
+  size_t linkedSections_ = 0;
+  /// The phases sharing values that run eagerly this step, and why (logged once per phase).
+  std::string linkedEager_;
 };
 
 } // namespace ganc::backend

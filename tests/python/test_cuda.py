@@ -302,20 +302,26 @@ def test_uploads_on_either_stream_train_alike(ganc_bin, datasets, tmp_path, mode
     assert losses is None, f"the logged losses differ: copy stream {losses[0]!r}, compute stream {losses[1]!r}"
 
 
-def test_shared_values_on_cuda_match_eager_ddp(ganc_bin, tmp_path):
-    """pix2pix on the GPU: its section computes the fake once, phase d takes it detached and
-    phase g through its graph. Those phases run eagerly (each says why) and train as eager
-    DDP on NCCL does."""
-    model, steps = "pix2pix", 6
+@pytest.mark.parametrize("model,captured", [("pix2pix", True), ("cyclegan_pool", False)])
+def test_shared_values_on_cuda_match_eager_ddp(ganc_bin, tmp_path, model, captured):
+    """pix2pix and CycleGAN on the GPU: a section computes the fakes once per step, phase d
+    takes them detached and phase g back-propagates through them. pix2pix's section and phases
+    are captured as one CUDA Graph and replayed: they train as eager DDP on NCCL does, and as
+    ganc's own eager run does, bit for bit. CycleGAN's d decides its image pools' swaps on the
+    host (a host read, so eager): its whole step then runs eagerly, each phase saying why, and
+    still trains as eager DDP."""
+    steps = 6
     pairs = str(tmp_path / "pairs.pt")
     subprocess.run([sys.executable, os.path.join(ROOT, "models", "make_data.py"), "pairs", "--size", "16", "-o",
                     pairs], check=True, stdout=subprocess.DEVNULL)
     spec = ganc.load_spec(archive(model))
     got, err = train_cuda(ganc_bin, model, pairs, str(tmp_path / "ganc"), steps, "--cuda-graphs", "on",
                           "--warmup", "1", "--deterministic", "--memory-format", "auto")
-    for phase in spec["phases"]:
-        if phase.get("updates"):
-            assert f"phase '{phase['name']}' runs eagerly" in err, err
+    if captured:
+        assert "runs eagerly" not in err, err
+    else:
+        assert "phase 'd' runs eagerly: aten::Int" in err, err
+        assert "phase 'g' runs eagerly: phase 'd' of its step runs eagerly" in err, err
     ref = str(tmp_path / "ddp")
     oracle.run(archive(model), pairs, 1, steps, SEED, out_dir=ref, device="cuda", deterministic=True,
                channels_last=True)
@@ -323,6 +329,17 @@ def test_shared_values_on_cuda_match_eager_ddp(ganc_bin, tmp_path):
     report(f"parity_deterministic/{model}/auto", {"grad": grad, "param": param, "first_difference": first})
     assert grad <= 1e-5, f"gradients differ from eager DDP by {grad:.2e}; first at {first}"
     assert param <= 1e-5, f"parameters differ from eager DDP by {param:.2e} after {steps} steps"
+    if not captured:
+        return
+    eager, _ = train_cuda(ganc_bin, model, pairs, str(tmp_path / "eager"), steps, "--cuda-graphs", "off",
+                          "--deterministic", "--memory-format", "auto")
+    grad, param, first = distances(got, eager, spec, steps, ref_loader=ganc.load_checkpoint)
+    losses = loss_difference(str(tmp_path / "ganc" / "train"), str(tmp_path / "eager" / "train"))
+    report(f"replay_vs_eager/{model}", {"grad": grad, "param": param, "first_difference": first,
+                                        "first_loss_difference": losses})
+    assert grad <= 1e-6 and param <= 1e-6, (
+        f"replay differs from eager: grad {grad:.2e}, param {param:.2e}; first at {first}")
+    assert losses is None, f"the logged losses differ: replayed {losses[0]!r}, eager {losses[1]!r}"
 
 
 def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):

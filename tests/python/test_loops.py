@@ -156,7 +156,8 @@ def pix2pix_rank(rank, world, port, path, data_path, out_dir):
 def test_pix2pix_matches_its_reference_loop(ganc_bin, pairs, tmp_path, world):
     """Every all-reduced gradient of D and G, the final parameters and every buffer (G's and D's
     BatchNorm statistics, which a second G forward per step would move) equal to the reference
-    loop's, which runs G once per step; the plan shows the fake's graph followed into G."""
+    loop's, which runs G once per step; the plan shows the fake's graph followed into G, and the
+    step captured as one graph on CUDA."""
     got_dir = run_ganc(ganc_bin, "pix2pix", pairs, world, str(tmp_path))
     ref_dir = str(tmp_path / "reference")
     os.makedirs(ref_dir)
@@ -168,6 +169,8 @@ def test_pix2pix_matches_its_reference_loop(ganc_bin, pairs, tmp_path, world):
     plan = subprocess.run([ganc_bin, "compile", archive("pix2pix"), "--emit", "report"], capture_output=True,
                           text=True, check=True).stdout
     assert "backward continues into section 'forward'" in plan
+    # On CUDA the section and both phases are captured together, as one graph.
+    assert plan.count("replay on CUDA: CUDA Graph, one with the phases and sections it shares values with") == 2
     d_phase = plan[plan.index("phase d:"):plan.index("phase g:")]
     assert "generator." not in d_phase.split("not updated here")[0]  # D's step uses no G parameter
 
