@@ -91,10 +91,9 @@ public:
           GANC_TRY(runPhase(step, *due[i], keys[k++], progress, outputs));
       }
       GANC_TRY(endStep(step));
-      // --dump-grads reads each phase's gradients once the whole step has run.
-      for (size_t i = 0, k = 0; i < due.size(); ++i)
-        if (!due[i]->isSection())
-          GANC_TRY(dumpPhaseGradients(step, *due[i], keys[k++]));
+      for (const auto &[phase, key] : deferredDumps_) // runs captured until endStep
+        GANC_TRY(dumpPhaseGradients(step, *phase, key));
+      deferredDumps_.clear();
       // Kept once the whole step is issued: on CUDA the executor may launch a step's phases
       // together at its last run, so their outputs are read (copied) after that.
       for (const PhaseOutputs &out : outputs) {
@@ -207,6 +206,10 @@ private:
     if (!s_.options.profile.empty())
       progress.addProfile(key, s_.executor->lastRun());
     GANC_TRY(dumped);
+    if (s_.executor->lastRun().deferred)
+      deferredDumps_.emplace_back(&phase, key);
+    else
+      GANC_TRY(dumpPhaseGradients(step, phase, key));
     outputs.push_back({phase.name, loss, s_.executor->lastStats()});
     const auto &handed = s_.executor->lastOutputs();
     for (size_t micro = 0; micro < handed.size() && !phase.outputs.empty(); ++micro)
@@ -343,6 +346,8 @@ private:
 
   Session &s_;
   PhaseInputs &inputs_;
+  /// --dump-grads of this step's phases whose runs were deferred to the executor's endStep().
+  std::vector<std::pair<const frontend::PhaseSpec *, std::string>> deferredDumps_;
   Ema *ema_;
   Metrics *metrics_;
   int64_t firstStep_;

@@ -196,6 +196,9 @@ void join(const at::cuda::CUDAStream &waiter, const at::cuda::CUDAStream &done) 
 std::string CudaGraphExecutor::linkedEagerReason(const std::vector<std::string> &phases) const {
   if (options_.profile)
     return "--profile times each phase on its own";
+  if (options_.keepGradients)
+    return "--dump-grads reads each phase's sharded gradients before the next phase's "
+           "overwrite them";
   for (const std::string &phase : phases) {
     const ir::Phase &plan = *phases_.at(phase)->plan;
     if (!plan.eagerReason.empty())
@@ -399,6 +402,7 @@ at::Tensor CudaGraphExecutor::runLinked(const std::string &phase, const InputFn 
     return loss;
   }
   onSide([&] { copyOut(out.loss, out.stats, loss, eager_->lastStats()); });
+  lastRun_.deferred = true;
   out.handed = lastOutputs_;
   lastStats_ = out.stats;
   return out.loss;
