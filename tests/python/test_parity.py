@@ -263,7 +263,7 @@ FEATURE_DRAWS = [("mlp", "ring", seed, "ddp") for seed in FEATURE_SEEDS] + [
 # a loss scaler, accumulation, clipping, an epoch crossed) does not depend on the batch. For
 # dcgan32_augment's D (3 micro-batches a step) to cross an epoch within STEPS steps at batch 8,
 # it trains on the first SAMPLES digits. model -> (batch per rank, samples or None for all).
-DRAW_SIZE = {"stylegan2": (8, None), "dcgan32": (8, None), "dcgan32_augment": (8, 400)}
+DRAW_SIZE = {"stylegan2": (8, None), "dcgan32": (4, None), "dcgan32_augment": (8, 400)}
 
 
 def draw_spec(model, seed):
