@@ -74,8 +74,8 @@ using InputFn = std::function<std::vector<at::Tensor>(int64_t micro)>;
 struct RunStats {
   /// Only a replay of a captured graph (not a warm-up, capture or eager run).
   bool replayed = false;
-  /// The run's work was captured and runs at endStep() (the capture of a step whose phases
-  /// share values): its gradients can be read only after that.
+  /// The run's work is complete only at endStep() (a step whose phases share values, warmed
+  /// up on a side stream or captured): its gradients can be read only after that.
   bool deferred = false;
   /// Host seconds of the graph launch itself (the generators' RNG bookkeeping, then
   /// cudaGraphLaunch); the rest of a replayed run is ganc's own.

@@ -395,6 +395,8 @@ at::Tensor CudaGraphExecutor::runLinked(const std::string &phase, const InputFn 
   }
   const at::Tensor loss = onSide([&] { return eager_->run(phase, inputs, step); });
   lastOutputs_ = eager_->lastOutputs();
+  // Warmed up or captured on the side stream, which the compute stream joins at endStep().
+  lastRun_.deferred = true;
   if (!l.capturing) { // a warm-up
     out.loss = loss;
     out.stats = eager_->lastStats();
@@ -402,7 +404,6 @@ at::Tensor CudaGraphExecutor::runLinked(const std::string &phase, const InputFn 
     return loss;
   }
   onSide([&] { copyOut(out.loss, out.stats, loss, eager_->lastStats()); });
-  lastRun_.deferred = true;
   out.handed = lastOutputs_;
   lastStats_ = out.stats;
   return out.loss;
