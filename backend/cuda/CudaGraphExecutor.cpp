@@ -276,6 +276,14 @@ template <typename F> double timed(F &&launch) {
 
 } // namespace
 
+std::runtime_error CudaGraphExecutor::linkedCaptureFailed(Linked &l, const std::exception &e) {
+  l.capturing = false;
+  l.graph.reset();
+  return std::runtime_error("capturing the phases that share values (" + l.names +
+                            ") as one CUDA Graph failed (" + firstLine(e) +
+                            "); --cuda-graphs off runs every phase eagerly");
+}
+
 double CudaGraphExecutor::startLinked() {
   if (linkedStarted_)
     return 0;
@@ -294,11 +302,7 @@ double CudaGraphExecutor::startLinked() {
   try {
     l.graph->capture_begin(pool_);
   } catch (const std::exception &e) {
-    l.capturing = false;
-    l.graph.reset();
-    throw std::runtime_error("capturing the phases that share values (" + l.names +
-                             ") as one CUDA Graph failed (" + firstLine(e) +
-                             "); --cuda-graphs off runs every phase eagerly");
+    throw linkedCaptureFailed(l, e);
   }
   return 0;
 }
@@ -316,11 +320,7 @@ template <typename F> auto CudaGraphExecutor::onSide(F &&work) {
       l.graph->capture_end();
     } catch (const std::exception &) {
     }
-    l.capturing = false;
-    l.graph.reset();
-    throw std::runtime_error("capturing the phases that share values (" + l.names +
-                             ") as one CUDA Graph failed (" + firstLine(e) +
-                             "); --cuda-graphs off runs every phase eagerly");
+    throw linkedCaptureFailed(l, e);
   }
 }
 
@@ -347,11 +347,7 @@ void CudaGraphExecutor::endStep() {
       l->graph->capture_end();
       l->graph->finishCapture({options_.memsetsAsKernels, options_.copiesAsKernels});
     } catch (const std::exception &e) {
-      l->capturing = false;
-      l->graph.reset();
-      throw std::runtime_error("capturing the phases that share values (" + l->names +
-                               ") as one CUDA Graph failed (" + firstLine(e) +
-                               "); --cuda-graphs off runs every phase eagerly");
+      throw linkedCaptureFailed(*l, e);
     }
     l->capturing = false;
   }

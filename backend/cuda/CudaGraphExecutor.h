@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <set>
+#include <stdexcept>
 
 namespace ganc::backend {
 
@@ -53,6 +54,9 @@ private:
   /// A call of a linked step that runs eagerly on the side stream (warm-up or capture);
   /// during capture a failure ends the capture and names the step's phases.
   template <typename F> auto onSide(F &&work);
+  /// A linked step's capture failed with `e`: drops the graph and returns the error naming
+  /// the step's phases.
+  static std::runtime_error linkedCaptureFailed(Linked &l, const std::exception &e);
   /// run() of a phase in a linked step: a warm-up or captured run on the side stream, or the
   /// kept outputs of the graph (launched at the step's first phase).
   at::Tensor runLinked(const std::string &phase, const InputFn &inputs, const StepFn &step);
