@@ -29,8 +29,8 @@ struct ExecutorOptions {
   /// device tensor the runtime's loss scaler updates in place; the loss is multiplied by it
   /// before backward.
   std::map<std::string, at::Tensor> lossScales;
-  /// Sharded: keep each phase's averaged gradient shards after its step (--dump-grads reads
-  /// them); otherwise the all-gather reuses their memory.
+  /// Sharded (ZeRO) with --dump-grads: keep each phase's averaged gradient shards after its
+  /// step (the dump reads them); otherwise the all-gather reuses their memory.
   bool keepGradients = false;
   /// CUDA: capture each phase and replay it (false: run every phase eagerly on the GPU).
   bool useGraphs = true;

@@ -207,7 +207,8 @@ Status createExecutor(Session &s) {
   options.broadcastBuffers = spec.buffers == "broadcast";
   options.useGraphs = s.options.cudaGraphs;
   options.stepGraphs = s.options.launchesSteps();
-  options.keepGradients = !s.options.dumpDir.empty();
+  // Only sharded gradients need keeping: unsharded ones stay in their buckets until read.
+  options.keepGradients = !s.options.dumpDir.empty() && s.plan->zeroStage > 0;
   options.warmupIterations = s.options.warmup;
   options.memsetsAsKernels = s.options.memsetNodes == GraphNodes::Kernel;
   options.copiesAsKernels = s.options.copyNodes == GraphNodes::Kernel;

@@ -300,7 +300,11 @@ double CudaGraphExecutor::startLinked() {
   c10::cuda::CUDAStreamGuard guard(*side_);
   l.capturing = true;
   try {
-    l.graph->capture_begin(pool_);
+    // Relaxed: the capture spans the Trainer's code between this executor's calls, which
+    // queries the timing events of earlier phases (cudaEventQuery on the compute stream) and
+    // may allocate outside the graphs' pool. Global mode, torch's default, forbids both while
+    // any stream captures ("operation not permitted when stream is capturing", on an H100).
+    l.graph->capture_begin(pool_, cudaStreamCaptureModeRelaxed);
   } catch (const std::exception &e) {
     throw linkedCaptureFailed(l, e);
   }
