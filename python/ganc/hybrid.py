@@ -407,6 +407,9 @@ class Resolver:
                 return module, decisions + [Decision(path, "scripted")], None
             module._modules.update(saved)
         if not self.probe.calls.get(path):
+            if refusal is not None:
+                # No trace of this module would hold the child: the child's refusal is final.
+                return None, [], refusal
             kept = {name: new if new is not None else self._container(child, f"{path}.{name}")
                     for (name, child), new in zip(module.named_children(), children.values())}
             # Its own line says it: the containers below it are not listed one by one.

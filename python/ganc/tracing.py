@@ -154,19 +154,50 @@ def _graphs(traced, methods):
     return [re.sub(r"___torch_mangle_\d+\.", "", str(getattr(traced, m).inlined_graph)) for m in methods]
 
 
-def _same(a, b) -> bool:
+def _difference(a, b) -> float:
+    """The largest difference between two outputs, relative to the largest magnitude of each
+    tensor of `b`: inf where their structure, shapes, dtypes or exact values (integers, NaNs)
+    differ."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if a.shape != b.shape or a.dtype != b.dtype:
-            return False
+            return float("inf")
         if not a.is_floating_point():
-            return torch.equal(a, b)
-        scale = b.abs().max().item() if b.numel() else 0.0
-        return bool(((a - b).abs().max() <= 1e-5 * max(scale, 1e-6)).item()) if b.numel() else True
+            return 0.0 if torch.equal(a, b) else float("inf")
+        if not b.numel():
+            return 0.0
+        scale = max(b.abs().max().item(), 1e-6)
+        worst = (a - b).abs().max().item()
+        return worst / scale if worst == worst else float("inf")  # NaN: not the same
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return max([_difference(x, y) for x, y in zip(a, b)], default=0.0) if len(a) == len(b) else float("inf")
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    return a == b
+        return max([_difference(a[k], b[k]) for k in a], default=0.0) if a.keys() == b.keys() else float("inf")
+    return 0.0 if a == b else float("inf")
+
+
+# A trace agrees with eager to this, relative, in float32 and float64.
+_EXACT = 1e-5
+
+
+def _rounding(traced, methods):
+    """The lowest floating precision the trace computes in, where lower than float32: (its
+    name, a tolerance of 4 of its rounding steps). Such a trace can differ from eager by a
+    rounding where the tracer records Python arithmetic on sizes as tensor operations
+    (StyleGAN2's `1 / np.sqrt(in_channels * kh * kw)` before its float16 convolutions: eager
+    multiplies by a float64 number, the trace divides by a 0-dim float64 tensor). (None,
+    _EXACT) where it computes in float32 or wider only."""
+    lowest = None
+    for method in methods:
+        for node in getattr(traced, method).inlined_graph.nodes():
+            for value in node.outputs():
+                kind = value.type()
+                name = kind.scalarType() if isinstance(kind, torch._C.TensorType) else None
+                if name in ("Half", "BFloat16") and lowest != "BFloat16":
+                    lowest = name
+    if lowest is None:
+        return None, _EXACT
+    dtype = torch.float16 if lowest == "Half" else torch.bfloat16
+    return str(dtype).replace("torch.", ""), 4 * torch.finfo(dtype).eps
 
 
 def _run(fn, args, training, module, seed):
@@ -198,15 +229,21 @@ def _second_input(args):
     return tuple(out)
 
 
-def _agrees(module, traced, call, args) -> bool:
-    """Whether the trace computes what eager does on `args` (same torch seed, same state)."""
+def _by(difference: float) -> str:
+    """ " (by 0.5 relative)", or nothing where the trace failed or its outputs differ in kind."""
+    return f" (by {difference:.2g} relative)" if difference != float("inf") else ""
+
+
+def _agreement(module, traced, call, args) -> float:
+    """How far the trace's outputs are from eager's on `args` (same torch seed, same state):
+    _difference's, inf where the trace fails."""
     want = _run(getattr(module, call.method), args, call.training, module, seed=7)
     try:
         traced.train(call.training)
         got = _run(getattr(traced, call.method), args, call.training, module, seed=7)
     except Exception:  # noqa: BLE001 - a trace that fails on other shapes fixed one of them
-        return False
-    return _same(got, want)
+        return float("inf")
+    return _difference(got, want)
 
 
 def trace_module(module: nn.Module, path: str, probe: Probe, why: str):
@@ -227,7 +264,8 @@ def trace_module(module: nn.Module, path: str, probe: Probe, why: str):
     training = module.training
     specialised = False
     traced, tracer, methods = _trace(module, calls, 1, specialise=False)
-    if not all([_agrees(module, traced, call, call.args) for call in calls[1:]]):
+    precision, tolerance = _rounding(traced, methods)
+    if not all([_agreement(module, traced, call, call.args) <= tolerance for call in calls[1:]]):
         specialised = True
         traced, tracer, methods = _trace(module, calls, 1, specialise=True)
     again, _, _ = _trace(module, calls, 2, specialise=specialised)
@@ -240,18 +278,25 @@ def trace_module(module: nn.Module, path: str, probe: Probe, why: str):
     if _graphs(traced, methods) != _graphs(again, methods):
         raise ExportError(f"ganc.export: {name}: traced under two Python random states it records two "
                           f"different graphs: Python randomness would be frozen by the trace{hint}")
+    worst = 0.0
     for call in calls:
         checks = [("at", call.args)] if specialised or call is calls[0] else []
         if any(isinstance(a, torch.Tensor) and a.numel() > 1 for a in call.args):
             checks.append(("with a second input of", _second_input(call.args)))
         for what, args in checks:
-            if not _agrees(module, traced, call, args):
+            difference = _agreement(module, traced, call, args)
+            worst = max(worst, difference)
+            if difference > tolerance:
                 mode = "" if call.training else " in eval mode"
                 raise ExportError(f"ganc.export: {name}: its trace computes otherwise than eager {what} "
-                                  f"{_describe_call(Call(call.method, args, {}, call.training))}{mode}: the "
-                                  f"trace fixed a value of its example input{hint}; make the module "
-                                  "scriptable or compute the value with tensor operations")
+                                  f"{_describe_call(Call(call.method, args, {}, call.training))}{mode}"
+                                  f"{_by(difference)}: the trace fixed a value of its example input{hint}; "
+                                  "make the module scriptable or compute the value with tensor operations")
     traced.train(training)
     shapes = ", ".join(_describe_call(c) + ("" if c.training else " in eval mode") for c in calls)
     how = "one trace per call" if specialised else "traced"
-    return traced, f"{how} at {shapes}: {why}"
+    rounding = ""
+    if worst > _EXACT:
+        rounding = (f"; computes in {precision}, agreeing with eager to {worst:.2g} relative ({precision} "
+                    f"rounds at {tolerance / 4:.2g}), not bit for bit")
+    return traced, f"{how} at {shapes}: {why}{rounding}"
