@@ -15,11 +15,15 @@ Both sides train the same networks on the same GPU, data set and per-GPU batch:
   options train.py prints with `--dry-run` (so every network argument is the one it trains
   with), wrapped in a module whose phases are its StyleGAN2Loss (Gmain, Greg every 4, Dmain,
   Dreg every 16, the gains, the lazy-regularisation learning rates and betas, EMA by
-  batch * 10/32 kimg), exported with `ganc.export` (their code unchanged: off a GPU their ops
-  take their reference paths, so ganc runs bias_act and upfirdn2d as separate kernels where
-  NVIDIA's run fused), compiled and trained with `ganc train --device cuda`, every phase
-  captured and replayed. Seconds per kimg from stats.jsonl's `Progress/img_per_sec` after the
-  first kimg.
+  batch * 10/32 kimg), exported with `ganc.export` (their files unchanged; the export traces
+  on the CPU, where their two blocks would take their float32 branch, so `trace_as_on_gpu()`
+  answers that one device check as on a GPU: float16 and channels-last in the top four
+  resolutions, as train.py trains; their bias_act and upfirdn2d take their reference paths
+  off a GPU, so ganc runs them as separate kernels where NVIDIA's run fused), compiled and
+  trained with `ganc train --device cuda`, every phase captured and replayed. Seconds per kimg
+  from stats.jsonl's `Progress/img_per_sec` after the first kimg; ganc's last `--kernel-time`
+  steps run under the CUDA profiler (left out of s/kimg), and its busy time and top kernels
+  say where its time goes.
 
 Differences kept on purpose, none of which changes the work per step: style mixing's cutoff
 is drawn as a mask (the same distribution; their `ws[:, cutoff:]` slices by a tensor), no EMA
@@ -308,12 +312,14 @@ def run_nvidia(repo: str, data: str, out: str, batch: int, kimg: int, cbase: int
 
 
 def run_ganc(ganc_bin: str, model: str, plan: str, data: str, out: str, batch: int, kimg: int, limit: float,
-             extra: list) -> dict:
+             extra: list, kernel_steps: int = 0) -> dict:
     steps = max(2, math.ceil(kimg * 1000 / batch))
     every = max(1, math.ceil(1000 / batch / 2))  # two records per kimg
     run = os.path.join(out, f"ganc_b{batch}")
     cmd = [ganc_bin, "train", plan, "--model", model, "--data", data, "--device", "cuda", "--steps", str(steps),
            "--out", run, "--sample-every", "0", "--checkpoint-every", "0", "--log-every", str(every)] + extra
+    if kernel_steps:  # the last steps under the CUDA profiler: where the GPU's time goes
+        cmd += ["--kernel-time", str(kernel_steps)]
     start = time.time()
     with MemorySampler() as memory, open(os.path.join(out, f"ganc_b{batch}.txt"), "w") as f:
         try:
@@ -328,6 +334,8 @@ def run_ganc(ganc_bin: str, model: str, plan: str, data: str, out: str, batch: i
         return result
     records = read_jsonl(path)
     steady = [r for r in records if r["Progress/kimg"] > 1.0 + 1e-9] or records[1:]
+    if kernel_steps and len(steady) > 1:
+        steady = steady[:-1]  # the last record holds the profiled steps
     rates = [r["Progress/img_per_sec"] for r in steady if r.get("Progress/img_per_sec")]
     losses = [v for r in records for k, v in r.items() if k.startswith("Loss/")]
     values = [v["mean"] if isinstance(v, dict) else v for v in losses]
@@ -341,7 +349,21 @@ def run_ganc(ganc_bin: str, model: str, plan: str, data: str, out: str, batch: i
     summary = os.path.join(run, "summary.json")
     if os.path.isfile(summary):
         result["summary"] = json.load(open(summary))
+    timing = os.path.join(run, "timing.json")
+    if kernel_steps and os.path.isfile(timing):
+        result["kernel_time"] = json.load(open(timing)).get("kernel_time")
     return result
+
+
+def print_kernel_time(batch: int, kernel_time) -> None:
+    """ganc's profiled steps in two lines: GPU busy against wall time, and the top kernels."""
+    if not kernel_time:
+        return
+    wall, busy = kernel_time["wall_seconds"], kernel_time["busy_seconds"]
+    print(f"batch {batch}: ganc's last {kernel_time['steps']} steps under the profiler: GPU busy {busy:.3f} of "
+          f"{wall:.3f} s ({100 * busy / wall:.1f} %), {kernel_time['gpu_activities']} activities", flush=True)
+    for k in kernel_time["top"][:8]:
+        print(f"    {k['seconds'] * 1000:9.2f} ms  {k['calls']:6d}x  {k['name'][:110]}", flush=True)
 
 
 def table_row(batch: int, row: dict) -> list:
@@ -368,6 +390,9 @@ def main():
     parser.add_argument("--sides", default="nvidia,ganc")
     parser.add_argument("--limit", type=float, default=240, help="seconds each run may take")
     parser.add_argument("--ganc-args", default="", help="options for every ganc train run")
+    parser.add_argument("--kernel-time", type=int, default=4,
+                        help="ganc's last N steps run under the CUDA profiler: its busy time and top kernels go "
+                        "into the result (those steps are left out of s/kimg); 0: none")
     parser.add_argument("--work", default=None, help="folder for the data, archives and runs (default: a temporary one)")
     parser.add_argument("--export-batch", type=int, default=None,
                         help="the batch ganc's archive is exported at (default: the smallest of --batches)")
@@ -434,8 +459,9 @@ def main():
             print(f"batch {batch}: NVIDIA train.py {json.dumps({k: v for k, v in row['nvidia'].items() if k != 'sec_per_kimg_by_tick'})}", flush=True)
         if "ganc" in sides:
             row["ganc"] = run_ganc(ganc_bin, model, plan, data, work, batch, args.kimg, args.limit,
-                                   ["--batch-size", str(batch)] + args.ganc_args.split())
-            print(f"batch {batch}: ganc {json.dumps({k: v for k, v in row['ganc'].items() if k not in ('summary', 'sec_per_kimg_by_record')})}", flush=True)
+                                   ["--batch-size", str(batch)] + args.ganc_args.split(), args.kernel_time)
+            print(f"batch {batch}: ganc {json.dumps({k: v for k, v in row['ganc'].items() if k not in ('summary', 'sec_per_kimg_by_record', 'kernel_time')})}", flush=True)
+            print_kernel_time(batch, row["ganc"].get("kernel_time"))
         a, b = row.get("nvidia", {}).get("sec_per_kimg"), row.get("ganc", {}).get("sec_per_kimg")
         if a and b:
             row["ganc_speedup"] = a / b
