@@ -378,6 +378,40 @@ def table_row(batch: int, row: dict) -> list:
             f"{num(nv.get('nvidia_smi_peak_gib'), '{:.1f}')} / {num(gc.get('nvidia_smi_peak_gib'), '{:.1f}')}"]
 
 
+def run_batch(result: dict, args, batch: int, sides: list, repo: str, data: str, work: str, ganc_bin: str,
+              model: str, plan: str) -> None:
+    """Both sides at one per-GPU batch, their rows printed as each ends."""
+    row = result["by_batch"][str(batch)]
+    if "nvidia" in sides:
+        row["nvidia"] = run_nvidia(repo, data, work, batch, args.kimg, args.cbase, args.gamma, args.limit)
+        shown = {k: v for k, v in row["nvidia"].items() if k != "sec_per_kimg_by_tick"}
+        print(f"batch {batch}: NVIDIA train.py {json.dumps(shown)}", flush=True)
+    if "ganc" in sides:
+        row["ganc"] = run_ganc(ganc_bin, model, plan, data, work, batch, args.kimg, args.limit,
+                               ["--batch-size", str(batch)] + args.ganc_args.split(), args.kernel_time)
+        shown = {k: v for k, v in row["ganc"].items() if k not in ("summary", "sec_per_kimg_by_record", "kernel_time")}
+        print(f"batch {batch}: ganc {json.dumps(shown)}", flush=True)
+        print_kernel_time(batch, row["ganc"].get("kernel_time"))
+    a, b = row.get("nvidia", {}).get("sec_per_kimg"), row.get("ganc", {}).get("sec_per_kimg")
+    if a and b:
+        row["ganc_speedup"] = a / b
+        print(f"batch {batch}: NVIDIA {a:.2f} s/kimg, ganc {b:.2f} s/kimg: ganc {a / b:.2f}x", flush=True)
+
+
+def write_result(result: dict, batches: list, path: str) -> None:
+    """The result file with its table, as far as the runs got."""
+    result["benchmark"] = "nvidia_train_speed"
+    result["title"] = ("StyleGAN2 at 256 pixels in its official configuration on one GPU: ganc against NVIDIA's "
+                       "own train.py, seconds per kimg after the first kimg")
+    result["table"] = {"columns": ["per-GPU batch", "NVIDIA train.py s/kimg", "ganc s/kimg", "ganc speed-up",
+                                   "NVIDIA peak GB (allocated)", "GPU memory by nvidia-smi, GiB (NVIDIA / ganc)"],
+                       "rows": [table_row(batch, result["by_batch"][str(batch)]) for batch in batches]}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".partial", "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(path + ".partial", path)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", required=True, help="a checkout of NVlabs/stylegan3")
@@ -452,29 +486,15 @@ def main():
         print(f"nvidia_train_speed: no CUDA GPU: made the data set, read train.py's options, exported and compiled "
               f"at batch {args.batches} in {work}; nothing trained")
         sys.exit(3)
-    for batch in batches:
-        row = result["by_batch"][str(batch)]
-        if "nvidia" in sides:
-            row["nvidia"] = run_nvidia(repo, data, work, batch, args.kimg, args.cbase, args.gamma, args.limit)
-            print(f"batch {batch}: NVIDIA train.py {json.dumps({k: v for k, v in row['nvidia'].items() if k != 'sec_per_kimg_by_tick'})}", flush=True)
-        if "ganc" in sides:
-            row["ganc"] = run_ganc(ganc_bin, model, plan, data, work, batch, args.kimg, args.limit,
-                                   ["--batch-size", str(batch)] + args.ganc_args.split(), args.kernel_time)
-            print(f"batch {batch}: ganc {json.dumps({k: v for k, v in row['ganc'].items() if k not in ('summary', 'sec_per_kimg_by_record', 'kernel_time')})}", flush=True)
-            print_kernel_time(batch, row["ganc"].get("kernel_time"))
-        a, b = row.get("nvidia", {}).get("sec_per_kimg"), row.get("ganc", {}).get("sec_per_kimg")
-        if a and b:
-            row["ganc_speedup"] = a / b
-            print(f"batch {batch}: NVIDIA {a:.2f} s/kimg, ganc {b:.2f} s/kimg: ganc {a / b:.2f}x", flush=True)
-    result["benchmark"] = "nvidia_train_speed"
-    result["title"] = ("StyleGAN2 at 256 pixels in its official configuration on one GPU: ganc against NVIDIA's "
-                       "own train.py, seconds per kimg after the first kimg")
-    result["table"] = {"columns": ["per-GPU batch", "NVIDIA train.py s/kimg", "ganc s/kimg", "ganc speed-up",
-                                   "NVIDIA peak GB (allocated)", "GPU memory by nvidia-smi, GiB (NVIDIA / ganc)"],
-                       "rows": [table_row(batch, result["by_batch"][str(batch)]) for batch in batches]}
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump(result, f, indent=1)
+    try:
+        for batch in batches:
+            run_batch(result, args, batch, sides, repo, data, work, ganc_bin, model, plan)
+            write_result(result, batches, args.json)  # after each batch: a deadline keeps what finished
+    except KeyboardInterrupt:
+        result["interrupted"] = "stopped by SIGINT (a deadline) before every batch and side ran"
+        write_result(result, batches, args.json)
+        print(f"nvidia_train_speed: interrupted; what finished is in {args.json}", flush=True)
+        sys.exit(130)
     print(f"wrote {args.json}")
 
 
