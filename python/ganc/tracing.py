@@ -179,25 +179,24 @@ def _difference(a, b) -> float:
 _EXACT = 1e-5
 
 
+_REDUCED = {"Half": torch.float16, "BFloat16": torch.bfloat16}
+
+
 def _rounding(traced, methods):
     """The lowest floating precision the trace computes in, where lower than float32: (its
-    name, a tolerance of 4 of its rounding steps). Such a trace can differ from eager by a
-    rounding where the tracer records Python arithmetic on sizes as tensor operations
-    (StyleGAN2's `1 / np.sqrt(in_channels * kh * kw)` before its float16 convolutions: eager
-    multiplies by a float64 number, the trace divides by a 0-dim float64 tensor). (None,
-    _EXACT) where it computes in float32 or wider only."""
-    lowest = None
-    for method in methods:
-        for node in getattr(traced, method).inlined_graph.nodes():
-            for value in node.outputs():
-                kind = value.type()
-                name = kind.scalarType() if isinstance(kind, torch._C.TensorType) else None
-                if name in ("Half", "BFloat16") and lowest != "BFloat16":
-                    lowest = name
-    if lowest is None:
-        return None, _EXACT
-    dtype = torch.float16 if lowest == "Half" else torch.bfloat16
-    return str(dtype).replace("torch.", ""), 4 * torch.finfo(dtype).eps
+    name, its rounding step). Such a trace can differ from eager by a rounding where the
+    tracer records Python arithmetic on sizes as tensor operations (StyleGAN2's `1 /
+    np.sqrt(in_channels * kh * kw)` before its float16 convolutions: eager multiplies by a
+    float64 number, the trace divides by a 0-dim float64 tensor). (None, 0.0) where it
+    computes in float32 or wider only."""
+    kinds = (value.type() for method in methods
+             for node in getattr(traced, method).inlined_graph.nodes() for value in node.outputs())
+    found = {_REDUCED[kind.scalarType()] for kind in kinds
+             if isinstance(kind, torch._C.TensorType) and kind.scalarType() in _REDUCED}
+    if not found:
+        return None, 0.0
+    dtype = max(found, key=lambda d: torch.finfo(d).eps)
+    return str(dtype).removeprefix("torch."), torch.finfo(dtype).eps
 
 
 def _run(fn, args, training, module, seed):
@@ -264,7 +263,8 @@ def trace_module(module: nn.Module, path: str, probe: Probe, why: str):
     training = module.training
     specialised = False
     traced, tracer, methods = _trace(module, calls, 1, specialise=False)
-    precision, tolerance = _rounding(traced, methods)
+    precision, step = _rounding(traced, methods)
+    tolerance = 4 * step if precision else _EXACT  # four of its roundings
     if not all([_agreement(module, traced, call, call.args) <= tolerance for call in calls[1:]]):
         specialised = True
         traced, tracer, methods = _trace(module, calls, 1, specialise=True)
@@ -298,5 +298,5 @@ def trace_module(module: nn.Module, path: str, probe: Probe, why: str):
     rounding = ""
     if worst > _EXACT:
         rounding = (f"; computes in {precision}, agreeing with eager to {worst:.2g} relative ({precision} "
-                    f"rounds at {tolerance / 4:.2g}), not bit for bit")
+                    f"rounds at {step:.2g}), not bit for bit")
     return traced, f"{how} at {shapes}: {why}{rounding}"
