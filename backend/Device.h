@@ -53,12 +53,13 @@ public:
   bool onDevice() const { return events_ != nullptr; }
   /// Before a phase is launched, on the stream it runs on.
   void begin();
-  /// After it was launched: its device time counts towards step `index` (0-based).
+  /// After it was launched: its device time counts towards `index` (the caller's numbering of
+  /// the phase runs it times, 0-based).
   void end(size_t index);
   /// Adds up the pairs the device has passed; with `wait`, waits for all of them first.
   void collect(bool wait);
-  /// Device seconds per step index, of the pairs collected so far.
-  const std::vector<double> &secondsPerStep() const { return seconds_; }
+  /// Device seconds per index, of the pairs collected so far.
+  const std::vector<double> &seconds() const { return seconds_; }
 
 private:
   std::unique_ptr<gpu::EventTimer> events_; // on a GPU

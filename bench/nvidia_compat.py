@@ -8,6 +8,10 @@ shims it needs there, applied to PyTorch before their code is imported:
   (`importlib.import_module('bias_act_plugin')`): the shim puts the loaded module into
   sys.modules under its name, so their CUDA plugins (bias_act, upfirdn2d) load.
 
+With GANC_NVIDIA_REFERENCE_OPS=1 their two plugins are not loaded: bias_act and upfirdn2d
+take their reference paths (separate PyTorch operations, as ganc's export traces them), so
+train.py runs the very operations ganc's archive holds, eagerly.
+
     python bench/nvidia_compat.py REPO/train.py [train.py's options]
 """
 import os
@@ -33,8 +37,19 @@ torch.utils.data.Sampler.__init__ = _sampler_init
 _original_load = torch.utils.cpp_extension.load
 torch.utils.cpp_extension.load = _load
 
+def _reference_ops():
+    """Their plugins' loaders answer "not available", so each op takes its reference path."""
+    from torch_utils.ops import bias_act, upfirdn2d
+    bias_act._init = lambda: False
+    upfirdn2d._init = lambda: False
+    print("nvidia_compat: bias_act and upfirdn2d take their reference paths (GANC_NVIDIA_REFERENCE_OPS=1)",
+          flush=True)
+
+
 if __name__ == "__main__":
     script = sys.argv[1]
     sys.argv = sys.argv[1:]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    if os.environ.get("GANC_NVIDIA_REFERENCE_OPS") == "1":
+        _reference_ops()
     runpy.run_path(script, run_name="__main__")

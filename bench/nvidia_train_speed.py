@@ -25,6 +25,16 @@ Both sides train the same networks on the same GPU, data set and per-GPU batch:
   steps run under the CUDA profiler (left out of s/kimg), and its busy time and top kernels
   say where its time goes.
 
+- NVIDIA with reference ops (`--sides` naming `nvidia_ref`): train.py again, its bias_act and
+  upfirdn2d made to take their reference paths (bench/nvidia_compat.py), so it runs eagerly
+  the very operations ganc's archive replays. Against it, ganc's ratio says what the replay
+  itself gains or loses; against train.py's, what the fused kernels are worth.
+
+ganc's progress records come every 16 steps (one R1 step and four path-length steps each, the
+mix of a kimg), the last 16 under the CUDA profiler (`--kernel-time`, top kernels), and its
+timing.json gives each phase's median GPU time per replay: which phase the time goes to. A run
+past `--limit` is stopped with SIGINT first, so what it measured is still written.
+
 Differences kept on purpose, none of which changes the work per step: style mixing's cutoff
 is drawn as a mask (the same distribution; their `ws[:, cutoff:]` slices by a tensor), no EMA
 ramp-up (the same arithmetic), the mapping's `w_avg` (used only for truncation when sampling)
@@ -35,6 +45,7 @@ Both sides' GPU memory is also sampled with nvidia-smi every 0.2 s (the process'
 CUDA context and allocator cache included), so the two are read the same way.
 
     python bench/nvidia_train_speed.py --repo external/stylegan3 [--batches 4,32] [--kimg 3]
+        [--sides nvidia,nvidia_ref,ganc]
 
 Without a GPU it makes the data set, reads train.py's options, exports and compiles the model
 at each batch, and stops with one line (exit 3). Results: bench/results/nvidia_train_speed.json
@@ -51,6 +62,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -272,20 +284,21 @@ def read_jsonl(path: str) -> list:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def run_nvidia(repo: str, data: str, out: str, batch: int, kimg: int, cbase: int, gamma: float, limit: float) -> dict:
-    log = os.path.join(out, f"nvidia_b{batch}.txt")
-    out = os.path.join(out, f"nvidia_b{batch}")  # train.py's --outdir: a run folder in it
+def run_nvidia(repo: str, data: str, out: str, batch: int, kimg: int, cbase: int, gamma: float, limit: float,
+               reference_ops: bool = False) -> dict:
+    """train.py at one batch; with `reference_ops`, its bias_act and upfirdn2d on their reference
+    paths (bench/nvidia_compat.py), the operations ganc's archive holds."""
+    side = "nvidia_ref" if reference_ops else "nvidia"
+    log = os.path.join(out, f"{side}_b{batch}.txt")
+    out = os.path.join(out, f"{side}_b{batch}")  # train.py's --outdir: a run folder in it
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
+    env = dict(os.environ, GANC_NVIDIA_REFERENCE_OPS="1" if reference_ops else "0")
     start = time.time()
     with MemorySampler() as memory, open(log, "w") as f:
-        try:
-            done = subprocess.run(train_py_args(repo, data, out, batch, kimg, cbase, gamma), cwd=repo, stdout=f,
-                                  stderr=subprocess.STDOUT, timeout=limit)
-            rc = done.returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
-    result = {"exit": rc, "wall_seconds": time.time() - start, "nvidia_smi_peak_gib": memory.peak_gib()}
+        rc = run_until(train_py_args(repo, data, out, batch, kimg, cbase, gamma), limit, f, cwd=repo, env=env)
+    result = {"exit": rc, "wall_seconds": time.time() - start, "nvidia_smi_peak_gib": memory.peak_gib(),
+              "reference_ops": reference_ops}
     text = open(log).read()
     result["plugins_fell_back"] = "Falling back to slow reference implementation" in text
     stats = sorted(p for p in (os.path.join(d, "stats.jsonl") for d in
@@ -311,21 +324,41 @@ def run_nvidia(repo: str, data: str, out: str, batch: int, kimg: int, cbase: int
     return result
 
 
+def run_until(cmd: list, limit: float, log, **kwargs):
+    """Runs `cmd` for at most `limit` seconds: then SIGINT (ganc and train.py both stop cleanly on
+    it, ganc writing its timing.json with the phases' times), and SIGKILL 20 s later. Its exit
+    status, or "timeout"."""
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, **kwargs)
+    try:
+        return proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        return "timeout"
+
+
+# ganc's progress records: every LAZY_PERIOD steps, so each holds one R1 step (Dreg, every 16)
+# and four path-length steps (Greg, every 4), the same mix as a kimg of training.
+LAZY_PERIOD = 16
+
+
 def run_ganc(ganc_bin: str, model: str, plan: str, data: str, out: str, batch: int, kimg: int, limit: float,
              extra: list, kernel_steps: int = 0) -> dict:
-    steps = max(2, math.ceil(kimg * 1000 / batch))
-    every = max(1, math.ceil(1000 / batch / 2))  # two records per kimg
+    every = kernel_steps or LAZY_PERIOD
+    steps = every * max(2, math.ceil(kimg * 1000 / batch / every)) + kernel_steps
     run = os.path.join(out, f"ganc_b{batch}")
     cmd = [ganc_bin, "train", plan, "--model", model, "--data", data, "--device", "cuda", "--steps", str(steps),
-           "--out", run, "--sample-every", "0", "--checkpoint-every", "0", "--log-every", str(every)] + extra
-    if kernel_steps:  # the last steps under the CUDA profiler: where the GPU's time goes
+           "--out", run, "--sample-every", "0", "--checkpoint-every", "0", "--log-every", str(every),
+           "--tensorboard", "off"] + extra
+    if kernel_steps:  # the last record's steps under the CUDA profiler: where the GPU's time goes
         cmd += ["--kernel-time", str(kernel_steps)]
     start = time.time()
     with MemorySampler() as memory, open(os.path.join(out, f"ganc_b{batch}.txt"), "w") as f:
-        try:
-            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=limit).returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
+        rc = run_until(cmd, limit, f)
     result = {"exit": rc, "wall_seconds": time.time() - start, "nvidia_smi_peak_gib": memory.peak_gib(),
               "command": " ".join(cmd)}
     path = os.path.join(run, "stats.jsonl")
@@ -334,7 +367,7 @@ def run_ganc(ganc_bin: str, model: str, plan: str, data: str, out: str, batch: i
         return result
     records = read_jsonl(path)
     steady = [r for r in records if r["Progress/kimg"] > 1.0 + 1e-9] or records[1:]
-    if kernel_steps and len(steady) > 1:
+    if kernel_steps and records and records[-1]["step"] == steps and len(steady) > 1:
         steady = steady[:-1]  # the last record holds the profiled steps
     rates = [r["Progress/img_per_sec"] for r in steady if r.get("Progress/img_per_sec")]
     losses = [v for r in records for k, v in r.items() if k.startswith("Loss/")]
@@ -350,9 +383,21 @@ def run_ganc(ganc_bin: str, model: str, plan: str, data: str, out: str, batch: i
     if os.path.isfile(summary):
         result["summary"] = json.load(open(summary))
     timing = os.path.join(run, "timing.json")
-    if kernel_steps and os.path.isfile(timing):
-        result["kernel_time"] = json.load(open(timing)).get("kernel_time")
+    if os.path.isfile(timing):
+        timing = json.load(open(timing))
+        result["phases"] = timing.get("phases")  # per phase: runs, median GPU and host seconds
+        if kernel_steps:
+            result["kernel_time"] = timing.get("kernel_time")
     return result
+
+
+def print_phases(batch: int, phases) -> None:
+    """One line: each phase's median GPU time per replay, and how often it ran."""
+    if not phases:
+        return
+    parts = [f"{name} {p['work_seconds_median'] * 1000:.1f} ms x{p['runs']}" for name, p in phases.items()
+             if p.get("work_seconds_median") is not None]
+    print(f"batch {batch}: ganc's phases, median GPU time per replay: {', '.join(parts)}", flush=True)
 
 
 def print_kernel_time(batch: int, kernel_time) -> None:
@@ -372,7 +417,9 @@ def table_row(batch: int, row: dict) -> list:
     def num(value, fmt="{:.2f}"):
         return fmt.format(value) if isinstance(value, (int, float)) else "n/a"
 
+    ref = row.get("nvidia_ref", {})
     return [batch, num(nv.get("sec_per_kimg")) if "error" not in nv else "fails: " + str(nv["error"]),
+            num(ref.get("sec_per_kimg")) if "error" not in ref else "fails: " + str(ref["error"]),
             num(gc.get("sec_per_kimg")) if "error" not in gc else "fails: " + str(gc["error"]),
             num(row.get("ganc_speedup"), "{:.2f}x"), num(nv.get("peak_gpu_mem_gb"), "{:.1f}"),
             f"{num(nv.get('nvidia_smi_peak_gib'), '{:.1f}')} / {num(gc.get('nvidia_smi_peak_gib'), '{:.1f}')}"]
@@ -382,20 +429,32 @@ def run_batch(result: dict, args, batch: int, sides: list, repo: str, data: str,
               model: str, plan: str) -> None:
     """Both sides at one per-GPU batch, their rows printed as each ends."""
     row = result["by_batch"][str(batch)]
-    if "nvidia" in sides:
-        row["nvidia"] = run_nvidia(repo, data, work, batch, args.kimg, args.cbase, args.gamma, args.limit)
-        shown = {k: v for k, v in row["nvidia"].items() if k != "sec_per_kimg_by_tick"}
-        print(f"batch {batch}: NVIDIA train.py {json.dumps(shown)}", flush=True)
+    for side in ("nvidia", "nvidia_ref"):
+        if side not in sides:
+            continue
+        row[side] = run_nvidia(repo, data, work, batch, args.kimg, args.cbase, args.gamma, args.limit,
+                               reference_ops=side == "nvidia_ref")
+        shown = {k: v for k, v in row[side].items() if k != "sec_per_kimg_by_tick"}
+        label = "NVIDIA train.py" + (" (reference bias_act and upfirdn2d)" if side == "nvidia_ref" else "")
+        print(f"batch {batch}: {label} {json.dumps(shown)}", flush=True)
     if "ganc" in sides:
         row["ganc"] = run_ganc(ganc_bin, model, plan, data, work, batch, args.kimg, args.limit,
                                ["--batch-size", str(batch)] + args.ganc_args.split(), args.kernel_time)
-        shown = {k: v for k, v in row["ganc"].items() if k not in ("summary", "sec_per_kimg_by_record", "kernel_time")}
+        shown = {k: v for k, v in row["ganc"].items()
+                 if k not in ("summary", "sec_per_kimg_by_record", "kernel_time", "phases")}
         print(f"batch {batch}: ganc {json.dumps(shown)}", flush=True)
+        print_phases(batch, row["ganc"].get("phases"))
         print_kernel_time(batch, row["ganc"].get("kernel_time"))
     a, b = row.get("nvidia", {}).get("sec_per_kimg"), row.get("ganc", {}).get("sec_per_kimg")
     if a and b:
         row["ganc_speedup"] = a / b
         print(f"batch {batch}: NVIDIA {a:.2f} s/kimg, ganc {b:.2f} s/kimg: ganc {a / b:.2f}x", flush=True)
+    # Against the same operations run eagerly: what ganc's replay itself gains or loses.
+    r = row.get("nvidia_ref", {}).get("sec_per_kimg")
+    if r and b:
+        row["ganc_speedup_over_reference_ops"] = r / b
+        print(f"batch {batch}: NVIDIA with reference ops {r:.2f} s/kimg, ganc {b:.2f} s/kimg: ganc {r / b:.2f}x",
+              flush=True)
 
 
 def write_result(result: dict, batches: list, path: str) -> None:
@@ -403,7 +462,8 @@ def write_result(result: dict, batches: list, path: str) -> None:
     result["benchmark"] = "nvidia_train_speed"
     result["title"] = ("StyleGAN2 at 256 pixels in its official configuration on one GPU: ganc against NVIDIA's "
                        "own train.py, seconds per kimg after the first kimg")
-    result["table"] = {"columns": ["per-GPU batch", "NVIDIA train.py s/kimg", "ganc s/kimg", "ganc speed-up",
+    result["table"] = {"columns": ["per-GPU batch", "NVIDIA train.py s/kimg",
+                                   "train.py, reference bias_act and upfirdn2d, s/kimg", "ganc s/kimg", "ganc speed-up",
                                    "NVIDIA peak GB (allocated)", "GPU memory by nvidia-smi, GiB (NVIDIA / ganc)"],
                        "rows": [table_row(batch, result["by_batch"][str(batch)]) for batch in batches]}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -421,12 +481,14 @@ def main():
     parser.add_argument("--cbase", type=int, default=16384)
     parser.add_argument("--gamma", type=float, default=1.0)
     parser.add_argument("--images", type=int, default=512, help="images in the generated data set")
-    parser.add_argument("--sides", default="nvidia,ganc")
+    parser.add_argument("--sides", default="nvidia,ganc",
+                        help="of nvidia, nvidia_ref (train.py with reference bias_act and upfirdn2d, the operations "
+                        "ganc's archive holds) and ganc")
     parser.add_argument("--limit", type=float, default=240, help="seconds each run may take")
     parser.add_argument("--ganc-args", default="", help="options for every ganc train run")
-    parser.add_argument("--kernel-time", type=int, default=4,
-                        help="ganc's last N steps run under the CUDA profiler: its busy time and top kernels go "
-                        "into the result (those steps are left out of s/kimg); 0: none")
+    parser.add_argument("--kernel-time", type=int, default=LAZY_PERIOD,
+                        help="N more ganc steps, the last, run under the CUDA profiler: its busy time and top kernels "
+                        "go into the result (those steps are left out of s/kimg; 16 holds one R1 step); 0: none")
     parser.add_argument("--work", default=None, help="folder for the data, archives and runs (default: a temporary one)")
     parser.add_argument("--export-batch", type=int, default=None,
                         help="the batch ganc's archive is exported at (default: the smallest of --batches)")
@@ -442,6 +504,9 @@ def main():
     ganc_bin = os.environ.get("GANC", os.path.join(args.build, "tools", "ganc"))
     batches = [int(b) for b in args.batches.split(",")]
     sides = args.sides.split(",")
+    unknown = sorted(set(sides) - {"nvidia", "nvidia_ref", "ganc"})
+    if unknown:
+        raise SystemExit(f"nvidia_train_speed: --sides: unknown {', '.join(unknown)} (nvidia, nvidia_ref, ganc)")
     work = args.work or tempfile.mkdtemp(prefix="ganc_nvidia_")
     os.makedirs(work, exist_ok=True)
     data = os.path.join(work, f"data{args.resolution}.zip")

@@ -112,9 +112,11 @@ void Progress::beginPhase() {
   timer_.begin();
 }
 
-void Progress::endPhase(int64_t step, const backend::RunStats &run, double hostWorkSeconds) {
+void Progress::endPhase(int64_t step, const std::string &key, const backend::RunStats &run,
+                        double hostWorkSeconds) {
   double host = secondsSince(phaseStart_);
-  timer_.end(static_cast<size_t>(step - firstStep_));
+  timer_.end(runs_.size());
+  runs_.push_back({static_cast<size_t>(step - firstStep_), key, run.replayed, hostWorkSeconds});
   stepWork_ += hostWorkSeconds;
   runHostSeconds_.push_back(host);
   if (run.replayed) {
@@ -409,6 +411,39 @@ void Progress::logLine(int64_t done, const std::vector<double> &moments,
   lastLog_ = now;
 }
 
+nlohmann::json Progress::phaseTimes(const std::vector<double> &deviceSeconds) const {
+  struct Times {
+    int64_t runs = 0;
+    std::vector<double> work, host;
+  };
+  std::map<std::string, Times> byPhase;
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    const PhaseRun &r = runs_[i];
+    Times &t = byPhase[r.key];
+    // Steady runs: on CUDA the replays (warm-ups and the capture are not), on CPU every run
+    // after a phase's first (its first allocates and sets up the optimizer state).
+    const bool steady = deviceSeconds.empty() ? t.runs > 0 : r.replayed;
+    ++t.runs;
+    if (!steady)
+      continue;
+    t.work.push_back(deviceSeconds.empty() ? r.hostWork : deviceSeconds[i]);
+    t.host.push_back(runHostSeconds_[i]);
+  }
+  auto median = [](std::vector<double> v) -> nlohmann::json {
+    if (v.empty())
+      return nullptr;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  nlohmann::json phases = nlohmann::json::object();
+  for (const auto &[key, t] : byPhase)
+    phases[key] = {{"runs", t.runs},
+                   {"steady_runs", t.work.size()},
+                   {"work_seconds_median", median(t.work)},
+                   {"host_seconds_median", median(t.host)}};
+  return phases;
+}
+
 /// Per step: wall time, the work (CPU: host time in the model's forward and backward,
 /// all-reduce waits and the optimizer; CUDA: the GPU time of the step's phases, read from
 /// events) and the rest, which is ganc's own overhead (on CUDA, the time the GPU waited
@@ -417,11 +452,16 @@ void Progress::logLine(int64_t done, const std::vector<double> &moments,
 Status Progress::finish() {
   double wall = secondsSince(start_);
   std::vector<double> work = workSeconds_;
+  std::vector<double> device;
   if (timer_.onDevice()) {
     // On the GPU the work is the phases' device time; the host only launched it.
     timer_.collect(/*wait=*/true);
-    work = timer_.secondsPerStep();
-    work.resize(stepSeconds_.size(), 0.0);
+    device = timer_.seconds();
+    device.resize(runs_.size(), 0.0);
+    work.assign(stepSeconds_.size(), 0.0);
+    for (size_t i = 0; i < runs_.size(); ++i)
+      if (runs_[i].step < work.size())
+        work[runs_[i].step] += device[i];
   }
   if (!session_.isRankZero())
     return Status::ok();
@@ -462,6 +502,7 @@ Status Progress::finish() {
   out << ", \"graph_nodes\": " << nodes.dump() << ", \"graph_branches\": " << branches.dump()
       << ", \"graph_memsets_as_kernels\": " << memsets.dump()
       << ", \"graph_copies_as_kernels\": " << copies.dump();
+  out << ", \"phases\": " << phaseTimes(device).dump();
   out << ", \"kernel_time\": " << kernelTime_.dump();
   out << ", \"skipped_steps\": {" << skipped.str() << "}";
   out << ", \"wall_seconds\": " << wall << "}\n";

@@ -24,9 +24,10 @@ public:
   Progress(Session &session, int64_t firstStep);
 
   void beginStep();
-  /// Around one phase run: its host time, and its device time on CUDA.
+  /// Around one run of phase `key`: its host time, and its device time on CUDA.
   void beginPhase();
-  void endPhase(int64_t step, const backend::RunStats &run, double hostWorkSeconds);
+  void endPhase(int64_t step, const std::string &key, const backend::RunStats &run,
+                double hostWorkSeconds);
   /// With --profile, after every run of phase `key`: counts it, and keeps its times (compute,
   /// bucket and parameter ready times, optimizer seconds) when the run was timed.
   void addProfile(const std::string &key, const backend::RunStats &run);
@@ -123,6 +124,17 @@ private:
   int64_t traceSteps_ = 0;
   std::vector<double> stepSeconds_, workSeconds_, runHostSeconds_, replayHostSeconds_,
       replayLaunchSeconds_;
+  /// Per phase run, in order (the PhaseTimer's index): its step (from this run's first), its
+  /// phase, whether it was a replay, and the executor's host work (the work on CPU).
+  struct PhaseRun {
+    size_t step;
+    std::string key;
+    bool replayed;
+    double hostWork;
+  };
+  std::vector<PhaseRun> runs_;
+  /// timing.json's `phases`: per phase, its runs and the medians of its steady ones.
+  nlohmann::json phaseTimes(const std::vector<double> &deviceSeconds) const;
 };
 
 } // namespace ganc::runtime

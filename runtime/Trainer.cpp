@@ -202,7 +202,7 @@ private:
           .inPhase(key)
           .withContext("rank " + std::to_string(s_.rank.rank) + ", step " + std::to_string(step));
     }
-    progress.endPhase(step, s_.executor->lastRun(), s_.executor->lastWorkSeconds());
+    progress.endPhase(step, key, s_.executor->lastRun(), s_.executor->lastWorkSeconds());
     if (!s_.options.profile.empty())
       progress.addProfile(key, s_.executor->lastRun());
     GANC_TRY(dumped);

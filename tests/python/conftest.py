@@ -68,7 +68,7 @@ def gradient_dumps(spec, steps, got_dir, ref_dir, ref_loader=None):
 # timing.json's fields, the same on CPU and on CUDA.
 TIMING_FIELDS = {"device", "step_seconds", "work_seconds", "overhead_seconds", "run_host_seconds",
                  "replay_host_seconds", "replay_launch_seconds", "graph_nodes", "graph_branches",
-                 "graph_memsets_as_kernels", "graph_copies_as_kernels", "kernel_time",
+                 "graph_memsets_as_kernels", "graph_copies_as_kernels", "phases", "kernel_time",
                  "skipped_steps", "wall_seconds"}
 
 

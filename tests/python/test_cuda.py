@@ -355,6 +355,10 @@ def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):
     assert all(w > 0 for w in t["work_seconds"])
     assert len(t["replay_host_seconds"]) == 2 * (10 - 2)  # both phases, after warm-up and capture
     assert set(t) == TIMING_FIELDS
+    # Per phase: every run counted, the replays' GPU time the median (warm-up and capture not).
+    assert {name: (p["runs"], p["steady_runs"]) for name, p in t["phases"].items()} == {
+        "d": (10, 8), "g": (10, 8)}, t["phases"]
+    assert all(p["work_seconds_median"] > 0 for p in t["phases"].values()), t["phases"]
     # Each captured phase's graph: its nodes by kind, kernels among them, adding up to the total.
     assert set(t["graph_nodes"]) == {"d", "g"}, t["graph_nodes"]
     for phase, nodes in t["graph_nodes"].items():

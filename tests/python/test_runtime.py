@@ -82,6 +82,26 @@ def test_timing_lists_every_field_on_cpu(ganc_bin, datasets, tmp_path):
     assert t["replay_host_seconds"] == t["replay_launch_seconds"] == [] and t["graph_nodes"] == t["graph_branches"] == {}
     assert t["graph_memsets_as_kernels"] == t["graph_copies_as_kernels"] == {}
     assert t["kernel_time"] is None  # no --kernel-time (CUDA only)
+    # Per phase: every run counted, the first left out of the medians (it sets things up).
+    assert set(t["phases"]) == {"d", "g"}, t["phases"]
+    for phase, p in t["phases"].items():
+        assert p["runs"] == 3 and p["steady_runs"] == 2, (phase, p)
+        assert 0 < p["work_seconds_median"] <= p["host_seconds_median"], (phase, p)
+
+
+def test_timing_splits_the_time_by_phase(ganc_bin, datasets, tmp_path):
+    """timing.json's phases: a phase run every k steps (R1 every 4 here: steps 0 and 4 of 6) is
+    counted as often as it ran, so its median says what one run of it costs."""
+    plan = compile_plan(ganc_bin, "r1gan", str(tmp_path))
+    out = str(tmp_path / "run")
+    subprocess.run([ganc_bin, "run", "--nproc", "1", *train_args(plan, "r1gan", datasets["ring"], out, 6)],
+                   check=True)
+    t = json.load(open(os.path.join(out, "timing.json")))
+    assert {name: (p["runs"], p["steady_runs"]) for name, p in t["phases"].items()} == {
+        "d": (6, 5), "dreg": (2, 1), "g": (6, 5)}, t["phases"]
+    assert len(t["run_host_seconds"]) == 6 + 2 + 6
+    for phase, p in t["phases"].items():
+        assert 0 < p["work_seconds_median"] <= p["host_seconds_median"], (phase, p)
 
 
 def test_checkpoint_loads_into_python_modules(ganc_bin, datasets, tmp_path):
