@@ -386,8 +386,10 @@ run_official() {
   GANC=$BUILD/tools/ganc staged "$PY" "$ROOT/bench/nvidia_train_speed.py" --repo "$OFFICIAL" \
     --work "$OFFICIAL_WORK" --json "$OUT/official.json" "${OARGS[@]}" | tee "$OUT/official.txt"
   OFFICIAL_RC=${PIPESTATUS[0]}
-  # Each side's log, for a run that failed.
-  (cd "$OFFICIAL_WORK" && tar czf "$OUT/official_logs.tgz" ./*.txt 2>/dev/null)
+  # Each side's log, for a run that failed, and ganc's stats and timing (per-phase GPU time, top
+  # kernels), whatever the result file kept.
+  (cd "$OFFICIAL_WORK" && shopt -s nullglob \
+    && tar czf "$OUT/official_logs.tgz" ./*.txt ganc_b*/stats.jsonl ganc_b*/timing.json 2>/dev/null)
 }
 BENCH_RC=skipped
 run_bench() {
