@@ -21,9 +21,7 @@ Both sides train the same networks on the same GPU, data set and per-GPU batch:
   resolutions, as train.py trains; their bias_act and upfirdn2d take their reference paths
   off a GPU, so ganc runs them as separate kernels where NVIDIA's run fused), compiled and
   trained with `ganc train --device cuda`, every phase captured and replayed. Seconds per kimg
-  from stats.jsonl's `Progress/img_per_sec` after the first kimg; ganc's last `--kernel-time`
-  steps run under the CUDA profiler (left out of s/kimg), and its busy time and top kernels
-  say where its time goes.
+  from stats.jsonl's `Progress/img_per_sec`, as below.
 
 - NVIDIA with reference ops (`--sides` naming `nvidia_ref`): train.py again, its bias_act and
   upfirdn2d made to take their reference paths (bench/nvidia_compat.py), so it runs eagerly
@@ -31,9 +29,12 @@ Both sides train the same networks on the same GPU, data set and per-GPU batch:
   itself gains or loses; against train.py's, what the fused kernels are worth.
 
 ganc's progress records come every 16 steps (one R1 step and four path-length steps each, the
-mix of a kimg), the last 16 under the CUDA profiler (`--kernel-time`, top kernels), and its
-timing.json gives each phase's median GPU time per replay: which phase the time goes to. A run
-past `--limit` is stopped with SIGINT first, so what it measured is still written.
+mix of a kimg). Its seconds per kimg leave out the first kimg and every step until R1, the
+rarest phase, has run its eager warm-ups (`--warmup`, 3) and its capture (64 steps), and the
+last 16 steps, which run under the CUDA profiler (`--kernel-time`: busy time and top
+kernels). Its timing.json gives each phase's median GPU time per replay: which phase the time
+goes to. A run past `--limit` is stopped with SIGINT first, so what it measured is still
+written.
 
 Differences kept on purpose, none of which changes the work per step: style mixing's cutoff
 is drawn as a mask (the same distribution; their `ws[:, cutoff:]` slices by a tensor), no EMA
@@ -329,16 +330,23 @@ def run_until(cmd: list, limit: float, log, **kwargs):
     it, ganc writing its timing.json with the phases' times), and SIGKILL 20 s later. Its exit
     status, or "timeout"."""
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, **kwargs)
-    try:
-        return proc.wait(timeout=limit)
-    except subprocess.TimeoutExpired:
+
+    def stop(grace: float) -> None:
         proc.send_signal(signal.SIGINT)
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+    try:
+        return proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        stop(20)
         return "timeout"
+    except KeyboardInterrupt:  # this script's own deadline: the run stops with it
+        stop(10)
+        raise
 
 
 # ganc's progress records: every LAZY_PERIOD steps, so each holds one R1 step (Dreg, every 16)
@@ -346,10 +354,20 @@ def run_until(cmd: list, limit: float, log, **kwargs):
 LAZY_PERIOD = 16
 
 
+def ganc_warmup(extra: list) -> int:
+    """The eager runs each phase takes before its capture: --warmup in `extra`, else ganc's 3."""
+    return int(extra[extra.index("--warmup") + 1]) if "--warmup" in extra else 3
+
+
 def run_ganc(ganc_bin: str, model: str, plan: str, data: str, out: str, batch: int, kimg: int, limit: float,
              extra: list, kernel_steps: int = 0) -> dict:
     every = kernel_steps or LAZY_PERIOD
-    steps = every * max(2, math.ceil(kimg * 1000 / batch / every)) + kernel_steps
+    # Warm-up: the first kimg, and at least until the rarest phase (R1, every 16 steps) has run
+    # its eager warm-ups and its capture; then kimg - 1 measured, then the profiled steps.
+    warm = max(math.ceil(1000 / batch), LAZY_PERIOD * (ganc_warmup(extra) + 1))
+    warm = every * math.ceil(warm / every)
+    measured = every * max(1, math.ceil((kimg - 1) * 1000 / batch / every))
+    steps = warm + measured + kernel_steps
     run = os.path.join(out, f"ganc_b{batch}")
     cmd = [ganc_bin, "train", plan, "--model", model, "--data", data, "--device", "cuda", "--steps", str(steps),
            "--out", run, "--sample-every", "0", "--checkpoint-every", "0", "--log-every", str(every),
@@ -366,14 +384,12 @@ def run_ganc(ganc_bin: str, model: str, plan: str, data: str, out: str, batch: i
         result["error"] = open(os.path.join(out, f"ganc_b{batch}.txt")).read().strip().splitlines()[-3:]
         return result
     records = read_jsonl(path)
-    steady = [r for r in records if r["Progress/kimg"] > 1.0 + 1e-9] or records[1:]
-    if kernel_steps and records and records[-1]["step"] == steps and len(steady) > 1:
-        steady = steady[:-1]  # the last record holds the profiled steps
+    steady = [r for r in records if warm < r["step"] <= warm + measured] or records[1:]
     rates = [r["Progress/img_per_sec"] for r in steady if r.get("Progress/img_per_sec")]
     losses = [v for r in records for k, v in r.items() if k.startswith("Loss/")]
     values = [v["mean"] if isinstance(v, dict) else v for v in losses]
     result.update({
-        "steps": steps, "records": len(records),
+        "steps": steps, "warm_up_steps": warm, "measured_steps": measured, "records": len(records),
         "sec_per_kimg_by_record": [1000.0 / r["Progress/img_per_sec"] for r in records if r.get("Progress/img_per_sec")],
         "sec_per_kimg": 1000.0 / (sum(rates) / len(rates)) if rates else None,
         "losses_finite": bool(values) and all(math.isfinite(v) for v in values),
@@ -427,16 +443,9 @@ def table_row(batch: int, row: dict) -> list:
 
 def run_batch(result: dict, args, batch: int, sides: list, repo: str, data: str, work: str, ganc_bin: str,
               model: str, plan: str) -> None:
-    """Both sides at one per-GPU batch, their rows printed as each ends."""
+    """Every side at one per-GPU batch, ganc first (its per-phase times say the most), their rows
+    printed as each ends."""
     row = result["by_batch"][str(batch)]
-    for side in ("nvidia", "nvidia_ref"):
-        if side not in sides:
-            continue
-        row[side] = run_nvidia(repo, data, work, batch, args.kimg, args.cbase, args.gamma, args.limit,
-                               reference_ops=side == "nvidia_ref")
-        shown = {k: v for k, v in row[side].items() if k != "sec_per_kimg_by_tick"}
-        label = "NVIDIA train.py" + (" (reference bias_act and upfirdn2d)" if side == "nvidia_ref" else "")
-        print(f"batch {batch}: {label} {json.dumps(shown)}", flush=True)
     if "ganc" in sides:
         row["ganc"] = run_ganc(ganc_bin, model, plan, data, work, batch, args.kimg, args.limit,
                                ["--batch-size", str(batch)] + args.ganc_args.split(), args.kernel_time)
@@ -445,6 +454,14 @@ def run_batch(result: dict, args, batch: int, sides: list, repo: str, data: str,
         print(f"batch {batch}: ganc {json.dumps(shown)}", flush=True)
         print_phases(batch, row["ganc"].get("phases"))
         print_kernel_time(batch, row["ganc"].get("kernel_time"))
+    for side in ("nvidia", "nvidia_ref"):
+        if side not in sides:
+            continue
+        row[side] = run_nvidia(repo, data, work, batch, args.kimg, args.cbase, args.gamma, args.limit,
+                               reference_ops=side == "nvidia_ref")
+        shown = {k: v for k, v in row[side].items() if k != "sec_per_kimg_by_tick"}
+        label = "NVIDIA train.py" + (" (reference bias_act and upfirdn2d)" if side == "nvidia_ref" else "")
+        print(f"batch {batch}: {label} {json.dumps(shown)}", flush=True)
     a, b = row.get("nvidia", {}).get("sec_per_kimg"), row.get("ganc", {}).get("sec_per_kimg")
     if a and b:
         row["ganc_speedup"] = a / b
