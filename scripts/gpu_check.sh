@@ -16,7 +16,9 @@
 # preparation (their CUDA plugins' build, ganc's export and compile of their networks) starts
 # in the background as soon as the binary is ready, beside the smoke run and the tests; the
 # stage waits for it. --stages: the stages' order (default tests,bench,scaling; official is
-# added after the tests where --official is given). --test-seconds: the most the tests may take
+# added after the tests where --official is given; probe, also with --official, times R1's and
+# path length's double backward of their networks two ways, bench/double_backward_probe.py, in
+# at most 150 s). --test-seconds: the most the tests may take
 # (SIGINT then, as at the --deadline), so that later stages keep their time. --zoo DIR: the
 # test archives already exported there (an earlier run's BUILD/tests/models, on a machine kept
 # warm between calls) instead of exporting them again (a minute, more on a loaded machine);
@@ -120,8 +122,8 @@ fi
 for stage in ${STAGES//,/ }; do
   case "$stage" in
     tests|bench|scaling) ;;
-    official) [ -n "$OFFICIAL" ] || stop "--stages names official without --official REPO" 2 ;;
-    *) stop "--stages: unknown stage '$stage' (tests, official, bench, scaling)" 2 ;;
+    official|probe) [ -n "$OFFICIAL" ] || stop "--stages names $stage without --official REPO" 2 ;;
+    *) stop "--stages: unknown stage '$stage' (tests, official, probe, bench, scaling)" 2 ;;
   esac
 done
 if [ -n "$ZOO" ]; then
@@ -407,6 +409,13 @@ run_bench() {
     tar czf "$OUT/traces.tgz" -C "$OUT" traces && rm -rf "$OUT/traces"
   fi
 }
+PROBE_RC=skipped
+run_probe() {
+  say "R1 and path length of their networks, two double-backward formulations (bench/double_backward_probe.py)"
+  STAGE_CAP=150 staged "$PY" "$ROOT/bench/double_backward_probe.py" --repo "$OFFICIAL" --iters 3 \
+    --json "$OUT/probe.json" | tee "$OUT/probe.txt"
+  PROBE_RC=${PIPESTATUS[0]}
+}
 SCALING_RC=skipped
 run_scaling() {
   [ $RUN_SCALING = 1 ] || return 0
@@ -455,6 +464,11 @@ for key in sorted(merged):
     print(f"- {key}: {json.dumps(value)}")
 EOF
   fi
+  if [ "$PROBE_RC" != skipped ]; then
+    echo
+    echo "## R1 and path length, native against wgrad double backward (exit $PROBE_RC)"
+    [ -f "$OUT/probe.txt" ] && sed 's/^/    /' "$OUT/probe.txt"
+  fi
   if [ -n "$OFFICIAL" ]; then
     echo
     echo "## StyleGAN2 at 256 pixels against NVIDIA's train.py (exit $OFFICIAL_RC)"
@@ -477,6 +491,7 @@ ended() {
   esac
 }
 ended "GPU tests" "$TEST_RC"
+ended "double backward probe" "$PROBE_RC"
 ended "StyleGAN2 against NVIDIA's train.py" "$OFFICIAL_RC"
 ended "GPU benchmark" "$BENCH_RC"
 ended "scaling predictions" "$SCALING_RC"

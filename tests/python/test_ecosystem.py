@@ -573,8 +573,9 @@ def test_gpu_check_uses_a_prebuilt_binary_of_these_sources_only(ganc_bin, tmp_pa
     (["--deadline", "9m"], "STOPPED: --deadline takes whole seconds, not '9m'"),
     (["--test-seconds", "1.5"], "STOPPED: --test-seconds takes whole seconds, not '1.5'"),
     (["--zoo", "/nonexistent/zoo"], "STOPPED: --zoo: /nonexistent/zoo holds no exported zoo (no dcgan32.pt)"),
-    (["--stages", "tests,bench,lunch"], "STOPPED: --stages: unknown stage 'lunch' (tests, official, bench, scaling)"),
+    (["--stages", "tests,bench,lunch"], "STOPPED: --stages: unknown stage 'lunch' (tests, official, probe, bench, scaling)"),
     (["--stages", "official"], "STOPPED: --stages names official without --official REPO"),
+    (["--stages", "probe"], "STOPPED: --stages names probe without --official REPO"),
     (["--official", "/nonexistent/stylegan3"], "STOPPED: --official: no folder /nonexistent/stylegan3"),
     (["--frobnicate"], "gpu_check: unknown option --frobnicate"),
 ])
@@ -606,3 +607,24 @@ def test_train_keywords_follow_the_option_table(ganc_bin, datasets, tmp_path):
         with pytest.raises(TypeError, match=message):
             ganc.train(plan, data=data, steps=2, out=str(tmp_path / "never"), quiet=True)
     assert not (tmp_path / "never").exists()
+
+
+def test_double_backward_probe_formulations_agree():
+    """bench/double_backward_probe.py times a convolution's double backward two ways on a GPU;
+    both must be the same gradient. In float64, through strided, depthwise, 1x1 and transposed
+    convolutions (R1 plus a penalty on one weight's gradient), they agree to rounding, and a
+    wrong term in the weight gradient's own backward shows."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import double_backward_probe as probe
+    assert probe.float64_check() < 1e-12
+    right = probe._GradWeight.backward
+
+    def doubled(ctx, ggw):
+        g_gy, g_x, *rest = right(ctx, ggw)
+        return (2 * g_gy, g_x, *rest)
+
+    probe._GradWeight.backward = staticmethod(doubled)
+    try:
+        assert probe.float64_check() > 0.1
+    finally:
+        probe._GradWeight.backward = staticmethod(right)

@@ -1,0 +1,232 @@
+"""Where StyleGAN2's regularisation steps spend their time on a GPU: R1 (Dreg) and path length
+(Greg) of NVIDIA's own networks at 256 pixels, run eagerly, each convolution's double backward
+as PyTorch derives it ("native") against a weight-gradient formulation ("wgrad").
+
+PyTorch's double backward of a convolution computes the second-order weight gradient as a
+convolution of the input with the output gradient over the batch: batch and channels swap, and
+the "kernel" is the whole output image (256 x 256 at D's first layers), with N (the batch) as
+its channel count. cuDNN has no fast kernel for that shape. "wgrad" is the formulation of
+NVIDIA's conv2d_gradfix (which turns itself off on PyTorch >= 1.11): the first backward's
+weight gradient is `convolution_backward`'s (cuDNN's weight-gradient kernels), its own
+backward a forward and a transposed convolution. Both are exact: on the CPU in float64 they
+agree to rounding (checked first, always).
+
+On a GPU: NVIDIA's D and G in train.py's --cfg=stylegan2 configuration (float16 and
+channels-last in the top 4 resolutions), their bias_act and upfirdn2d on their reference paths
+(as ganc's export traces them) unless --plugins; per batch, the median of --iters timed R1 and
+path-length steps for each formulation after two warm-ups, cuDNN benchmark on, the gradients of
+the two compared, and the top kernels of one native R1 step from torch.profiler.
+
+    python bench/double_backward_probe.py --repo external/stylegan3 [--batches 4,32]
+
+Without a GPU it runs the float64 check and stops with one line (exit 3). Results:
+bench/results/double_backward_probe.json (machine, date, command, every number).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_conv2d, _conv_transpose2d = F.conv2d, F.conv_transpose2d
+
+
+def _pair(v) -> list:
+    return list(v) if isinstance(v, (list, tuple)) else [v, v]
+
+
+class _Conv(torch.autograd.Function):
+    """A convolution (or transposed one) whose backward is written with `convolution_backward`'s
+    weight gradient, differentiable again through `_GradWeight`."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, stride, padding, dilation, groups, transposed, output_padding):
+        ctx.save_for_backward(x, w)
+        ctx.conf = (stride, padding, dilation, groups, transposed, output_padding)
+        if transposed:
+            return _conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation)
+        return _conv2d(x, w, b, stride, padding, dilation, groups)
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, w = ctx.saved_tensors
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            gx = _input_grad(gy, w, x.shape, ctx.conf)
+        if ctx.needs_input_grad[1]:
+            gw = _GradWeight.apply(gy, x, w.shape, ctx.conf)
+        if ctx.needs_input_grad[2]:
+            gb = gy.sum((0, 2, 3))
+        return gx, gw, gb, None, None, None, None, None, None
+
+
+def _input_grad(gy, w, x_shape, conf):
+    """The gradient with respect to the input: the opposite convolution of gy with w."""
+    stride, padding, dilation, groups, transposed, _ = conf
+    if transposed:
+        return _Conv.apply(gy, w, None, stride, padding, dilation, groups, False, [0, 0])
+    k = w.shape[2:]
+    op = [x_shape[i + 2] - ((gy.shape[i + 2] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (k[i] - 1) + 1)
+          for i in range(2)]
+    return _Conv.apply(gy, w, None, stride, padding, dilation, groups, True, op)
+
+
+class _GradWeight(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gy, x, w_shape, conf):
+        ctx.save_for_backward(gy, x)
+        ctx.conf = conf
+        stride, padding, dilation, groups, transposed, output_padding = conf
+        w = torch.empty(w_shape, dtype=x.dtype, device=x.device)
+        return torch.ops.aten.convolution_backward(gy, x, w, None, stride, padding, dilation, transposed,
+                                                   output_padding, groups, [False, True, False])[1]
+
+    @staticmethod
+    def backward(ctx, ggw):
+        gy, x = ctx.saved_tensors
+        stride, padding, dilation, groups, transposed, output_padding = ctx.conf
+        g_gy = g_x = None
+        if ctx.needs_input_grad[0]:
+            g_gy = _Conv.apply(x, ggw, None, stride, padding, dilation, groups, transposed, output_padding)
+        if ctx.needs_input_grad[1]:
+            g_x = _input_grad(gy, ggw, x.shape, ctx.conf)
+        return g_gy, g_x, None, None
+
+
+def _wgrad_conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    if isinstance(padding, str):
+        return _conv2d(input, weight, bias, stride, padding, dilation, groups)
+    return _Conv.apply(input, weight, bias, _pair(stride), _pair(padding), _pair(dilation), groups, False, [0, 0])
+
+
+def _wgrad_conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    return _Conv.apply(input, weight, bias, _pair(stride), _pair(padding), _pair(dilation), groups, True,
+                       _pair(output_padding))
+
+
+@contextlib.contextmanager
+def formulation(name: str):
+    """Every F.conv2d / F.conv_transpose2d call inside, as `name` differentiates it."""
+    if name == "wgrad":
+        F.conv2d, F.conv_transpose2d = _wgrad_conv2d, _wgrad_conv_transpose2d
+    try:
+        yield
+    finally:
+        F.conv2d, F.conv_transpose2d = _conv2d, _conv_transpose2d
+
+
+def float64_check() -> float:
+    """R1 through strided, depthwise, 1x1 and transposed convolutions in float64, plus a penalty
+    on one weight's gradient: the two formulations' parameter gradients, largest relative
+    difference."""
+    torch.manual_seed(0)
+    ws = [torch.randn(8, 3, 3, 3), torch.randn(8, 1, 4, 4), torch.randn(16, 8, 3, 3), torch.randn(16, 8, 1, 1),
+          torch.randn(16, 4, 4, 4)]
+    ws = [(w * 0.3).double().requires_grad_(True) for w in ws]
+    x0 = torch.randn(2, 3, 12, 12, dtype=torch.float64)
+
+    def r1():
+        x = x0.clone().requires_grad_(True)
+        h = F.leaky_relu(F.conv2d(x, ws[0], padding=1), 0.2)
+        h = F.conv2d(F.pad(h, [1, 2, 1, 2]), ws[1], groups=8)  # upfirdn2d's FIR filter
+        skip = F.conv2d(h[:, :, ::2, ::2], ws[3])
+        h = F.leaky_relu(F.conv2d(h, ws[2], stride=2, padding=1), 0.2) + skip
+        h = F.conv_transpose2d(h, ws[4], stride=2, padding=1, groups=4)
+        # R1's gradient at the input, and (to reach the weight gradient's own backward) one at a
+        # weight too.
+        g, gw = torch.autograd.grad(h.square().sum(), [x, ws[2]], create_graph=True)
+        return torch.autograd.grad(g.square().sum() + gw.square().sum(), ws)
+
+    grads = {}
+    for name in ("native", "wgrad"):
+        with formulation(name):
+            grads[name] = r1()
+    return max(((a - b).abs().max() / a.abs().max()).item() for a, b in zip(grads["native"], grads["wgrad"]))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", required=True, help="a checkout of NVlabs/stylegan3")
+    parser.add_argument("--batches", default="4,32")
+    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--plugins", action="store_true", help="their bias_act and upfirdn2d CUDA plugins, not the reference paths")
+    parser.add_argument("--json", default=os.path.join(HERE, "results", "double_backward_probe.json"))
+    args = parser.parse_args()
+    difference = float64_check()
+    print(f"double_backward_probe: float64 R1 gradients, native against wgrad: {difference:.1e} relative", flush=True)
+    if difference > 1e-10:
+        raise SystemExit(f"double_backward_probe: the two formulations disagree ({difference:.1e}); nothing timed")
+    if not torch.cuda.is_available():
+        print("double_backward_probe: no CUDA GPU: checked the formulations in float64, timed nothing")
+        sys.exit(3)
+    sys.path.insert(0, HERE)
+    import nvidia_train_speed as official
+    repo = os.path.abspath(args.repo)
+    sys.path.insert(0, repo)
+    if not args.plugins:
+        from torch_utils.ops import bias_act, upfirdn2d
+        bias_act._init = lambda: False
+        upfirdn2d._init = lambda: False
+    torch.backends.cudnn.benchmark = True
+    result = {"benchmark": "double_backward_probe", "machine": f"{torch.cuda.get_device_name(0)}, {platform.node()}",
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
+              "command": " ".join(sys.argv), "torch": torch.__version__, "plugins": args.plugins,
+              "float64_difference": difference, "by_batch": {}}
+    data = os.path.join(tempfile.mkdtemp(prefix="ganc_probe_"), "data256.zip")  # train.py's options need one
+    official.make_dataset(data, 256, 32)
+    for batch in (int(b) for b in args.batches.split(",")):
+        options = official.dry_run_options(repo, data, batch, 16384, 1.0)
+        torch.manual_seed(0)
+        model = official.OfficialStyleGAN2(options, 256).cuda()
+        real = torch.randn(batch, 3, 256, 256, device="cuda")
+        z = torch.randn(batch, 512, device="cuda")
+        steps = {"Dreg": lambda: model.phase_dreg(real), "Greg": lambda: model.phase_greg(z)}
+        row = result["by_batch"][str(batch)] = {}
+        for phase, run in steps.items():
+            grads = {}
+            for name in ("native", "wgrad"):
+                times = []
+                with formulation(name):
+                    for i in range(2 + args.iters):
+                        model.zero_grad(set_to_none=True)
+                        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        start.record()
+                        run().backward()
+                        end.record()
+                        torch.cuda.synchronize()
+                        times.append(start.elapsed_time(end) / 1000)
+                grads[name] = [p.grad.float().clone() for p in model.parameters() if p.grad is not None]
+                row[f"{phase}_{name}_seconds"] = statistics.median(times[2:])
+            row[f"{phase}_gradient_difference"] = max(
+                ((a - b).abs().max() / a.abs().max().clamp_min(1e-30)).item() for a, b in zip(grads["native"], grads["wgrad"]))
+            print(f"batch {batch} {phase}: native {row[f'{phase}_native_seconds'] * 1000:.1f} ms, wgrad "
+                  f"{row[f'{phase}_wgrad_seconds'] * 1000:.1f} ms, gradients {row[f'{phase}_gradient_difference']:.1e} "
+                  "apart (float16 layers)", flush=True)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            model.phase_dreg(real).backward()
+            torch.cuda.synchronize()
+        kernels = sorted(prof.key_averages(), key=lambda e: e.device_time_total, reverse=True)[:8]
+        row["Dreg_native_top_kernels"] = [{"name": e.key, "calls": e.count, "seconds": e.device_time_total / 1e6}
+                                          for e in kernels]
+        for e in row["Dreg_native_top_kernels"]:
+            print(f"    {e['seconds'] * 1000:9.2f} ms {e['calls']:5d}x  {e['name'][:100]}", flush=True)
+        del model
+        torch.cuda.empty_cache()
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
