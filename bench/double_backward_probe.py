@@ -199,6 +199,7 @@ def main():
                 with formulation(name):
                     for i in range(2 + args.iters):
                         torch.manual_seed(i)  # path length's noise and style mixing: alike for both
+                        model.pl_mean.zero_()  # and its running mean
                         model.zero_grad(set_to_none=True)
                         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                         start.record()
