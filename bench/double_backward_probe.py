@@ -33,6 +33,7 @@ import platform
 import statistics
 import sys
 import tempfile
+import time
 
 import torch
 import torch.nn.functional as F
@@ -154,19 +155,37 @@ def float64_check() -> float:
     return max(((a - b).abs().max() / a.abs().max()).item() for a, b in zip(grads["native"], grads["wgrad"]))
 
 
+def timed(step, cuda: bool) -> float:
+    """Seconds `step` takes: GPU time between two events on CUDA, else wall time."""
+    if not cuda:
+        start = time.perf_counter()
+        step()
+        return time.perf_counter() - start
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    step()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1000
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", required=True, help="a checkout of NVlabs/stylegan3")
     parser.add_argument("--batches", default="4,32")
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--plugins", action="store_true", help="their bias_act and upfirdn2d CUDA plugins, not the reference paths")
+    parser.add_argument("--resolution", type=int, default=256)
+    parser.add_argument("--cbase", type=int, default=16384)
+    parser.add_argument("--device", default="cuda", help="cuda; cpu runs the same steps there (a smoke run)")
     parser.add_argument("--json", default=os.path.join(HERE, "results", "double_backward_probe.json"))
     args = parser.parse_args()
     difference = float64_check()
     print(f"double_backward_probe: float64 R1 gradients, native against wgrad: {difference:.1e} relative", flush=True)
     if difference > 1e-10:
         raise SystemExit(f"double_backward_probe: the two formulations disagree ({difference:.1e}); nothing timed")
-    if not torch.cuda.is_available():
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
         print("double_backward_probe: no CUDA GPU: checked the formulations in float64, timed nothing")
         sys.exit(3)
     sys.path.insert(0, HERE)
@@ -178,18 +197,25 @@ def main():
         bias_act._init = lambda: False
         upfirdn2d._init = lambda: False
     torch.backends.cudnn.benchmark = True
-    result = {"benchmark": "double_backward_probe", "machine": f"{torch.cuda.get_device_name(0)}, {platform.node()}",
+    where = torch.cuda.get_device_name(0) if cuda else f"CPU, {os.cpu_count()} cores"
+    result = {"benchmark": "double_backward_probe", "machine": f"{where}, {platform.node()}",
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
               "command": " ".join(sys.argv), "torch": torch.__version__, "plugins": args.plugins,
               "float64_difference": difference, "by_batch": {}}
     data = os.path.join(tempfile.mkdtemp(prefix="ganc_probe_"), "data256.zip")  # train.py's options need one
-    official.make_dataset(data, 256, 32)
+    official.make_dataset(data, args.resolution, 32)
+    result.update(resolution=args.resolution, cbase=args.cbase,
+                  title=(f"R1 (Dreg) and path length (Greg) of NVIDIA's StyleGAN2 networks at {args.resolution} pixels "
+                         f"(channel base {args.cbase}), eagerly on {where}, their bias_act and upfirdn2d "
+                         f"{'as CUDA plugins' if args.plugins else 'on their reference paths'}: seconds per step with "
+                         "PyTorch's convolution double backward (native) and with conv2d_gradfix's weight-gradient "
+                         "formulation (wgrad), median of the timed steps"))
     for batch in (int(b) for b in args.batches.split(",")):
-        options = official.dry_run_options(repo, data, batch, 16384, 1.0)
+        options = official.dry_run_options(repo, data, batch, args.cbase, 1.0)
         torch.manual_seed(0)
-        model = official.OfficialStyleGAN2(options, 256).cuda()
-        real = torch.randn(batch, 3, 256, 256, device="cuda")
-        z = torch.randn(batch, 512, device="cuda")
+        model = official.OfficialStyleGAN2(options, args.resolution).to(args.device)
+        real = torch.randn(batch, 3, args.resolution, args.resolution, device=args.device)
+        z = torch.randn(batch, options["G_kwargs"]["z_dim"], device=args.device)
         steps = {"Dreg": lambda: model.phase_dreg(real), "Greg": lambda: model.phase_greg(z)}
         row = result["by_batch"][str(batch)] = {}
         for phase, run in steps.items():
@@ -201,29 +227,29 @@ def main():
                         torch.manual_seed(i)  # path length's noise and style mixing: alike for both
                         model.pl_mean.zero_()  # and its running mean
                         model.zero_grad(set_to_none=True)
-                        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        start.record()
-                        run().backward()
-                        end.record()
-                        torch.cuda.synchronize()
-                        times.append(start.elapsed_time(end) / 1000)
+                        times.append(timed(lambda: run().backward(), cuda))
                 grads[name] = [p.grad.float().clone() for p in model.parameters() if p.grad is not None]
                 row[f"{phase}_{name}_seconds"] = statistics.median(times[2:])
             row[f"{phase}_gradient_difference"] = max(
                 ((a - b).abs().max() / a.abs().max().clamp_min(1e-30)).item() for a, b in zip(grads["native"], grads["wgrad"]))
+            row[f"{phase}_wgrad_speedup"] = row[f"{phase}_native_seconds"] / row[f"{phase}_wgrad_seconds"]
             print(f"batch {batch} {phase}: native {row[f'{phase}_native_seconds'] * 1000:.1f} ms, wgrad "
-                  f"{row[f'{phase}_wgrad_seconds'] * 1000:.1f} ms, gradients {row[f'{phase}_gradient_difference']:.1e} "
-                  "apart (float16 layers)", flush=True)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                  f"{row[f'{phase}_wgrad_seconds'] * 1000:.1f} ms ({row[f'{phase}_wgrad_speedup']:.2f}x), gradients "
+                  f"{row[f'{phase}_gradient_difference']:.1e} apart", flush=True)
+        activity = torch.profiler.ProfilerActivity.CUDA if cuda else torch.profiler.ProfilerActivity.CPU
+        with torch.profiler.profile(activities=[activity]) as prof:
             model.phase_dreg(real).backward()
-            torch.cuda.synchronize()
-        kernels = sorted(prof.key_averages(), key=lambda e: e.device_time_total, reverse=True)[:8]
-        row["Dreg_native_top_kernels"] = [{"name": e.key, "calls": e.count, "seconds": e.device_time_total / 1e6}
+            if cuda:
+                torch.cuda.synchronize()
+        spent = (lambda e: e.device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
+        kernels = sorted(prof.key_averages(), key=spent, reverse=True)[:8]
+        row["Dreg_native_top_kernels"] = [{"name": e.key, "calls": e.count, "seconds": spent(e) / 1e6}
                                           for e in kernels]
         for e in row["Dreg_native_top_kernels"]:
             print(f"    {e['seconds'] * 1000:9.2f} ms {e['calls']:5d}x  {e['name'][:100]}", flush=True)
         del model
-        torch.cuda.empty_cache()
+        if cuda:
+            torch.cuda.empty_cache()
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump(result, f, indent=1)
