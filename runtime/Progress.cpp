@@ -116,7 +116,12 @@ void Progress::endPhase(int64_t step, const std::string &key, const backend::Run
                         double hostWorkSeconds) {
   double host = secondsSince(phaseStart_);
   timer_.end(runs_.size());
-  runs_.push_back({static_cast<size_t>(step - firstStep_), key, run.replayed, hostWorkSeconds});
+  auto known = std::find(phaseKeys_.begin(), phaseKeys_.end(), key);
+  if (known == phaseKeys_.end())
+    known = phaseKeys_.insert(phaseKeys_.end(), key);
+  runs_.push_back({static_cast<size_t>(step - firstStep_),
+                   static_cast<uint16_t>(known - phaseKeys_.begin()), run.replayed,
+                   hostWorkSeconds});
   stepWork_ += hostWorkSeconds;
   runHostSeconds_.push_back(host);
   if (run.replayed) {
@@ -419,7 +424,7 @@ nlohmann::json Progress::phaseTimes(const std::vector<double> &deviceSeconds) co
   std::map<std::string, Times> byPhase;
   for (size_t i = 0; i < runs_.size(); ++i) {
     const PhaseRun &r = runs_[i];
-    Times &t = byPhase[r.key];
+    Times &t = byPhase[phaseKeys_[r.phase]];
     // Steady runs: on CUDA the replays (warm-ups and the capture are not), on CPU every run
     // after a phase's first (its first allocates and sets up the optimizer state).
     const bool steady = deviceSeconds.empty() ? t.runs > 0 : r.replayed;

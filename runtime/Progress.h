@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -125,14 +126,16 @@ private:
   std::vector<double> stepSeconds_, workSeconds_, runHostSeconds_, replayHostSeconds_,
       replayLaunchSeconds_;
   /// Per phase run, in order (the PhaseTimer's index): its step (from this run's first), its
-  /// phase, whether it was a replay, and the executor's host work (the work on CPU).
+  /// phase (an index into phaseKeys_: a long run keeps millions of these), whether it was a
+  /// replay, and the executor's host work (the work on CPU).
   struct PhaseRun {
     size_t step;
-    std::string key;
+    uint16_t phase;
     bool replayed;
     double hostWork;
   };
   std::vector<PhaseRun> runs_;
+  std::vector<std::string> phaseKeys_;
   /// timing.json's `phases`: per phase, its runs and the medians of its steady ones.
   nlohmann::json phaseTimes(const std::vector<double> &deviceSeconds) const;
 };
