@@ -192,10 +192,9 @@ def main():
     import nvidia_train_speed as official
     repo = os.path.abspath(args.repo)
     sys.path.insert(0, repo)
+    import nvidia_compat  # their code's shims for PyTorch 2.11 (the plugins' import among them)
     if not args.plugins:
-        from torch_utils.ops import bias_act, upfirdn2d
-        bias_act._init = lambda: False
-        upfirdn2d._init = lambda: False
+        nvidia_compat.reference_ops()
     torch.backends.cudnn.benchmark = True
     where = torch.cuda.get_device_name(0) if cuda else f"CPU, {os.cpu_count()} cores"
     result = {"benchmark": "double_backward_probe", "machine": f"{where}, {platform.node()}",

@@ -37,12 +37,12 @@ torch.utils.data.Sampler.__init__ = _sampler_init
 _original_load = torch.utils.cpp_extension.load
 torch.utils.cpp_extension.load = _load
 
-def _reference_ops():
+def reference_ops():
     """Their plugins' loaders answer "not available", so each op takes its reference path."""
     from torch_utils.ops import bias_act, upfirdn2d
     bias_act._init = lambda: False
     upfirdn2d._init = lambda: False
-    print("nvidia_compat: bias_act and upfirdn2d take their reference paths (GANC_NVIDIA_REFERENCE_OPS=1)",
+    print("nvidia_compat: bias_act and upfirdn2d take their reference paths",
           flush=True)
 
 
@@ -51,5 +51,5 @@ if __name__ == "__main__":
     sys.argv = sys.argv[1:]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     if os.environ.get("GANC_NVIDIA_REFERENCE_OPS") == "1":
-        _reference_ops()
+        reference_ops()
     runpy.run_path(script, run_name="__main__")

@@ -478,7 +478,8 @@ def write_result(result: dict, batches: list, path: str) -> None:
     """The result file with its table, as far as the runs got."""
     result["benchmark"] = "nvidia_train_speed"
     result["title"] = ("StyleGAN2 at 256 pixels in its official configuration on one GPU: ganc against NVIDIA's "
-                       "own train.py, seconds per kimg after the first kimg")
+                       "own train.py, seconds per kimg after the first kimg (ganc's also after every phase's "
+                       "capture, its profiled steps left out)")
     result["table"] = {"columns": ["per-GPU batch", "NVIDIA train.py s/kimg",
                                    "train.py, reference bias_act and upfirdn2d, s/kimg", "ganc s/kimg", "ganc speed-up",
                                    "NVIDIA peak GB (allocated)", "GPU memory by nvidia-smi, GiB (NVIDIA / ganc)"],
