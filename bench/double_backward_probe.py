@@ -105,25 +105,35 @@ class _GradWeight(torch.autograd.Function):
 
 
 def _wgrad_conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    if isinstance(padding, str):
+    if isinstance(padding, str) or (_GROUPED_ONLY and groups == 1):
         return _conv2d(input, weight, bias, stride, padding, dilation, groups)
     return _Conv.apply(input, weight, bias, _pair(stride), _pair(padding), _pair(dilation), groups, False, [0, 0])
 
 
 def _wgrad_conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    if _GROUPED_ONLY and groups == 1:
+        return _conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation)
     return _Conv.apply(input, weight, bias, _pair(stride), _pair(padding), _pair(dilation), groups, True,
                        _pair(output_padding))
 
 
+_GROUPED_ONLY = False
+FORMULATIONS = ("native", "wgrad", "grouped")
+
+
 @contextlib.contextmanager
 def formulation(name: str):
-    """Every F.conv2d / F.conv_transpose2d call inside, as `name` differentiates it."""
-    if name == "wgrad":
+    """Every F.conv2d / F.conv_transpose2d call inside, as `name` differentiates it: "grouped" is
+    wgrad for the grouped convolutions only (groups > 1), PyTorch's for the rest."""
+    global _GROUPED_ONLY
+    if name in ("wgrad", "grouped"):
         F.conv2d, F.conv_transpose2d = _wgrad_conv2d, _wgrad_conv_transpose2d
+        _GROUPED_ONLY = name == "grouped"
     try:
         yield
     finally:
         F.conv2d, F.conv_transpose2d = _conv2d, _conv_transpose2d
+        _GROUPED_ONLY = False
 
 
 def float64_check() -> float:
@@ -149,10 +159,11 @@ def float64_check() -> float:
         return torch.autograd.grad(g.square().sum() + gw.square().sum(), ws)
 
     grads = {}
-    for name in ("native", "wgrad"):
+    for name in FORMULATIONS:
         with formulation(name):
             grads[name] = r1()
-    return max(((a - b).abs().max() / a.abs().max()).item() for a, b in zip(grads["native"], grads["wgrad"]))
+    return max(((a - b).abs().max() / a.abs().max()).item()
+               for name in FORMULATIONS[1:] for a, b in zip(grads["native"], grads[name]))
 
 
 def timed(step, cuda: bool) -> float:
@@ -207,8 +218,9 @@ def main():
                   title=(f"R1 (Dreg) and path length (Greg) of NVIDIA's StyleGAN2 networks at {args.resolution} pixels "
                          f"(channel base {args.cbase}), eagerly on {where}, their bias_act and upfirdn2d "
                          f"{'as CUDA plugins' if args.plugins else 'on their reference paths'}: seconds per step with "
-                         "PyTorch's convolution double backward (native) and with conv2d_gradfix's weight-gradient "
-                         "formulation (wgrad), median of the timed steps"))
+                         "PyTorch's convolution double backward (native), with conv2d_gradfix's weight-gradient "
+                         "formulation (wgrad), and with wgrad for the grouped convolutions only (grouped), median "
+                         "of the timed steps"))
     for batch in (int(b) for b in args.batches.split(",")):
         options = official.dry_run_options(repo, data, batch, args.cbase, 1.0)
         torch.manual_seed(0)
@@ -219,33 +231,38 @@ def main():
         row = result["by_batch"][str(batch)] = {}
         for phase, run in steps.items():
             grads = {}
-            for name in ("native", "wgrad"):
+            for name in FORMULATIONS:
                 times = []
                 with formulation(name):
                     for i in range(2 + args.iters):
-                        torch.manual_seed(i)  # path length's noise and style mixing: alike for both
+                        torch.manual_seed(i)  # path length's noise and style mixing: alike for each
                         model.pl_mean.zero_()  # and its running mean
                         model.zero_grad(set_to_none=True)
                         times.append(timed(lambda: run().backward(), cuda))
                 grads[name] = [p.grad.float().clone() for p in model.parameters() if p.grad is not None]
                 row[f"{phase}_{name}_seconds"] = statistics.median(times[2:])
-            row[f"{phase}_gradient_difference"] = max(
-                ((a - b).abs().max() / a.abs().max().clamp_min(1e-30)).item() for a, b in zip(grads["native"], grads["wgrad"]))
-            row[f"{phase}_wgrad_speedup"] = row[f"{phase}_native_seconds"] / row[f"{phase}_wgrad_seconds"]
-            print(f"batch {batch} {phase}: native {row[f'{phase}_native_seconds'] * 1000:.1f} ms, wgrad "
-                  f"{row[f'{phase}_wgrad_seconds'] * 1000:.1f} ms ({row[f'{phase}_wgrad_speedup']:.2f}x), gradients "
-                  f"{row[f'{phase}_gradient_difference']:.1e} apart", flush=True)
+            line = f"batch {batch} {phase}: native {row[f'{phase}_native_seconds'] * 1000:.1f} ms"
+            for name in FORMULATIONS[1:]:
+                row[f"{phase}_{name}_gradient_difference"] = max(
+                    ((a - b).abs().max() / a.abs().max().clamp_min(1e-30)).item()
+                    for a, b in zip(grads["native"], grads[name]))
+                row[f"{phase}_{name}_speedup"] = row[f"{phase}_native_seconds"] / row[f"{phase}_{name}_seconds"]
+                line += (f", {name} {row[f'{phase}_{name}_seconds'] * 1000:.1f} ms "
+                         f"({row[f'{phase}_{name}_speedup']:.2f}x, gradients {row[f'{phase}_{name}_gradient_difference']:.1e} apart)")
+            print(line, flush=True)
         activity = torch.profiler.ProfilerActivity.CUDA if cuda else torch.profiler.ProfilerActivity.CPU
-        with torch.profiler.profile(activities=[activity]) as prof:
-            model.phase_dreg(real).backward()
-            if cuda:
-                torch.cuda.synchronize()
         spent = (lambda e: e.device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
-        kernels = sorted(prof.key_averages(), key=spent, reverse=True)[:8]
-        row["Dreg_native_top_kernels"] = [{"name": e.key, "calls": e.count, "seconds": spent(e) / 1e6}
-                                          for e in kernels]
-        for e in row["Dreg_native_top_kernels"]:
-            print(f"    {e['seconds'] * 1000:9.2f} ms {e['calls']:5d}x  {e['name'][:100]}", flush=True)
+        for name in ("native", "grouped"):
+            with formulation(name), torch.profiler.profile(activities=[activity]) as prof:
+                model.phase_dreg(real).backward()
+                if cuda:
+                    torch.cuda.synchronize()
+            kernels = sorted(prof.key_averages(), key=spent, reverse=True)[:8]
+            row[f"Dreg_{name}_top_kernels"] = [{"name": e.key, "calls": e.count, "seconds": spent(e) / 1e6}
+                                               for e in kernels]
+            print(f"  batch {batch} Dreg, {name}: top kernels", flush=True)
+            for e in row[f"Dreg_{name}_top_kernels"]:
+                print(f"    {e['seconds'] * 1000:9.2f} ms {e['calls']:5d}x  {e['name'][:100]}", flush=True)
         del model
         if cuda:
             torch.cuda.empty_cache()

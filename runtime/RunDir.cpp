@@ -404,7 +404,8 @@ Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &re
         {"copy_nodes", nameOf(o.copyNodes, graphNodesNames())},
         {"upload_stream", nameOf(o.uploadStream, uploadStreamNames())},
         {"deterministic", o.deterministic},
-        {"memory_format", nameOf(o.memoryFormat, memoryFormatNames())}}},
+        {"memory_format", nameOf(o.memoryFormat, memoryFormatNames())},
+        {"double_backward", nameOf(o.doubleBackward, doubleBackwardNames())}}},
       {"overrides", overrides},
       {"spec", effective},
   };

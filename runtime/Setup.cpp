@@ -2,6 +2,7 @@
 #include "runtime/Setup.h"
 
 #include "backend/Device.h"
+#include "backend/DoubleBackward.h"
 #include "backend/SyncBatchNorm.h"
 #include "ir/Plan.h"
 #include "passes/Pass.h"
@@ -16,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <thread>
 
 namespace ganc::runtime {
@@ -219,24 +221,34 @@ Status createExecutor(Session &s) {
   for (const auto &phase : s.plan->phases)
     if (!phase->lossScaler.empty())
       options.lossScales[phase->name] = s.lossScalers.at(phase->lossScaler).scale();
-  if (spec.stages) {
-    // Every stage's phases are specialised now; switching stage later only picks them.
-    for (size_t stage = 0; stage < spec.stages->list.size(); ++stage)
-      for (const frontend::PhaseSpec &phase : spec.phases) {
-        auto graph = frontend::phaseGraph(*s.archive, phase, static_cast<int>(stage));
-        if (!graph)
-          return graph.status();
-        options.phaseGraphs[ir::phaseKey(phase.name, spec.stages->list[stage].name)] = graph.take();
-      }
-  } else if (!spec.syncBatchNorm.empty()) {
-    // The phases run with their batch norms rewritten, as they were compiled.
+  // The graphs phases run instead of their method: every stage's phases specialised now
+  // (switching stage later only picks them); phases with synchronised batch norm, as they
+  // were compiled; phases that differentiate twice, their grouped convolutions as
+  // ganc::convolution (--double-backward).
+  const bool ownDoubleBackward = s.options.doubleBackward != DoubleBackward::PyTorch;
+  std::set<std::string> told;
+  for (size_t stage = 0; stage < (spec.stages ? spec.stages->list.size() : 1); ++stage)
     for (const frontend::PhaseSpec &phase : spec.phases) {
-      auto graph = frontend::phaseGraph(*s.archive, phase, -1);
+      const bool needed = spec.stages || !spec.syncBatchNorm.empty();
+      if (!needed && (!ownDoubleBackward || phase.isSection() || !phase.throughSections().empty()))
+        continue;
+      auto graph =
+          frontend::phaseGraph(*s.archive, phase, spec.stages ? static_cast<int>(stage) : -1);
       if (!graph)
         return graph.status();
-      options.phaseGraphs[phase.name] = graph.take();
+      size_t rewritten = 0;
+      if (ownDoubleBackward && backend::differentiatesTwice(**graph))
+        rewritten = backend::rewriteGroupedConvolutions(**graph, s.options.doubleBackward ==
+                                                                     DoubleBackward::Grouped);
+      if (rewritten && s.isRankZero() && told.insert(phase.name).second)
+        std::cout << "phase '" << phase.name << "': " << rewritten << " grouped convolution"
+                  << (rewritten == 1 ? "" : "s")
+                  << " run as ganc::convolution, for its double backward (--double-backward "
+                  << nameOf(s.options.doubleBackward, doubleBackwardNames()) << ")" << std::endl;
+      if (needed || rewritten)
+        options.phaseGraphs[spec.stages ? ir::phaseKey(phase.name, spec.stages->list[stage].name)
+                                        : phase.name] = graph.take();
     }
-  }
   backend::setSyncBatchNormGroup(s.group.backend);
   auto executor = backend::createExecutor(*s.plan, s.module(), s.group.backend, options);
   if (!executor)

@@ -41,6 +41,12 @@ const Spellings<UploadStream> &uploadStreamNames() {
                                                 {"compute", UploadStream::Compute}};
   return names;
 }
+const Spellings<DoubleBackward> &doubleBackwardNames() {
+  static const Spellings<DoubleBackward> names = {{"filters", DoubleBackward::Filters},
+                                                  {"grouped", DoubleBackward::Grouped},
+                                                  {"pytorch", DoubleBackward::PyTorch}};
+  return names;
+}
 const Spellings<MemoryFormat> &memoryFormatNames() {
   static const Spellings<MemoryFormat> names = {{"auto", MemoryFormat::Auto},
                                                 {"channels_last", MemoryFormat::ChannelsLast},

@@ -22,6 +22,8 @@ enum class GraphNodes { Kernel, Keep };
 enum class UploadStream { Copy, Compute };
 /// The layout of 4-D weights, buffers and data.
 enum class MemoryFormat { Auto, ChannelsLast, Contiguous };
+/// Whose double backward the grouped convolutions of a phase that differentiates twice take.
+enum class DoubleBackward { Filters, Grouped, PyTorch };
 
 /// Each enum's spellings, on the command line and in run.json.
 template <typename E> using Spellings = std::vector<std::pair<std::string, E>>;
@@ -30,6 +32,7 @@ const Spellings<CommStream> &commStreamNames();
 const Spellings<GraphNodes> &graphNodesNames();
 const Spellings<UploadStream> &uploadStreamNames();
 const Spellings<MemoryFormat> &memoryFormatNames();
+const Spellings<DoubleBackward> &doubleBackwardNames();
 /// The spelling of `value` in `names`.
 template <typename E> const std::string &nameOf(E value, const Spellings<E> &names) {
   for (const auto &entry : names)
@@ -121,6 +124,13 @@ struct TrainOptions {
   /// (NHWC, what cuDNN's tensor-core convolutions run on natively) or "auto" (channels-last
   /// on CUDA for models with convolutions, contiguous on CPU).
   MemoryFormat memoryFormat = MemoryFormat::Auto;
+  /// In a phase that differentiates twice (torch.autograd.grad with create_graph: R1, path
+  /// length, gradient penalties), its grouped convolutions run as ganc::convolution, whose
+  /// double backward computes each gradient for every group in one call: those whose weight
+  /// takes no gradient, bit for bit PyTorch's results ("filters"), or every one, to rounding
+  /// ("grouped"); or they keep PyTorch's, which makes one convolution per group ("pytorch").
+  /// See backend/DoubleBackward.h.
+  DoubleBackward doubleBackward = DoubleBackward::Filters;
   /// On CUDA: cuDNN benchmark mode (algorithms timed during warm-up, before capture).
   /// Ignored with `deterministic`.
   bool cudnnBenchmark = true;

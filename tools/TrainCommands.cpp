@@ -243,6 +243,13 @@ std::vector<Option<TrainOptions>> deviceOptions() {
        "layout of 4-D weights, buffers and data (default auto: channels_last on CUDA, "
        "contiguous on CPU)",
        storeChoice(&O::memoryFormat, runtime::memoryFormatNames())},
+      {"--double-backward", choiceValue(runtime::doubleBackwardNames()),
+       "phases that differentiate twice (R1, path length, gradient penalties): their grouped "
+       "convolutions whose weight takes no gradient (FIR filters) get a double backward of "
+       "one call per gradient, bit for bit PyTorch's results (filters, the default); every "
+       "grouped convolution does, modulated ones too, equal to rounding (grouped); or all keep "
+       "PyTorch's, one convolution per group (pytorch)",
+       storeChoice(&O::doubleBackward, runtime::doubleBackwardNames())},
   };
 }
 

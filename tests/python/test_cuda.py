@@ -342,6 +342,29 @@ def test_shared_values_on_cuda_match_eager_ddp(ganc_bin, tmp_path, model, captur
     assert losses is None, f"the logged losses differ: replayed {losses[0]!r}, eager {losses[1]!r}"
 
 
+def test_fir_filters_double_backward_on_cuda_matches_eager_ddp(ganc_bin, tmp_path):
+    """StyleGAN2-ADA-style networks (upfirdn2d's depthwise FIR convolutions in R1 and path
+    length) on the GPU, every phase captured: the filters' double backward as ganc::convolution
+    (the default), against eager DDP on NCCL with PyTorch's own double backward (which makes
+    one convolution per channel), both deterministic: every all-reduced gradient and the
+    final parameters."""
+    steps = 17  # Dreg (every 16) eager at step 0, replayed at 16
+    digits16 = str(tmp_path / "digits16.pt")
+    subprocess.run([sys.executable, os.path.join(ROOT, "models", "make_data.py"), "digits", "--size", "16", "-o",
+                    digits16], check=True, stdout=subprocess.DEVNULL)
+    model = "stylegan2_ada"
+    got, _ = train_cuda(ganc_bin, model, digits16, str(tmp_path / "ganc"), steps, "--warmup", "1",
+                        "--deterministic", "--memory-format", "contiguous")
+    out = open(os.path.join(tmp_path, "ganc", "train", "run.json")).read()
+    assert '"double_backward": "filters"' in out, out
+    ref = str(tmp_path / "ddp")
+    oracle.run(archive(model), digits16, 1, steps, SEED, out_dir=ref, device="cuda", deterministic=True,
+               reducer={"Gpl": "manual", "Dreg": "manual"})
+    grad, param, first = distances(got, ref, ganc.load_spec(archive(model)), steps)
+    report(f"parity_deterministic/{model}/filters", {"grad": grad, "param": param, "first_difference": first})
+    assert grad == 0 and param == 0, f"gradients differ by {grad:.2e}, parameters by {param:.2e}; first at {first}"
+
+
 def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):
     """timing.json on CUDA: the same fields as on CPU, the work timed on the GPU; with
     --kernel-time, the GPU's busy time over the last steps from the CUDA profiler."""

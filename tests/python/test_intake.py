@@ -86,6 +86,73 @@ def test_stylegan2_ada_style_code_trains_like_eager_ddp(ganc_bin, digits16, tmp_
         assert err <= 1e-9, f"final {name} differs by {err:.3g}"
 
 
+def train_two_ranks(ganc_bin, model, data, out, *extra):
+    """`ganc run` of `model` at 2 ranks for STEPS steps, dumping every all-reduced gradient into
+    out/dump; returns the run's stdout."""
+    plan = os.path.join(out, "plan")
+    subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
+    run = subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", model, "--data", data,
+                          "--steps", str(STEPS), "--seed", str(SEED), "--out", os.path.join(out, "train"),
+                          "--sample-every", "0", "--checkpoint-every", "0", "--log-every", str(STEPS),
+                          "--dump-grads", os.path.join(out, "dump"), *extra],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def largest_difference(spec, got_dir, ref_dir, exact):
+    """The largest relative difference of the all-reduced gradients of every phase run and of
+    the final parameters; with `exact`, asserts each is bitwise equal."""
+    worst, phases = 0.0, set()
+    for step, phase, got, ref in gradient_dumps(spec, STEPS, got_dir, ref_dir):
+        phases.add(phase)
+        for name in ref:
+            err = relative_error(got[name], ref[name])
+            assert not exact or torch.equal(got[name], ref[name]), f"step {step} {phase}: {name} differs by {err:.3g}"
+            worst = max(worst, err)
+    assert phases == {"Gmain", "Gpl", "Dmain", "Dreg"}
+    got = ganc.load_checkpoint(os.path.join(got_dir, "params_final.pt"))
+    ref = torch.load(os.path.join(ref_dir, "params_final.pt"))
+    assert set(got) == set(ref)
+    for name in ref:
+        err = relative_error(got[name], ref[name])
+        assert not exact or torch.equal(got[name], ref[name]), f"final {name} differs by {err:.3g}"
+        worst = max(worst, err)
+    return worst
+
+
+def test_fir_filters_take_ganc_double_backward_bit_for_bit(ganc_bin, digits16, tmp_path):
+    """R1 (Dreg) and path length (Gpl) differentiate twice through upfirdn2d's depthwise FIR
+    convolutions (groups = channels, a filter that takes no gradient), where PyTorch's double
+    backward makes one convolution per channel. ganc runs them as ganc::convolution (the
+    default, --double-backward filters) and still trains bit for bit like eager DDP on the
+    archive, which takes PyTorch's own double backward: every all-reduced gradient of every
+    phase run and the final parameters, float32, 2 ranks."""
+    model = archive("stylegan2_ada")
+    out = train_two_ranks(ganc_bin, model, digits16, str(tmp_path))
+    # Their filter convolutions: 2 per discriminator block in R1; G's upsampling filters and
+    # modulated convolutions (which keep PyTorch's double backward: their weight takes a
+    # gradient) in path length.
+    assert "phase 'Dreg': 4 grouped convolutions run as ganc::convolution" in out, out
+    assert re.search(r"phase 'Gpl': \d+ grouped convolutions run as ganc::convolution", out), out
+    oracle.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Gpl": "manual", "Dreg": "manual"})
+    assert largest_difference(ganc.load_spec(model), str(tmp_path / "dump"), str(tmp_path / "ddp"), exact=True) == 0
+
+
+def test_every_grouped_convolution_takes_ganc_double_backward_to_rounding(ganc_bin, digits16, tmp_path):
+    """--double-backward grouped: the grouped modulated convolutions too, whose weight takes a
+    gradient. The second-order weight gradient is then one grouped weight-gradient kernel
+    where PyTorch sums per-group convolutions: equal to rounding, so in float64, against eager
+    DDP on the archive (1e-9; float32 differs in the last bits, which Adam's first, sign-like
+    steps amplify over 17 steps)."""
+    model = archive("stylegan2_ada_f64")
+    out = train_two_ranks(ganc_bin, model, digits16, str(tmp_path), "--double-backward", "grouped")
+    assert "(--double-backward grouped)" in out, out
+    oracle.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Gpl": "manual", "Dreg": "manual"})
+    worst = largest_difference(ganc.load_spec(model), str(tmp_path / "dump"), str(tmp_path / "ddp"), exact=False)
+    assert 0 < worst <= 1e-9, worst
+
+
 def test_traced_g_ema_draws_the_sample_grid(ganc_bin, digits16, tmp_path):
     """G_ema, traced in eval mode at the training batch, draws a 20-image grid in the runtime
     (three batches of 8, the last one filled up and trimmed)."""

@@ -1,0 +1,349 @@
+// ganc::convolution and the rewrite of grouped convolutions into it (see DoubleBackward.h).
+//
+// The op's autograd, for groups > 1 and a weight that takes no gradient, or any weight with
+// weight_gradients (otherwise it is PyTorch's convolution, autograd and all):
+//   forward            y  = conv(x, w) + b
+//   backward           gx = InputGrad(gy, w)   convolution_backward's input gradient
+//                      gw = WeightGrad(gy, x)  convolution_backward's weight gradient
+//                      gb = sum of gy over all but the channel dimension
+//   InputGrad's        d/dgy = conv(ggx, w);  d/dw = WeightGrad(gy, ggx)
+//   WeightGrad's       d/dgy = conv(x, ggw);  d/dx = InputGrad(gy, ggw)
+// each conv again this op's autograd, each gradient PyTorch's kernels for the whole
+// convolution (every group in one call). For a transposed convolution the same identities
+// hold with convolution_backward of the transposed configuration.
+#include "backend/DoubleBackward.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/autograd.h>
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/library.h>
+
+#include <array>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ganc::backend {
+
+TORCH_LIBRARY_FRAGMENT(ganc, m) {
+  m.def("convolution(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, "
+        "int[] dilation, bool transposed, int[] output_padding, int groups, "
+        "bool weight_gradients=False) -> Tensor");
+}
+
+namespace {
+
+namespace jit = torch::jit;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+/// A convolution's arguments besides its tensors, each list as long as its spatial
+/// dimensions.
+struct Config {
+  std::vector<int64_t> stride, padding, dilation, outputPadding;
+  bool transposed = false;
+  int64_t groups = 1;
+};
+
+std::vector<int64_t> expand(c10::IntArrayRef values, int64_t dims) {
+  if (values.size() == 1)
+    return std::vector<int64_t>(static_cast<size_t>(dims), values[0]);
+  return values.vec();
+}
+
+at::Tensor convolve(const at::Tensor &input, const at::Tensor &weight,
+                    const std::optional<at::Tensor> &bias, const Config &c) {
+  return at::convolution(input, weight, bias, c.stride, c.padding, c.dilation, c.transposed,
+                         c.outputPadding, c.groups);
+}
+
+/// convolution_backward's gradient of the input (`weightGradient` false) or of the weight.
+at::Tensor gradientOf(bool weightGradient, const at::Tensor &gradOutput, const at::Tensor &input,
+                      const at::Tensor &weight, const Config &c) {
+  const std::array<bool, 3> mask{!weightGradient, weightGradient, false};
+  auto grads =
+      at::convolution_backward(gradOutput, input, weight, std::nullopt, c.stride, c.padding,
+                               c.dilation, c.transposed, c.outputPadding, c.groups, mask);
+  return weightGradient ? std::get<1>(grads) : std::get<0>(grads);
+}
+
+void save(AutogradContext *ctx, const Config &c) {
+  ctx->saved_data["stride"] = c.stride;
+  ctx->saved_data["padding"] = c.padding;
+  ctx->saved_data["dilation"] = c.dilation;
+  ctx->saved_data["output_padding"] = c.outputPadding;
+  ctx->saved_data["transposed"] = c.transposed;
+  ctx->saved_data["groups"] = c.groups;
+}
+
+Config load(AutogradContext *ctx) {
+  Config c;
+  c.stride = ctx->saved_data["stride"].toIntVector();
+  c.padding = ctx->saved_data["padding"].toIntVector();
+  c.dilation = ctx->saved_data["dilation"].toIntVector();
+  c.outputPadding = ctx->saved_data["output_padding"].toIntVector();
+  c.transposed = ctx->saved_data["transposed"].toBool();
+  c.groups = ctx->saved_data["groups"].toInt();
+  return c;
+}
+
+/// y = conv(x, w) + b. Autograd counts only the tensors given as inputs (an absent bias is
+/// none), but backward returns one gradient per argument.
+class ConvolutionFunction : public torch::autograd::Function<ConvolutionFunction> {
+public:
+  static at::Tensor forward(AutogradContext *ctx, const at::Tensor &input, const at::Tensor &weight,
+                            const std::optional<at::Tensor> &bias, const Config &c) {
+    ctx->save_for_backward({input, weight});
+    save(ctx, c);
+    ctx->saved_data["bias"] = bias.has_value() && bias->defined();
+    return convolve(input, weight, bias, c);
+  }
+  static variable_list backward(AutogradContext *ctx, variable_list grads);
+};
+
+/// gx = convolution_backward's input gradient of gy, with weight w (x: the input, detached:
+/// only its shape and layout are read, and no gradient flows to it from here).
+class InputGradFunction : public torch::autograd::Function<InputGradFunction> {
+public:
+  static at::Tensor forward(AutogradContext *ctx, const at::Tensor &gradOutput,
+                            const at::Tensor &weight, const at::Tensor &input, const Config &c) {
+    ctx->save_for_backward({gradOutput, weight, input});
+    save(ctx, c);
+    return gradientOf(false, gradOutput, input, weight, c);
+  }
+  static variable_list backward(AutogradContext *ctx, variable_list grads);
+};
+
+/// gw = convolution_backward's weight gradient of gy over the input x (w: the weight,
+/// detached, for its shape and layout).
+class WeightGradFunction : public torch::autograd::Function<WeightGradFunction> {
+public:
+  static at::Tensor forward(AutogradContext *ctx, const at::Tensor &gradOutput,
+                            const at::Tensor &input, const at::Tensor &weight, const Config &c) {
+    ctx->save_for_backward({gradOutput, input, weight});
+    save(ctx, c);
+    return gradientOf(true, gradOutput, input, weight, c);
+  }
+  static variable_list backward(AutogradContext *ctx, variable_list grads);
+};
+
+variable_list ConvolutionFunction::backward(AutogradContext *ctx, variable_list grads) {
+  const variable_list saved = ctx->get_saved_variables();
+  const at::Tensor &input = saved[0], &weight = saved[1], &gradOutput = grads[0];
+  const Config c = load(ctx);
+  at::Tensor gradInput, gradWeight, gradBias;
+  if (ctx->needs_input_grad(0))
+    gradInput = InputGradFunction::apply(gradOutput, weight, input.detach(), c);
+  if (ctx->needs_input_grad(1))
+    gradWeight = WeightGradFunction::apply(gradOutput, input, weight.detach(), c);
+  if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) {
+    std::vector<int64_t> dims{0};
+    for (int64_t d = 2; d < gradOutput.dim(); ++d)
+      dims.push_back(d);
+    gradBias = gradOutput.sum(dims);
+  }
+  return {gradInput, gradWeight, gradBias, at::Tensor()};
+}
+
+variable_list InputGradFunction::backward(AutogradContext *ctx, variable_list grads) {
+  const variable_list saved = ctx->get_saved_variables();
+  const at::Tensor &gradOutput = saved[0], &weight = saved[1], &ggInput = grads[0];
+  const Config c = load(ctx);
+  at::Tensor forGradOutput, forWeight;
+  if (ctx->needs_input_grad(0))
+    forGradOutput = ConvolutionFunction::apply(ggInput, weight, std::nullopt, c);
+  if (ctx->needs_input_grad(1))
+    forWeight = WeightGradFunction::apply(gradOutput, ggInput, weight.detach(), c);
+  return {forGradOutput, forWeight, at::Tensor(), at::Tensor()};
+}
+
+variable_list WeightGradFunction::backward(AutogradContext *ctx, variable_list grads) {
+  const variable_list saved = ctx->get_saved_variables();
+  const at::Tensor &gradOutput = saved[0], &input = saved[1], &ggWeight = grads[0];
+  const Config c = load(ctx);
+  at::Tensor forGradOutput, forInput;
+  if (ctx->needs_input_grad(0))
+    forGradOutput = ConvolutionFunction::apply(input, ggWeight, std::nullopt, c);
+  if (ctx->needs_input_grad(1))
+    forInput = InputGradFunction::apply(gradOutput, ggWeight, input.detach(), c);
+  return {forGradOutput, forInput, at::Tensor(), at::Tensor()};
+}
+
+// The op's kernels: its forward below autograd, its autograd, and autocast's casts (those of
+// aten::convolution: its floating tensors in the autocast dtype).
+at::Tensor convolutionKernel(const at::Tensor &input, const at::Tensor &weight,
+                             const std::optional<at::Tensor> &bias, c10::IntArrayRef stride,
+                             c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                             c10::IntArrayRef outputPadding, int64_t groups,
+                             bool /*weightGradients*/) {
+  return at::convolution(input, weight, bias, stride, padding, dilation, transposed, outputPadding,
+                         groups);
+}
+
+at::Tensor convolutionAutograd(const at::Tensor &input, const at::Tensor &weight,
+                               const std::optional<at::Tensor> &bias, c10::IntArrayRef stride,
+                               c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                               c10::IntArrayRef outputPadding, int64_t groups,
+                               bool weightGradients) {
+  // PyTorch's double backward makes no per-group convolutions for groups == 1. With a weight
+  // that takes a gradient, this formulation's second-order weight gradient is a grouped
+  // weight-gradient kernel where PyTorch's sums per-group convolutions: the same to rounding,
+  // not bit for bit, so only where asked (--double-backward grouped). Without one, every
+  // term computed is PyTorch's own.
+  if (groups == 1 || (weight.requires_grad() && !weightGradients))
+    return at::convolution(input, weight, bias, stride, padding, dilation, transposed,
+                           outputPadding, groups);
+  const int64_t dims = weight.dim() - 2;
+  const Config c{expand(stride, dims),
+                 expand(padding, dims),
+                 expand(dilation, dims),
+                 expand(outputPadding, dims),
+                 transposed,
+                 groups};
+  return ConvolutionFunction::apply(input, weight, bias, c);
+}
+
+at::Tensor callConvolution(const at::Tensor &input, const at::Tensor &weight,
+                           const std::optional<at::Tensor> &bias, c10::IntArrayRef stride,
+                           c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                           c10::IntArrayRef outputPadding, int64_t groups, bool weightGradients) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("ganc::convolution", "")
+                             .typed<decltype(convolutionKernel)>();
+  return op.call(input, weight, bias, stride, padding, dilation, transposed, outputPadding, groups,
+                 weightGradients);
+}
+
+template <c10::DeviceType Type, c10::DispatchKey Key>
+at::Tensor convolutionAutocast(const at::Tensor &input, const at::Tensor &weight,
+                               const std::optional<at::Tensor> &bias, c10::IntArrayRef stride,
+                               c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                               c10::IntArrayRef outputPadding, int64_t groups,
+                               bool weightGradients) {
+  const c10::impl::ExcludeDispatchKeyGuard noAutocast(Key);
+  const at::ScalarType to = at::autocast::get_autocast_dtype(Type);
+  return callConvolution(at::autocast::cached_cast(to, input, Type),
+                         at::autocast::cached_cast(to, weight, Type),
+                         at::autocast::cached_cast(to, bias, Type), stride, padding, dilation,
+                         transposed, outputPadding, groups, weightGradients);
+}
+
+TORCH_LIBRARY_IMPL(ganc, CompositeExplicitAutograd, m) { m.impl("convolution", convolutionKernel); }
+TORCH_LIBRARY_IMPL(ganc, Autograd, m) { m.impl("convolution", convolutionAutograd); }
+TORCH_LIBRARY_IMPL(ganc, AutocastCPU, m) {
+  m.impl("convolution", convolutionAutocast<c10::kCPU, c10::DispatchKey::AutocastCPU>);
+}
+TORCH_LIBRARY_IMPL(ganc, AutocastCUDA, m) {
+  m.impl("convolution", convolutionAutocast<c10::kCUDA, c10::DispatchKey::AutocastCUDA>);
+}
+
+/// Where a convolution node keeps each argument of ganc::convolution.
+struct ConvolutionNode {
+  bool full = false;      // aten::_convolution, aten::convolution: the same first 9 inputs
+  bool transpose = false; // aten::conv_transposeNd
+  int64_t dims = 0;       // convNd, conv_transposeNd: N
+};
+
+std::optional<ConvolutionNode> convolutionNode(const jit::Node *node) {
+  const std::string kind = node->kind().toQualString();
+  if (kind == "aten::_convolution" || kind == "aten::convolution")
+    return ConvolutionNode{true, false, 0};
+  for (int64_t n = 1; n <= 3; ++n) {
+    if (kind == "aten::conv" + std::to_string(n) + "d")
+      return ConvolutionNode{false, false, n};
+    if (kind == "aten::conv_transpose" + std::to_string(n) + "d")
+      return ConvolutionNode{false, true, n};
+  }
+  return std::nullopt;
+}
+
+bool isGroupedConvolution(jit::Node *node) {
+  const std::optional<ConvolutionNode> conv = convolutionNode(node);
+  if (!conv || node->outputs().size() != 1)
+    return false;
+  if (!conv->full && !conv->transpose &&
+      node->inputs()[4]->type()->kind() == c10::TypeKind::StringType)
+    return false; // padding="same" / "valid"
+  jit::Value *groups = node->inputs()[conv->full ? 8 : 6];
+  const std::optional<c10::IValue> constant = jit::toIValue(groups);
+  return !(constant && constant->isInt() && constant->toInt() == 1);
+}
+
+void collectGrouped(jit::Block *block, std::vector<jit::Node *> &found) {
+  for (jit::Node *node : block->nodes()) {
+    if (isGroupedConvolution(node))
+      found.push_back(node);
+    for (jit::Block *inner : node->blocks())
+      collectGrouped(inner, found);
+  }
+}
+
+bool isDoubleGrad(const jit::Node *node) {
+  if (node->kind() != c10::Symbol::fromQualString("aten::grad") || node->inputs().size() < 5)
+    return false;
+  const std::optional<c10::IValue> createGraph = jit::toIValue(node->inputs()[4]);
+  return !(createGraph && createGraph->isBool() && !createGraph->toBool());
+}
+
+} // namespace
+
+bool differentiatesTwice(const torch::jit::Graph &graph) {
+  const std::function<bool(const jit::Block *)> within = [&](const jit::Block *block) {
+    for (const jit::Node *node : block->nodes()) {
+      if (isDoubleGrad(node))
+        return true;
+      for (const jit::Block *inner : node->blocks())
+        if (within(inner))
+          return true;
+    }
+    return false;
+  };
+  return within(graph.block());
+}
+
+size_t rewriteGroupedConvolutions(torch::jit::Graph &graph, bool weightGradients) {
+  std::vector<jit::Node *> found;
+  collectGrouped(graph.block(), found);
+  static const c10::Symbol op = c10::Symbol::fromQualString("ganc::convolution");
+  for (jit::Node *node : found) {
+    const ConvolutionNode conv = *convolutionNode(node);
+    const auto in = node->inputs();
+    const jit::WithInsertPoint here(node);
+    std::vector<jit::NamedValue> args;
+    if (conv.full) {
+      args.assign(in.begin(), in.begin() + 9);
+      args.emplace_back(graph.insertConstant(weightGradients));
+    } else if (!conv.transpose) { // (input, weight, bias, stride, padding, dilation, groups)
+      args = {in[0],
+              in[1],
+              in[2],
+              in[3],
+              in[4],
+              in[5],
+              graph.insertConstant(false),
+              graph.insertConstant(std::vector<int64_t>(static_cast<size_t>(conv.dims), 0)),
+              in[6],
+              graph.insertConstant(weightGradients)};
+    } else { // (input, weight, bias, stride, padding, output_padding, groups, dilation)
+      args = {in[0],
+              in[1],
+              in[2],
+              in[3],
+              in[4],
+              in[7],
+              graph.insertConstant(true),
+              in[5],
+              in[6],
+              graph.insertConstant(weightGradients)};
+    }
+    jit::Value *out = graph.insert(op, args);
+    out->setType(node->output()->type());
+    out->node()->copyMetadata(node);
+    node->output()->replaceAllUsesWith(out);
+    node->destroy();
+  }
+  return found.size();
+}
+
+} // namespace ganc::backend
