@@ -211,7 +211,7 @@ def main():
     result = {"benchmark": "double_backward_probe", "machine": f"{where}, {platform.node()}",
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
               "command": " ".join(sys.argv), "torch": torch.__version__, "plugins": args.plugins,
-              "float64_difference": difference, "by_batch": {}}
+              "float64_difference": difference, "by_batch": {}, "complete": False}
     data = os.path.join(tempfile.mkdtemp(prefix="ganc_probe_"), "data256.zip")  # train.py's options need one
     official.make_dataset(data, args.resolution, 32)
     result.update(resolution=args.resolution, cbase=args.cbase,
@@ -266,10 +266,16 @@ def main():
         del model
         if cuda:
             torch.cuda.empty_cache()
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump(result, f, indent=1)
+        write(result, args.json)  # after each batch: a run stopped later keeps what it measured
+    result["complete"] = True
+    write(result, args.json)
     print(f"wrote {args.json}")
+
+
+def write(result: dict, path: str):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":
