@@ -609,6 +609,23 @@ def test_train_keywords_follow_the_option_table(ganc_bin, datasets, tmp_path):
     assert not (tmp_path / "never").exists()
 
 
+def test_resample_probe_formulations_agree():
+    """bench/resample_probe.py times StyleGAN2's upfirdn2d calls in other formulations on a GPU
+    (strided and transposed convolutions, separable passes, NCHW, channels folded into the
+    batch); each must compute ref's resampling. In float64, over upsampling, downsampling and
+    plain filters with crops, gains, flips and unequal factors, they agree to rounding, and a
+    formulation with its filter upside down is caught."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import resample_probe as probe
+    assert probe.float64_check() < 1e-12
+    right = probe.CANDIDATES["strided"]
+    probe.CANDIDATES["strided"] = lambda x, f, **kw: right(x, f.flip([0]), **kw)
+    try:
+        assert probe.float64_check() > 0.01
+    finally:
+        probe.CANDIDATES["strided"] = right
+
+
 def test_double_backward_probe_formulations_agree():
     """bench/double_backward_probe.py times a convolution's double backward two ways on a GPU;
     both must be the same gradient. In float64, through strided, depthwise, 1x1 and transposed
