@@ -20,6 +20,8 @@
 
 #include <array>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,7 +31,7 @@ namespace ganc::backend {
 TORCH_LIBRARY_FRAGMENT(ganc, m) {
   m.def("convolution(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, "
         "int[] dilation, bool transposed, int[] output_padding, int groups, "
-        "bool weight_gradients=False) -> Tensor");
+        "bool weight_gradients=False, str origin=\"aten::convolution\") -> Tensor");
 }
 
 namespace {
@@ -171,12 +173,12 @@ variable_list WeightGradFunction::backward(AutogradContext *ctx, variable_list g
 }
 
 // The op's kernels: its forward below autograd, its autograd, and autocast's casts (those of
-// aten::convolution: its floating tensors in the autocast dtype).
+// the convolution it replaced).
 at::Tensor convolutionKernel(const at::Tensor &input, const at::Tensor &weight,
                              const std::optional<at::Tensor> &bias, c10::IntArrayRef stride,
                              c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
                              c10::IntArrayRef outputPadding, int64_t groups,
-                             bool /*weightGradients*/) {
+                             bool /*weightGradients*/, c10::string_view /*origin*/) {
   return at::convolution(input, weight, bias, stride, padding, dilation, transposed, outputPadding,
                          groups);
 }
@@ -184,8 +186,8 @@ at::Tensor convolutionKernel(const at::Tensor &input, const at::Tensor &weight,
 at::Tensor convolutionAutograd(const at::Tensor &input, const at::Tensor &weight,
                                const std::optional<at::Tensor> &bias, c10::IntArrayRef stride,
                                c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
-                               c10::IntArrayRef outputPadding, int64_t groups,
-                               bool weightGradients) {
+                               c10::IntArrayRef outputPadding, int64_t groups, bool weightGradients,
+                               c10::string_view /*origin*/) {
   // PyTorch's double backward makes no per-group convolutions for groups == 1. With a weight
   // that takes a gradient, this formulation's second-order weight gradient is a grouped
   // weight-gradient kernel where PyTorch's sums per-group convolutions: the same to rounding,
@@ -207,26 +209,50 @@ at::Tensor convolutionAutograd(const at::Tensor &input, const at::Tensor &weight
 at::Tensor callConvolution(const at::Tensor &input, const at::Tensor &weight,
                            const std::optional<at::Tensor> &bias, c10::IntArrayRef stride,
                            c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
-                           c10::IntArrayRef outputPadding, int64_t groups, bool weightGradients) {
+                           c10::IntArrayRef outputPadding, int64_t groups, bool weightGradients,
+                           c10::string_view origin) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("ganc::convolution", "")
                              .typed<decltype(convolutionKernel)>();
   return op.call(input, weight, bias, stride, padding, dilation, transposed, outputPadding, groups,
-                 weightGradients);
+                 weightGradients, origin);
 }
 
+/// Whether autocast casts the inputs of `origin` ("aten::conv2d", "aten::_convolution.deprecated"):
+/// whether that op has a kernel of its own for `key`. The lists differ by device (on the CPU
+/// conv2d is cast, aten::convolution and the 13-argument aten::_convolution are not).
+bool autocastCasts(c10::string_view origin, c10::DispatchKey key) {
+  static std::mutex mutex;
+  static std::map<std::pair<std::string, c10::DispatchKey>, bool> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto [entry, added] = known.try_emplace({std::string(origin), key}, false);
+  if (added) {
+    const size_t dot = origin.find('.');
+    const std::string name(origin.substr(0, dot));
+    const std::string overload(dot == c10::string_view::npos ? "" : origin.substr(dot + 1));
+    const auto op = c10::Dispatcher::singleton().findSchema({name, overload});
+    entry->second = op && op->hasKernelForDispatchKey(key);
+  }
+  return entry->second;
+}
+
+/// Autocast: the floating inputs in the autocast dtype where autocast would cast those of the
+/// convolution the op replaced, else as they are.
 template <c10::DeviceType Type, c10::DispatchKey Key>
 at::Tensor convolutionAutocast(const at::Tensor &input, const at::Tensor &weight,
                                const std::optional<at::Tensor> &bias, c10::IntArrayRef stride,
                                c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
-                               c10::IntArrayRef outputPadding, int64_t groups,
-                               bool weightGradients) {
+                               c10::IntArrayRef outputPadding, int64_t groups, bool weightGradients,
+                               c10::string_view origin) {
   const c10::impl::ExcludeDispatchKeyGuard noAutocast(Key);
+  if (!autocastCasts(origin, Key))
+    return callConvolution(input, weight, bias, stride, padding, dilation, transposed,
+                           outputPadding, groups, weightGradients, origin);
   const at::ScalarType to = at::autocast::get_autocast_dtype(Type);
   return callConvolution(at::autocast::cached_cast(to, input, Type),
                          at::autocast::cached_cast(to, weight, Type),
                          at::autocast::cached_cast(to, bias, Type), stride, padding, dilation,
-                         transposed, outputPadding, groups, weightGradients);
+                         transposed, outputPadding, groups, weightGradients, origin);
 }
 
 TORCH_LIBRARY_IMPL(ganc, CompositeExplicitAutograd, m) { m.impl("convolution", convolutionKernel); }
@@ -309,11 +335,17 @@ size_t rewriteGroupedConvolutions(torch::jit::Graph &graph, bool weightGradients
   for (jit::Node *node : found) {
     const ConvolutionNode conv = *convolutionNode(node);
     const auto in = node->inputs();
+    // The op it replaces, with its overload: autocast treats each its own way.
+    std::string origin = node->kind().toQualString();
+    if (const c10::FunctionSchema *schema = node->maybeSchema())
+      if (!schema->overload_name().empty())
+        origin += "." + schema->overload_name();
     const jit::WithInsertPoint here(node);
     std::vector<jit::NamedValue> args;
     if (conv.full) {
       args.assign(in.begin(), in.begin() + 9);
       args.emplace_back(graph.insertConstant(weightGradients));
+      args.emplace_back(graph.insertConstant(origin));
     } else if (!conv.transpose) { // (input, weight, bias, stride, padding, dilation, groups)
       args = {in[0],
               in[1],
@@ -324,7 +356,8 @@ size_t rewriteGroupedConvolutions(torch::jit::Graph &graph, bool weightGradients
               graph.insertConstant(false),
               graph.insertConstant(std::vector<int64_t>(static_cast<size_t>(conv.dims), 0)),
               in[6],
-              graph.insertConstant(weightGradients)};
+              graph.insertConstant(weightGradients),
+              graph.insertConstant(origin)};
     } else { // (input, weight, bias, stride, padding, output_padding, groups, dilation)
       args = {in[0],
               in[1],
@@ -335,7 +368,8 @@ size_t rewriteGroupedConvolutions(torch::jit::Graph &graph, bool weightGradients
               graph.insertConstant(true),
               in[5],
               in[6],
-              graph.insertConstant(weightGradients)};
+              graph.insertConstant(weightGradients),
+              graph.insertConstant(origin)};
     }
     jit::Value *out = graph.insert(op, args);
     out->setType(node->output()->type());

@@ -6,6 +6,7 @@
 // against the graph it rewrote.
 #include "backend/DoubleBackward.h"
 
+#include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/ir/irparser.h>
@@ -37,17 +38,18 @@ Conv pytorch(const Case &c) {
   };
 }
 
-Conv ganc(const Case &c, bool weightGradients) {
-  return [c, weightGradients](const at::Tensor &x, const at::Tensor &w,
-                              const std::optional<at::Tensor> &b) {
+Conv ganc(const Case &c, bool weightGradients, const std::string &origin = "aten::convolution") {
+  return [c, weightGradients, origin](const at::Tensor &x, const at::Tensor &w,
+                                      const std::optional<at::Tensor> &b) {
     static const auto op =
         c10::Dispatcher::singleton()
             .findSchemaOrThrow("ganc::convolution", "")
             .typed<at::Tensor(const at::Tensor &, const at::Tensor &,
                               const std::optional<at::Tensor> &, c10::IntArrayRef, c10::IntArrayRef,
-                              c10::IntArrayRef, bool, c10::IntArrayRef, int64_t, bool)>();
+                              c10::IntArrayRef, bool, c10::IntArrayRef, int64_t, bool,
+                              c10::string_view)>();
     return op.call(x, w, b, c.stride, c.padding, c.dilation, c.transposed, c.outputPadding,
-                   c.groups, weightGradients);
+                   c.groups, weightGradients, origin);
   };
 }
 
@@ -142,6 +144,42 @@ TEST(DoubleBackward, FirFilterIsPyTorchsBitForBit) {
   }
 }
 
+TEST(DoubleBackward, AutocastCastsAsTheReplacedConvolution) {
+  // Under CPU autocast (bfloat16), the op casts its inputs as autocast casts those of the op it
+  // replaced: aten::conv2d's are cast, aten::convolution's are not (autocast's CPU list). The
+  // same dtype and values out as that op, and the same gradients back.
+  torch::manual_seed(3);
+  const at::Tensor x = torch::randn({2, 6, 8, 8}).requires_grad_(true);
+  const at::Tensor w = torch::randn({6, 1, 3, 3});
+  const at::Tensor b = torch::randn({6});
+  const Case c{"autocast", {2, 6, 8, 8}, {6, 1, 3, 3}, {1, 1}, {1, 1},
+               {1, 1},     {0, 0},       false,        6,      true};
+  const std::vector<std::pair<std::string, Conv>> replaced = {
+      {"aten::conv2d",
+       [](const at::Tensor &in, const at::Tensor &k, const std::optional<at::Tensor> &bias) {
+         return at::conv2d(in, k, bias, 1, 1, 1, 6);
+       }},
+      {"aten::convolution", pytorch(c)}};
+  for (const auto &[origin, conv] : replaced) {
+    const auto run = [&](const Conv &f) {
+      at::autocast::set_autocast_enabled(at::kCPU, true);
+      at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+      const at::Tensor y = f(x, w, b);
+      at::autocast::set_autocast_enabled(at::kCPU, false);
+      at::autocast::clear_cache();
+      const auto first =
+          torch::autograd::grad({y.to(at::kFloat).square().sum()}, {x}, {}, true, true);
+      return std::make_pair(y, torch::autograd::grad({first[0].square().sum()}, {x})[0]);
+    };
+    const auto [want, wantGrad] = run(conv);
+    const auto [got, gotGrad] = run(ganc(c, false, origin));
+    EXPECT_EQ(want.scalar_type(), origin == "aten::conv2d" ? at::kBFloat16 : at::kFloat);
+    EXPECT_EQ(got.scalar_type(), want.scalar_type()) << origin;
+    EXPECT_TRUE(torch::equal(got, want)) << origin;
+    EXPECT_TRUE(torch::equal(gotGrad, wantGrad)) << origin;
+  }
+}
+
 TEST(DoubleBackward, FindsTheGradientThatIsDifferentiatedAgain) {
   const auto graphWith = [](bool createGraph) {
     auto graph = std::make_shared<torch::jit::Graph>();
@@ -188,12 +226,19 @@ graph(%x : Tensor, %w : Tensor, %w1 : Tensor, %wt : Tensor, %g : int):
   torch::jit::parseIR(ir, original.get());
   auto rewritten = original->copy();
   EXPECT_EQ(ganc::backend::rewriteGroupedConvolutions(*rewritten, false), 3U);
+  // Each in place, naming the op it replaced (for autocast); b and c as they were.
   torch::jit::testing::FileCheck()
-      .check_count("ganc::convolution", 1, /*exactly=*/true)
-      ->check_count("aten::conv2d", 2, /*exactly=*/true)
-      ->check_count("ganc::convolution", 2, /*exactly=*/true)
-      ->check_not("aten::_convolution")
-      ->check_not("aten::conv_transpose2d")
+      .check("value=\"aten::_convolution\"")
+      ->check_count("= ganc::convolution(", 1, /*exactly=*/true)
+      ->check_count("= aten::conv2d(", 2, /*exactly=*/true)
+      ->check("value=\"aten::conv2d\"")
+      ->check_count("= ganc::convolution(", 1, /*exactly=*/true)
+      ->check("value=\"aten::conv_transpose2d.input\"")
+      ->check_count("= ganc::convolution(", 1, /*exactly=*/true)
+      ->run(*rewritten);
+  torch::jit::testing::FileCheck()
+      .check_not("= aten::_convolution(")
+      ->check_not("= aten::conv_transpose2d(")
       ->run(*rewritten);
 
   torch::manual_seed(2);
