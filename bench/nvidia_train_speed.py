@@ -42,11 +42,17 @@ ramp-up (the same arithmetic), the mapping's `w_avg` (used only for truncation w
 is not tracked in Dmain (a traced network takes tensors by position, not `update_emas=True`;
 a lerp of 512 numbers per step), and ganc does not replace non-finite gradients by zero.
 
+With `--scaling 1,2,4,8`, a profiled ganc run at each batch (96 steps, `--profile`) and `ganc
+simulate`'s prediction for those GPU counts (8 per host on NVLink, InfiniBand between hosts;
+ganc's overlapped buckets and one flat all-reduce after backward), beside StyleGAN3's published
+1-to-8-A100 efficiency (85 % at 256 pixels): at batch 4 per GPU, the per-GPU load of 8-GPU
+strong scaling at batch 32.
+
 Both sides' GPU memory is also sampled with nvidia-smi every 0.2 s (the process's whole use,
 CUDA context and allocator cache included), so the two are read the same way.
 
     python bench/nvidia_train_speed.py --repo external/stylegan3 [--batches 4,32] [--kimg 3]
-        [--sides nvidia,nvidia_ref,ganc]
+        [--sides nvidia,nvidia_ref,ganc] [--scaling 1,2,4,8]
 
 Without a GPU it makes the data set, reads train.py's options, exports and compiles the model
 at each batch, and stops with one line (exit 3). Results: bench/results/nvidia_train_speed.json
@@ -441,6 +447,49 @@ def table_row(batch: int, row: dict) -> list:
             f"{num(nv.get('nvidia_smi_peak_gib'), '{:.1f}')} / {num(gc.get('nvidia_smi_peak_gib'), '{:.1f}')}"]
 
 
+# StyleGAN3's published strong-scaling efficiency from 1 to 8 A100s (StyleGAN3-T, their README's
+# table): the only 8-GPU figure NVIDIA gives for these networks, beside which a prediction reads.
+PUBLISHED_8_GPU_EFFICIENCY = {"256": 0.85, "1024": 0.98}
+PROFILED_STEPS = 6 * LAZY_PERIOD  # R1 warmed up, captured at 48 and replayed from 64
+
+
+def predict_scaling(ganc_bin: str, model: str, plan: str, data: str, out: str, batch: int, gpus: str, limit: float,
+                    extra: list, device: str = "cuda") -> dict:
+    """`ganc simulate`'s prediction for `gpus` from a profiled run on this GPU (`--profile`: each
+    phase's forward, backward and bucket ready times, R1 replayed too), 8 GPUs per host on
+    NVLink and InfiniBand between hosts: step time and efficiency per GPU count, ganc's
+    overlapped buckets and one flat all-reduce after backward (StyleGAN3's own)."""
+    profile = os.path.join(out, f"ganc_b{batch}_profile.json")
+    cmd = [ganc_bin, "train", plan, "--model", model, "--data", data, "--device", device, "--steps",
+           str(PROFILED_STEPS), "--out", os.path.join(out, f"ganc_b{batch}_profiled"), "--sample-every", "0",
+           "--checkpoint-every", "0", "--log-every", str(PROFILED_STEPS), "--tensorboard", "off", "--profile",
+           profile, *extra]
+    with open(os.path.join(out, f"ganc_b{batch}_profiled.txt"), "w") as f:
+        rc = run_until(cmd, limit, f)
+    if rc != 0 or not os.path.isfile(profile):
+        return {"error": f"the profiled run ended with {rc}", "command": " ".join(cmd)}
+    simulate = [ganc_bin, "simulate", plan, "--profile", profile, "--gpus", gpus, "--link", "ib", "--json"]
+    done = subprocess.run(simulate, capture_output=True, text=True)
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1:], "command": " ".join(simulate)}
+    return {"command": " ".join(cmd) + " && " + " ".join(simulate), "profile": json.load(open(profile)),
+            "predictions": json.loads(done.stdout)}
+
+
+def print_scaling(batch: int, resolution: int, scaling: dict) -> None:
+    if "error" in scaling:
+        print(f"batch {batch}: scaling prediction failed: {scaling['error']}", flush=True)
+        return
+    published = PUBLISHED_8_GPU_EFFICIENCY.get(str(resolution))
+    for r in scaling["predictions"]:
+        print(f"batch {batch}: predicted on {r['ranks']} GPUs: {r['step_seconds'] * 1e3:.1f} ms a step, "
+              f"{r['efficiency'] * 100:.1f} % efficient (one flat all-reduce after backward: "
+              f"{r['flat_efficiency'] * 100:.1f} %)", flush=True)
+    if published:
+        print(f"batch {batch}: StyleGAN3's published 1-to-8-A100 efficiency at {resolution} pixels: "
+              f"{published * 100:.0f} %", flush=True)
+
+
 def run_batch(result: dict, args, batch: int, sides: list, repo: str, data: str, work: str, ganc_bin: str,
               model: str, plan: str) -> None:
     """Every side at one per-GPU batch, ganc first (its per-phase times say the most), their rows
@@ -454,6 +503,10 @@ def run_batch(result: dict, args, batch: int, sides: list, repo: str, data: str,
         print(f"batch {batch}: ganc {json.dumps(shown)}", flush=True)
         print_phases(batch, row["ganc"].get("phases"))
         print_kernel_time(batch, row["ganc"].get("kernel_time"))
+        if args.scaling:
+            row["ganc_scaling"] = predict_scaling(ganc_bin, model, plan, data, work, batch, args.scaling, args.limit,
+                                                  ["--batch-size", str(batch)] + args.ganc_args.split())
+            print_scaling(batch, args.resolution, row["ganc_scaling"])
     for side in ("nvidia", "nvidia_ref"):
         if side not in sides:
             continue
@@ -513,6 +566,10 @@ def main():
     parser.add_argument("--prepare-only", action="store_true",
                         help="make the data set, export and compile, then stop (a GPU machine's idle minutes)")
     parser.add_argument("--json", default=os.path.join(HERE, "results", "nvidia_train_speed.json"))
+    parser.add_argument("--scaling", default="",
+                        help="GPU counts (1,2,4,8): after ganc's run at each batch, a profiled run of "
+                             f"{PROFILED_STEPS} steps and ganc simulate's prediction for them, beside StyleGAN3's "
+                             "published 8-GPU efficiency")
     parser.add_argument("--build", default=os.environ.get("GANC_BUILD_DIR", os.path.join(ROOT, "build")))
     args = parser.parse_args()
     repo = os.path.abspath(args.repo)
