@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import json
 import os
 import platform
 import statistics
@@ -37,6 +36,8 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+import results  # bench/results.py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 _conv2d, _conv_transpose2d = F.conv2d, F.conv_transpose2d
@@ -266,16 +267,10 @@ def main():
         del model
         if cuda:
             torch.cuda.empty_cache()
-        write(result, args.json)  # after each batch: a run stopped later keeps what it measured
+        results.save(result, args.json)  # after each batch: a run stopped later keeps what it measured
     result["complete"] = True
-    write(result, args.json)
+    results.save(result, args.json)
     print(f"wrote {args.json}")
-
-
-def write(result: dict, path: str):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+import results  # bench/results.py
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -316,16 +318,10 @@ def main():
               f"summed: {line}", flush=True)
         print(f"batch {batch}: largest difference from ref: "
               + ", ".join(f"{k} {v:.1e}" for k, v in row["max_difference"].items()), flush=True)
-        write(result, args.json)
+        results.save(result, args.json)
     result["complete"] = True
-    write(result, args.json)
+    results.save(result, args.json)
     print(f"wrote {args.json}")
-
-
-def write(result: dict, path: str):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,15 @@ def machine():
     return f"{cpu}, {os.cpu_count()} cores"
 
 
+def save(result, path):
+    """Writes one result dict to `path` as JSON (its folder made as needed); a benchmark that
+    writes its result after each part calls it again with what it has so far."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+
+
 def write(name, title, numbers, table=None):
     """Writes bench/results/NAME.json: `title` (what was measured, one sentence), the machine,
     date and command, `numbers` (every number, as the benchmark's own dict) and optionally
@@ -39,10 +48,7 @@ def write(name, title, numbers, table=None):
               "numbers": numbers}
     if table:
         result["table"] = table
-    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     path = os.path.join(HERE, "results", name + ".json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
-        f.write("\n")
+    save(result, path)
     print(f"results: {os.path.relpath(path)}")
     return path
