@@ -219,19 +219,19 @@ at::Tensor callConvolution(const at::Tensor &input, const at::Tensor &weight,
 }
 
 /// Whether autocast casts the inputs of `origin` ("aten::conv2d", "aten::_convolution.deprecated"):
-/// whether that op has a kernel of its own for `key`. The lists differ by device (on the CPU
+/// whether that op has a kernel of its own for `Key`. The lists differ by device (on the CPU
 /// conv2d is cast, aten::convolution and the 13-argument aten::_convolution are not).
-bool autocastCasts(c10::string_view origin, c10::DispatchKey key) {
+template <c10::DispatchKey Key> bool autocastCasts(c10::string_view origin) {
   static std::mutex mutex;
-  static std::map<std::pair<std::string, c10::DispatchKey>, bool> known;
+  static std::map<std::string, bool, std::less<>> known; // looked up without a copy
   const std::lock_guard<std::mutex> lock(mutex);
-  auto [entry, added] = known.try_emplace({std::string(origin), key}, false);
-  if (added) {
+  auto entry = known.find(origin);
+  if (entry == known.end()) {
     const size_t dot = origin.find('.');
     const std::string name(origin.substr(0, dot));
     const std::string overload(dot == c10::string_view::npos ? "" : origin.substr(dot + 1));
     const auto op = c10::Dispatcher::singleton().findSchema({name, overload});
-    entry->second = op && op->hasKernelForDispatchKey(key);
+    entry = known.emplace(std::string(origin), op && op->hasKernelForDispatchKey(Key)).first;
   }
   return entry->second;
 }
@@ -245,7 +245,7 @@ at::Tensor convolutionAutocast(const at::Tensor &input, const at::Tensor &weight
                                c10::IntArrayRef outputPadding, int64_t groups, bool weightGradients,
                                c10::string_view origin) {
   const c10::impl::ExcludeDispatchKeyGuard noAutocast(Key);
-  if (!autocastCasts(origin, Key))
+  if (!autocastCasts<Key>(origin))
     return callConvolution(input, weight, bias, stride, padding, dilation, transposed,
                            outputPadding, groups, weightGradients, origin);
   const at::ScalarType to = at::autocast::get_autocast_dtype(Type);
