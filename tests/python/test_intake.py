@@ -45,47 +45,6 @@ def relative_error(a, b):
     return (a - b).abs().max().item() / (scale if scale > 0 else 1.0)
 
 
-def test_stylegan2_ada_style_code_trains_like_eager_ddp(ganc_bin, digits16, tmp_path):
-    """Gmain, Gpl (path length), Dmain and Dreg (R1) through traced networks whose convolutions
-    are autograd Functions with a hand-written double backward: ganc's all-reduced gradients
-    (derived by autograd from the Functions' forwards) and final parameters against eager DDP
-    running the Python classes with their own backward, at 2 ranks. In float64: the
-    reference's Functions compute the same gradients with other kernels (conv_transpose2d for
-    the input's, convolution_backward for the weight's) than autograd derives from their
-    forwards, so float32 sums round differently in the last bits, which Adam's first,
-    sign-like steps amplify over 17 steps (to 4e-4 relative); float64 leaves 1e-9 of room."""
-    model = archive("stylegan2_ada_f64")
-    spec = ganc.load_spec(model)
-    plan = str(tmp_path / "plan")
-    subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
-    subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", model, "--data", digits16,
-                    "--steps", str(STEPS), "--seed", str(SEED), "--out", str(tmp_path / "train"),
-                    "--sample-every", "0", "--checkpoint-every", "0", "--log-every", str(STEPS),
-                    "--dump-grads", str(tmp_path / "ganc")], check=True, timeout=600, capture_output=True)
-    # Both regularisers leave parameters without a gradient, which DDP refuses: those phases'
-    # reference all-reduces by hand with DDP's arithmetic (as for the zoo's StyleGAN2).
-    oracle.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"),
-               reducer={"Gpl": "manual", "Dreg": "manual"},
-               eager_model=functools.partial(zoo.module, "stylegan2_ada"))  # made float64 by the oracle
-    phases = set()
-    for step, phase, got, ref in gradient_dumps(spec, STEPS, str(tmp_path / "ganc"), str(tmp_path / "ddp")):
-        phases.add(phase)
-        for name in ref:
-            err = relative_error(got[name].float(), ref[name].float())
-            assert err <= 1e-9, f"step {step} {phase}: {name} differs by {err:.3g}"
-    assert phases == {"Gmain", "Gpl", "Dmain", "Dreg"}
-    # Every phase of the plan replays as a captured graph on CUDA: the traced networks' shape
-    # arithmetic stays on the host, and the per-call dispatch reads every parameter.
-    explained = subprocess.run([ganc_bin, "explain", plan], capture_output=True, text=True, check=True).stdout
-    assert explained.count("replay on CUDA: CUDA Graph") == 4, explained
-    got = ganc.load_checkpoint(str(tmp_path / "ganc" / "params_final.pt"))
-    ref = torch.load(str(tmp_path / "ddp" / "params_final.pt"))
-    assert set(got) == set(ref)
-    for name in ref:
-        err = relative_error(got[name].float(), ref[name].float())
-        assert err <= 1e-9, f"final {name} differs by {err:.3g}"
-
-
 def train_two_ranks(ganc_bin, model, data, out, *extra):
     """`ganc run` of `model` at 2 ranks for STEPS steps, dumping every all-reduced gradient into
     out/dump; returns the run's stdout."""
@@ -98,6 +57,43 @@ def train_two_ranks(ganc_bin, model, data, out, *extra):
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     return run.stdout
+
+
+def test_stylegan2_ada_style_code_trains_like_eager_ddp(ganc_bin, digits16, tmp_path):
+    """Gmain, Gpl (path length), Dmain and Dreg (R1) through traced networks whose convolutions
+    are autograd Functions with a hand-written double backward: ganc's all-reduced gradients
+    (derived by autograd from the Functions' forwards) and final parameters against eager DDP
+    running the Python classes with their own backward, at 2 ranks. In float64: the
+    reference's Functions compute the same gradients with other kernels (conv_transpose2d for
+    the input's, convolution_backward for the weight's) than autograd derives from their
+    forwards, so float32 sums round differently in the last bits, which Adam's first,
+    sign-like steps amplify over 17 steps (to 4e-4 relative); float64 leaves 1e-9 of room."""
+    model = archive("stylegan2_ada_f64")
+    spec = ganc.load_spec(model)
+    train_two_ranks(ganc_bin, model, digits16, str(tmp_path))
+    # Both regularisers leave parameters without a gradient, which DDP refuses: those phases'
+    # reference all-reduces by hand with DDP's arithmetic (as for the zoo's StyleGAN2).
+    oracle.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"),
+               reducer={"Gpl": "manual", "Dreg": "manual"},
+               eager_model=functools.partial(zoo.module, "stylegan2_ada"))  # made float64 by the oracle
+    phases = set()
+    for step, phase, got, ref in gradient_dumps(spec, STEPS, str(tmp_path / "dump"), str(tmp_path / "ddp")):
+        phases.add(phase)
+        for name in ref:
+            err = relative_error(got[name].float(), ref[name].float())
+            assert err <= 1e-9, f"step {step} {phase}: {name} differs by {err:.3g}"
+    assert phases == {"Gmain", "Gpl", "Dmain", "Dreg"}
+    # Every phase of the plan replays as a captured graph on CUDA: the traced networks' shape
+    # arithmetic stays on the host, and the per-call dispatch reads every parameter.
+    explained = subprocess.run([ganc_bin, "explain", str(tmp_path / "plan")], capture_output=True, text=True,
+                               check=True).stdout
+    assert explained.count("replay on CUDA: CUDA Graph") == 4, explained
+    got = ganc.load_checkpoint(str(tmp_path / "dump" / "params_final.pt"))
+    ref = torch.load(str(tmp_path / "ddp" / "params_final.pt"))
+    assert set(got) == set(ref)
+    for name in ref:
+        err = relative_error(got[name].float(), ref[name].float())
+        assert err <= 1e-9, f"final {name} differs by {err:.3g}"
 
 
 def largest_difference(spec, got_dir, ref_dir, exact):
