@@ -13,6 +13,8 @@
 // hold with convolution_backward of the transposed configuration.
 #include "backend/DoubleBackward.h"
 
+#include "ops/Ops.h"
+
 #include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 #include <torch/csrc/jit/ir/constants.h>
@@ -218,24 +220,6 @@ at::Tensor callConvolution(const at::Tensor &input, const at::Tensor &weight,
                  weightGradients, origin);
 }
 
-/// Whether autocast casts the inputs of `origin` ("aten::conv2d", "aten::_convolution.deprecated"):
-/// whether that op has a kernel of its own for `Key`. The lists differ by device (on the CPU
-/// conv2d is cast, aten::convolution and the 13-argument aten::_convolution are not).
-template <c10::DispatchKey Key> bool autocastCasts(c10::string_view origin) {
-  static std::mutex mutex;
-  static std::map<std::string, bool, std::less<>> known; // looked up without a copy
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto entry = known.find(origin);
-  if (entry == known.end()) {
-    const size_t dot = origin.find('.');
-    const std::string name(origin.substr(0, dot));
-    const std::string overload(dot == c10::string_view::npos ? "" : origin.substr(dot + 1));
-    const auto op = c10::Dispatcher::singleton().findSchema({name, overload});
-    entry = known.emplace(std::string(origin), op && op->hasKernelForDispatchKey(Key)).first;
-  }
-  return entry->second;
-}
-
 /// Autocast: the floating inputs in the autocast dtype where autocast would cast those of the
 /// convolution the op replaced, else as they are.
 template <c10::DeviceType Type, c10::DispatchKey Key>
@@ -245,7 +229,7 @@ at::Tensor convolutionAutocast(const at::Tensor &input, const at::Tensor &weight
                                c10::IntArrayRef outputPadding, int64_t groups, bool weightGradients,
                                c10::string_view origin) {
   const c10::impl::ExcludeDispatchKeyGuard noAutocast(Key);
-  if (!autocastCasts<Key>(origin))
+  if (!ops::autocastCasts(Key, origin))
     return callConvolution(input, weight, bias, stride, padding, dilation, transposed,
                            outputPadding, groups, weightGradients, origin);
   const at::ScalarType to = at::autocast::get_autocast_dtype(Type);

@@ -302,6 +302,10 @@ Status applyOverrides(frontend::Spec &spec, const TrainOptions &o) {
     if (!spec.ema)
       return Status::error("--ema-half-life-images: the spec has no 'ema' (no G_ema to average)");
     spec.ema->halfLifeImages = o.emaHalfLifeImages;
+    // 0 is "no averaging" (G_ema follows G), as documented; in the spec a half-life of 0
+    // means "use 'beta'", which the option does not set.
+    if (o.emaHalfLifeImages == 0)
+      spec.ema->beta = 0;
   }
   return overridePhases(spec, o);
 }
@@ -334,8 +338,10 @@ nlohmann::json effectiveSpec(const frontend::Spec &spec) {
         if (!p.lossScaler.empty())
           phase["loss_scaler"] = p.lossScaler;
       }
-  if (spec.ema)
+  if (spec.ema) {
     effective["ema"]["half_life_images"] = spec.ema->halfLifeImages;
+    effective["ema"]["beta"] = spec.ema->beta;
+  }
   effective["batch_size"] = spec.batchSize;
   return effective;
 }

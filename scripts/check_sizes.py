@@ -12,8 +12,8 @@ import sys
 import lizard
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-LAYERS = ["support", "ir", "perf", "passes", "frontend", "backend", "runtime", "tools", "python/ganc"]
-SUFFIXES = (".cpp", ".h", ".cu", ".py")
+LAYERS = ["support", "ir", "perf", "passes", "ops", "frontend", "backend", "runtime", "tools", "python/ganc"]
+SUFFIXES = (".cpp", ".h", ".cu", ".cuh", ".py")
 FUNCTION_LINES = 80
 FILE_LINES = 600
 # Over a limit for a reason given here, and listed by --help so that the reason stays in sight.

@@ -56,8 +56,8 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # A hash of the sources the ganc binary is built from: the same on any machine for the same tree.
 source_hash() {
-  (cd "$ROOT" && find CMakeLists.txt backend frontend ir passes runtime tools \
-     -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.in' \
+  (cd "$ROOT" && find CMakeLists.txt ops backend frontend ir passes runtime tools \
+     -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.in' -o -name '*.def' \
      -o -name CMakeLists.txt \) -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 }
 OUT=""
@@ -186,8 +186,8 @@ SOURCES=$(source_hash)
 use_prebuilt() {
   [ -n "$PREBUILT" ] || return 1
   local why=""
-  if [ ! -x "$PREBUILT/tools/ganc" ]; then
-    why="$PREBUILT/tools/ganc is missing"
+  if [ ! -x "$PREBUILT/tools/ganc" ] || [ ! -f "$PREBUILT/ops/libganc_ops.so" ]; then
+    why="$PREBUILT/tools/ganc or $PREBUILT/ops/libganc_ops.so is missing"
   elif [ "$(cat "$PREBUILT/SOURCE_HASH" 2>/dev/null)" != "$SOURCES" ]; then
     why="it was built from other sources"
   elif [ "$(cat "$PREBUILT/TORCH" 2>/dev/null)" != "$TORCH_VERSION" ]; then
@@ -196,6 +196,7 @@ use_prebuilt() {
   if [ -z "$why" ]; then
     local libs
     libs=$("$PY" -c "import os, torch; d = os.path.dirname(torch.__file__); print(os.path.join(d, 'lib') + ':' + os.path.join(os.path.dirname(d), 'nvidia', 'cu13', 'lib'))")
+    libs=$BUILD/ops:$PREBUILT/ops:$libs  # ganc's ops library, beside the binary
     local version
     if ! version=$(LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$PREBUILT/tools/ganc" --version 2>&1); then
       why="it does not run here: $(echo "$version" | head -1)"
@@ -203,8 +204,9 @@ use_prebuilt() {
       why="it was built without the CUDA backend"
     else
       export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-      mkdir -p "$BUILD/tools"
+      mkdir -p "$BUILD/tools" "$BUILD/ops"
       cp "$PREBUILT/tools/ganc" "$BUILD/tools/ganc"
+      cp "$PREBUILT/ops/libganc_ops.so" "$BUILD/ops/libganc_ops.so"
       say "prebuilt: $version (sources $SOURCES), no build"
       return 0
     fi
@@ -253,8 +255,10 @@ build() {
 
 use_prebuilt || build
 if [ -n "$SAVE_BUILD" ]; then
-  mkdir -p "$SAVE_BUILD/tools"
+  mkdir -p "$SAVE_BUILD/tools" "$SAVE_BUILD/ops"
   objcopy --strip-debug "$BUILD/tools/ganc" "$SAVE_BUILD/tools/ganc" || stop "could not copy the binary into $SAVE_BUILD"
+  objcopy --strip-debug "$BUILD/ops/libganc_ops.so" "$SAVE_BUILD/ops/libganc_ops.so" \
+    || stop "could not copy the ops library into $SAVE_BUILD"
   echo "$SOURCES" >"$SAVE_BUILD/SOURCE_HASH"
   echo "$TORCH_VERSION" >"$SAVE_BUILD/TORCH"
   say "saved the binary ($(du -h "$SAVE_BUILD/tools/ganc" | cut -f1), sources $SOURCES, torch $TORCH_VERSION) into $SAVE_BUILD (gpu_check.sh --prebuilt $SAVE_BUILD)"

@@ -46,12 +46,15 @@ def example_inputs(spec: dict, phase: dict, batch: int | None = None, values: di
     return tuple(out)
 
 
-def run_phases(model, spec: dict, batch: int | None = None):
+def run_phases(model, spec: dict, batch: int | None = None, before=None):
     """Calls every phase method of `model` once, in spec order, on example inputs, handing
-    each phase's `outputs` to the phases that take them; yields (phase, arguments, output)."""
+    each phase's `outputs` to the phases that take them; yields (phase, arguments, output).
+    `before(phase)` is called before each phase method."""
     values = {}
     for phase in spec["phases"]:
         args = example_inputs(spec, phase, batch, values)
+        if before is not None:
+            before(phase["name"])
         out = getattr(model, phase["method"])(*args)
         yield phase, args, out
         handed = phase_values(out, phase)
@@ -191,10 +194,11 @@ def _probe(model: torch.nn.Module, spec: dict, batch: int | None = None) -> Prob
     probe = Probe(model)
     with probe.recording(), rng_kept():
         torch.manual_seed(0)
-        for phase, _, out in run_phases(model, spec, batch):
+        for phase, _, out in run_phases(model, spec, batch, before=probe.begin_phase):
             if phase["updates"]:
                 phase_loss(out, phase)
         sample = spec.get("sample")
+        probe.begin_phase("sample")
         if sample and "method" in sample:  # the grid's method, on a batch of its inputs
             args = example_inputs(spec, {"name": "sample", "inputs": sample["inputs"]}, batch)
             training = model.training

@@ -73,6 +73,10 @@ class Recorder:
             Function.apply = _APPLY
 
 
+class _Dirty(Exception):
+    """A Function's forward marked an input dirty (changed it in place)."""
+
+
 class _Context:
     """What a Function's forward may use of its ctx, for a forward run outside Function.apply."""
 
@@ -88,7 +92,7 @@ class _Context:
         pass
 
     def mark_dirty(self, *tensors):
-        pass
+        raise _Dirty()
 
     def mark_non_differentiable(self, *tensors):
         self.non_differentiable.update(id(t) for t in tensors)
@@ -189,22 +193,40 @@ def check(applied: Applied, tolerance: float = 1e-4) -> str:
     def own(c, *a, **k):
         return _APPLY.__func__(c, *a, **k)
 
-    with torch.enable_grad():
-        try:
-            expected = _grads(own, applied, second=True)
-            checked = "its backward and double backward"
-        except RuntimeError:  # its backward is not differentiable: first order only
-            expected = _grads(own, applied, second=False)
-            checked = "its backward (not differentiable itself: no double backward to compare)"
-        got = _grads(_forward_of, applied, second=expected[1] is not None)
-    for order, got_, expected_ in (("first", got[0], expected[0]), ("second", got[1], expected[1])):
-        for g, e in zip(got_ or [], expected_ or []):
-            err = _differ(g, e)
-            if not err <= tolerance:
-                raise ExportError(f"ganc.export: {name}{where}: its backward is not the gradient of its "
-                                  f"forward (the {order} derivatives differ by {err:.3g} relative): ganc "
-                                  "derives a Function's gradient from its forward, so only Functions that "
-                                  "compute their forward's gradient export; write this one as a "
-                                  "TORCH_LIBRARY operator with its autograd kernel (--op-library) or as "
-                                  "ordinary operations")
+    try:
+        with torch.no_grad():
+            _forward_of(cls, *(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in applied.args),
+                        **applied.kwargs)
+    except _Dirty:
+        raise ExportError(f"ganc.export: {name}{where}: its forward changes an input in place (ctx.mark_dirty): "
+                          "ganc derives a Function's gradient from its forward's operations, and a trace "
+                          "cannot record a Function that changes its input; return a new tensor instead") from None
+
+    checked = ""
+    # On the inputs the probe saw and at ten times their size: a straight-through estimator
+    # that clamps (at +-3, say) agrees with its forward's gradient on small inputs only.
+    for scale in (1.0, 10.0):
+        case = Applied(cls, tuple(a * scale if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                                  for a in applied.args), applied.kwargs, applied.path)
+        with torch.enable_grad():
+            try:
+                expected = _grads(own, case, second=True)
+                checked = "its backward and double backward"
+            except RuntimeError:  # its backward is not differentiable: first order only
+                expected = _grads(own, case, second=False)
+                checked = "its backward (not differentiable itself: no double backward to compare)"
+            got = _grads(_forward_of, case, second=expected[1] is not None)
+        if not all(bool(torch.isfinite(e).all()) for e in expected[0] + (expected[1] or [])):
+            continue  # its own gradients overflow at this scale: nothing to compare
+        for order, got_, expected_ in (("first", got[0], expected[0]), ("second", got[1], expected[1])):
+            for g, e in zip(got_ or [], expected_ or []):
+                err = _differ(g, e)
+                if not err <= tolerance:
+                    at = "" if scale == 1.0 else f" on inputs {scale:g} times those the probe saw"
+                    raise ExportError(f"ganc.export: {name}{where}: its backward is not the gradient of its "
+                                      f"forward (the {order} derivatives differ by {err:.3g} relative{at}): "
+                                      "ganc derives a Function's gradient from its forward, so only Functions "
+                                      "that compute their forward's gradient export; write this one as a "
+                                      "TORCH_LIBRARY operator with its autograd kernel (--op-library) or as "
+                                      "ordinary operations")
     return f"gradient derived from its forward; matches {checked}"

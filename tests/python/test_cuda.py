@@ -636,3 +636,46 @@ def test_gpu_profile_times_the_phases(ganc_bin, datasets, tmp_path, graphs):
     assert rows[0]["efficiency"] == 1.0 and all(0 < r["efficiency"] <= 1.0 for r in rows)
     report(f"profile/dcgan32/graphs-{graphs}", {ph["key"]: {k: ph[k] for k in ("forward_backward_seconds", "optimizer_seconds")}
                                for ph in p["phases"]} | {"simulated": rows})
+
+
+# -- ganc's own operators on the GPU --------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_ops_cuda_kernels_equal_the_reference_compositions(dtype):
+    """ganc::upfirdn2d and ganc::bias_act's CUDA kernels against the reference compositions
+    (pad + zero insertion + depthwise conv2d + slice; bias + activation + gain + clamp) on the
+    GPU: forward, backward and double backward, contiguous and channels-last. float64 to
+    1e-12, float32 to 1e-6, float16/bfloat16 to 4 of their rounding steps (relative to the
+    largest magnitude: the kernels accumulate in float32 and round once)."""
+    import test_ops
+    bound = {torch.float64: 1e-12, torch.float32: 1e-6}.get(dtype, 4 * torch.finfo(dtype).eps)
+    worst = {}
+    torch.manual_seed(0)
+    for up, down, padding, taps in test_ops.RESAMPLINGS:
+        f = test_ops.fir(taps, separable=taps % 2 == 0, dtype=torch.float32).cuda()
+        for layout in (torch.contiguous_format, torch.channels_last):
+            x = torch.randn(2, 8, 12, 10, device="cuda").to(dtype).to(memory_format=layout).requires_grad_()
+            got = test_ops.call(x, f, up, down, padding, gain=1.5)
+            want = test_ops.reference_upfirdn2d(x.double(), f.double(), up, down, padding, gain=1.5)
+            cot = torch.randn_like(want).requires_grad_()
+            g_got, = torch.autograd.grad(got, x, cot.to(dtype), create_graph=True)
+            g_want, = torch.autograd.grad(want, x, cot, create_graph=True)
+            w = torch.randn_like(g_want)
+            gg_got, = torch.autograd.grad((g_got * w.to(dtype)).sum(), cot)
+            gg_want, = torch.autograd.grad((g_want * w).sum(), cot)
+            for name, a, b in (("forward", got, want), ("backward", g_got, g_want), ("double", gg_got, gg_want)):
+                error = ((a.double() - b.double()).abs().max() / b.double().abs().max()).item()
+                worst[f"upfirdn2d/{name}"] = max(worst.get(f"upfirdn2d/{name}", 0.0), error)
+                assert error <= bound, (up, down, padding, taps, layout, name, error)
+    for act, gain, clamp in test_ops.ACTIVATIONS:
+        x = torch.randn(4, 16, 6, 6, device="cuda").to(dtype).to(memory_format=torch.channels_last).requires_grad_()
+        b = torch.randn(16, device="cuda").to(dtype).requires_grad_()
+        got = torch.ops.ganc.bias_act(x, b, 1, act, 0.2, gain, clamp)
+        want = test_ops.reference_bias_act(x, b, 1, act, 0.2, gain, clamp)
+        cot = torch.randn_like(want)
+        (gx, gb), (wx, wb) = torch.autograd.grad(got, (x, b), cot), torch.autograd.grad(want, (x, b), cot)
+        for name, a, r in (("forward", got, want), ("dx", gx, wx), ("db", gb, wb)):
+            error = ((a.double() - r.double()).abs().max() / r.double().abs().max().clamp_min(1e-30)).item()
+            worst[f"bias_act/{name}"] = max(worst.get(f"bias_act/{name}", 0.0), error)
+            assert error <= max(bound, 4 * torch.finfo(dtype).eps), (act, gain, clamp, name, error)
+    report(f"ops/{str(dtype).removeprefix('torch.')}", worst)

@@ -67,6 +67,24 @@ def test_resume_continues_exactly(ganc_bin, datasets, tmp_path, model, steps, sp
             assert torch.equal(t, b["loss_scalers"][name][key]), f"loss scaler {name}: {key} differs"
 
 
+@pytest.mark.parametrize("half_life,follows", [("0", True), (None, False)])
+def test_an_ema_half_life_of_0_makes_g_ema_follow_g(ganc_bin, datasets, tmp_path, half_life, follows):
+    """`--ema-half-life-images 0` is beta 0, as documented: after every step G_ema equals G
+    (it once kept the spec's averaging). Without the option the spec's half-life averages."""
+    plan = compile_plan(ganc_bin, "mlp_ema", str(tmp_path))
+    out = str(tmp_path / "out")
+    extra = ["--ema-half-life-images", half_life] if half_life else []
+    subprocess.run([ganc_bin, "run", "--nproc", "1", *train_args(plan, "mlp_ema", datasets["ring"], out, 3, *extra)],
+                   check=True)
+    checkpoint = ganc.load_checkpoint(os.path.join(out, "checkpoint.pt"))
+    pairs = [(t, checkpoint["generator_ema"][name]) for name, t in checkpoint["generator"].items()]
+    assert pairs and checkpoint["step"] == 3
+    assert all(torch.equal(g, ema) for g, ema in pairs) == follows
+    effective = json.load(open(os.path.join(out, "run.json")))
+    if half_life:
+        assert effective["spec"]["ema"]["beta"] == 0.0, effective["spec"]["ema"]
+
+
 def test_timing_lists_every_field_on_cpu(ganc_bin, datasets, tmp_path):
     """timing.json on CPU: the fields CUDA runs write too (test_cuda checks those), a value per
     step, a host time per phase run, no replays and no captured graphs."""

@@ -1,0 +1,110 @@
+// The ops' CUDA kernels (ops/cuda/) registered with the dispatcher: the tensors checked and
+// described to the kernels here, where LibTorch is.
+#include "ops/Ops.h"
+#include "ops/OpsInternal.h"
+#include "ops/cuda/Kernels.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+namespace ganc::ops {
+namespace {
+
+cuda::Dtype dtypeOf(const at::Tensor &t) {
+  switch (t.scalar_type()) {
+  case at::kHalf:
+    return cuda::Dtype::Float16;
+  case at::kBFloat16:
+    return cuda::Dtype::BFloat16;
+  case at::kFloat:
+    return cuda::Dtype::Float32;
+  case at::kDouble:
+    return cuda::Dtype::Float64;
+  default:
+    TORCH_CHECK(false, "ganc ops: no CUDA kernel for ", t.scalar_type(),
+                " (float16, bfloat16, float32, float64)");
+  }
+}
+
+void check(cudaError_t status, const char *op) {
+  TORCH_CHECK(status == cudaSuccess, op, ": ", cudaGetErrorString(status));
+}
+
+at::Tensor upfirdn2dCuda(const at::Tensor &x, const at::Tensor &f, c10::IntArrayRef up,
+                         c10::IntArrayRef down, c10::IntArrayRef padding, bool flipFilter,
+                         double gain, c10::string_view /*origin*/) {
+  const Resampling r = detail::resampling(up, down, padding, flipFilter, gain);
+  const std::array<int64_t, 2> out = detail::checkedOutputSize(x, f, r);
+  const std::array<int64_t, 2> taps = detail::taps(f);
+  TORCH_CHECK(taps[0] * taps[1] <= cuda::kMaxTaps, "ganc::upfirdn2d: at most ", cuda::kMaxTaps,
+              " taps on CUDA, not ", taps[0], " x ", taps[1]);
+  const c10::cuda::CUDAGuard device(x.device());
+  at::Tensor y = at::empty({x.size(0), x.size(1), out[0], out[1]},
+                           x.options().memory_format(x.suggest_memory_format()));
+  cuda::Upfirdn2dArgs a;
+  a.x = x.data_ptr();
+  a.y = y.data_ptr();
+  a.batch = x.size(0);
+  a.channels = x.size(1);
+  a.height = x.size(2);
+  a.width = x.size(3);
+  a.outHeight = out[0];
+  a.outWidth = out[1];
+  for (int d = 0; d < 4; ++d) {
+    a.xStride[d] = x.stride(d);
+    a.yStride[d] = y.stride(d);
+  }
+  a.upX = static_cast<int>(r.up[0]);
+  a.upY = static_cast<int>(r.up[1]);
+  a.downX = static_cast<int>(r.down[0]);
+  a.downY = static_cast<int>(r.down[1]);
+  a.padX0 = static_cast<int>(r.padding[0]);
+  a.padY0 = static_cast<int>(r.padding[2]);
+  a.tapRows = static_cast<int>(taps[0]);
+  a.tapColumns = static_cast<int>(taps[1]);
+  const std::vector<double> w = detail::correlationWeights(f, r);
+  std::copy(w.begin(), w.end(), a.weights);
+  check(cuda::upfirdn2d(a, dtypeOf(x), at::cuda::getCurrentCUDAStream()), "ganc::upfirdn2d");
+  return y;
+}
+
+at::Tensor biasActCuda(const at::Tensor &grad, const at::Tensor &xIn,
+                       const c10::optional<at::Tensor> &bIn, int64_t dim, c10::string_view act,
+                       double alpha, double gain, double clamp) {
+  Activation activation{};
+  auto [x, b] = detail::biasActInputs(xIn, bIn, dim, act, activation);
+  at::Tensor g = grad;
+  detail::laidOutAlike(g, x);
+  const c10::cuda::CUDAGuard device(x.device());
+  at::Tensor out = at::empty_like(x);
+  cuda::BiasActArgs a;
+  a.x = x.data_ptr();
+  a.bias = b.defined() ? b.data_ptr() : nullptr;
+  a.grad = g.defined() ? g.data_ptr() : nullptr;
+  a.out = out.data_ptr();
+  a.numel = x.numel();
+  a.stride = b.defined() ? x.stride(dim) : 1;
+  a.size = b.defined() ? x.size(dim) : 1;
+  a.act = static_cast<int>(activation);
+  a.alpha = alpha;
+  a.gain = gain;
+  a.clamp = clamp;
+  check(cuda::biasAct(a, dtypeOf(x), at::cuda::getCurrentCUDAStream()), "ganc::bias_act");
+  return out;
+}
+
+at::Tensor biasActForwardCuda(const at::Tensor &x, const c10::optional<at::Tensor> &b, int64_t dim,
+                              c10::string_view act, double alpha, double gain, double clamp) {
+  return biasActCuda(at::Tensor(), x, b, dim, act, alpha, gain, clamp);
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(ganc, CUDA, m) {
+  m.impl("upfirdn2d", upfirdn2dCuda);
+  m.impl("bias_act", biasActForwardCuda);
+  m.impl("bias_act_backward", biasActCuda);
+}
+
+} // namespace ganc::ops
