@@ -23,6 +23,11 @@ Both sides train the same networks on the same GPU, data set and per-GPU batch:
   trained with `ganc train --device cuda`, every phase captured and replayed. Seconds per kimg
   from stats.jsonl's `Progress/img_per_sec`, as below.
 
+- ganc unfused (`--sides` naming `ganc_unfused`): the same plan trained with `--fusion off`,
+  the reference resampling and bias_act replayed as the archive wrote them (ganc's default
+  runs them as ganc::upfirdn2d and ganc::bias_act); `fusion_speedup` is its s/kimg over the
+  fused run's.
+
 - NVIDIA with reference ops (`--sides` naming `nvidia_ref`): train.py again, its bias_act and
   upfirdn2d made to take their reference paths (bench/nvidia_compat.py), so it runs eagerly
   the very operations ganc's archive replays. Against it, ganc's ratio says what the replay
@@ -52,7 +57,7 @@ Both sides' GPU memory is also sampled with nvidia-smi every 0.2 s (the process'
 CUDA context and allocator cache included), so the two are read the same way.
 
     python bench/nvidia_train_speed.py --repo external/stylegan3 [--batches 4,32] [--kimg 3]
-        [--sides nvidia,nvidia_ref,ganc] [--scaling 1,2,4,8]
+        [--sides nvidia,nvidia_ref,ganc,ganc_unfused] [--scaling 1,2,4,8]
 
 Without a GPU it makes the data set, reads train.py's options, exports and compiles the model
 at each batch, and stops with one line (exit 3). Results: bench/results/nvidia_train_speed.json
@@ -366,7 +371,7 @@ def ganc_warmup(extra: list) -> int:
 
 
 def run_ganc(ganc_bin: str, model: str, plan: str, data: str, out: str, batch: int, kimg: int, limit: float,
-             extra: list, kernel_steps: int = 0) -> dict:
+             extra: list, kernel_steps: int = 0, name: str = "ganc") -> dict:
     every = kernel_steps or LAZY_PERIOD
     # Warm-up: the first kimg, and at least until the rarest phase (R1, every 16 steps) has run
     # its eager warm-ups and its capture; then kimg - 1 measured, then the profiled steps.
@@ -374,20 +379,20 @@ def run_ganc(ganc_bin: str, model: str, plan: str, data: str, out: str, batch: i
     warm = every * math.ceil(warm / every)
     measured = every * max(1, math.ceil((kimg - 1) * 1000 / batch / every))
     steps = warm + measured + kernel_steps
-    run = os.path.join(out, f"ganc_b{batch}")
+    run = os.path.join(out, f"{name}_b{batch}")
     cmd = [ganc_bin, "train", plan, "--model", model, "--data", data, "--device", "cuda", "--steps", str(steps),
            "--out", run, "--sample-every", "0", "--checkpoint-every", "0", "--log-every", str(every),
            "--tensorboard", "off"] + extra
     if kernel_steps:  # the last record's steps under the CUDA profiler: where the GPU's time goes
         cmd += ["--kernel-time", str(kernel_steps)]
     start = time.time()
-    with MemorySampler() as memory, open(os.path.join(out, f"ganc_b{batch}.txt"), "w") as f:
+    with MemorySampler() as memory, open(os.path.join(out, f"{name}_b{batch}.txt"), "w") as f:
         rc = run_until(cmd, limit, f)
     result = {"exit": rc, "wall_seconds": time.time() - start, "nvidia_smi_peak_gib": memory.peak_gib(),
               "command": " ".join(cmd)}
     path = os.path.join(run, "stats.jsonl")
     if not os.path.isfile(path):
-        result["error"] = open(os.path.join(out, f"ganc_b{batch}.txt")).read().strip().splitlines()[-3:]
+        result["error"] = open(os.path.join(out, f"{name}_b{batch}.txt")).read().strip().splitlines()[-3:]
         return result
     records = read_jsonl(path)
     steady = [r for r in records if warm < r["step"] <= warm + measured] or records[1:]
@@ -495,18 +500,28 @@ def run_batch(result: dict, args, batch: int, sides: list, repo: str, data: str,
     """Every side at one per-GPU batch, ganc first (its per-phase times say the most), their rows
     printed as each ends."""
     row = result["by_batch"][str(batch)]
-    if "ganc" in sides:
-        row["ganc"] = run_ganc(ganc_bin, model, plan, data, work, batch, args.kimg, args.limit,
-                               ["--batch-size", str(batch)] + args.ganc_args.split(), args.kernel_time)
-        shown = {k: v for k, v in row["ganc"].items()
+    # ganc as planned (fused), and with --fusion off: the reference resampling and bias_act it
+    # replays otherwise.
+    for side, fusion in (("ganc", []), ("ganc_unfused", ["--fusion", "off"])):
+        if side not in sides:
+            continue
+        row[side] = run_ganc(ganc_bin, model, plan, data, work, batch, args.kimg, args.limit,
+                             ["--batch-size", str(batch)] + args.ganc_args.split() + fusion, args.kernel_time,
+                             name=side)
+        shown = {k: v for k, v in row[side].items()
                  if k not in ("summary", "sec_per_kimg_by_record", "kernel_time", "phases")}
-        print(f"batch {batch}: ganc {json.dumps(shown)}", flush=True)
-        print_phases(batch, row["ganc"].get("phases"))
-        print_kernel_time(batch, row["ganc"].get("kernel_time"))
-        if args.scaling:
+        print(f"batch {batch}: {side} {json.dumps(shown)}", flush=True)
+        print_phases(batch, row[side].get("phases"))
+        print_kernel_time(batch, row[side].get("kernel_time"))
+        if args.scaling and side == "ganc":
             row["ganc_scaling"] = predict_scaling(ganc_bin, model, plan, data, work, batch, args.scaling, args.limit,
                                                   ["--batch-size", str(batch)] + args.ganc_args.split())
             print_scaling(batch, args.resolution, row["ganc_scaling"])
+    fused, unfused = row.get("ganc", {}).get("sec_per_kimg"), row.get("ganc_unfused", {}).get("sec_per_kimg")
+    if fused and unfused:
+        row["fusion_speedup"] = unfused / fused
+        print(f"batch {batch}: ganc unfused {unfused:.2f} s/kimg, fused {fused:.2f} s/kimg: fusion "
+              f"{unfused / fused:.2f}x", flush=True)
     for side in ("nvidia", "nvidia_ref"):
         if side not in sides:
             continue
@@ -554,7 +569,7 @@ def main():
     parser.add_argument("--images", type=int, default=512, help="images in the generated data set")
     parser.add_argument("--sides", default="nvidia,ganc",
                         help="of nvidia, nvidia_ref (train.py with reference bias_act and upfirdn2d, the operations "
-                        "ganc's archive holds) and ganc")
+                        "ganc's archive holds), ganc (fused, the default) and ganc_unfused (--fusion off)")
     parser.add_argument("--limit", type=float, default=240, help="seconds each run may take")
     parser.add_argument("--ganc-args", default="", help="options for every ganc train run")
     parser.add_argument("--kernel-time", type=int, default=LAZY_PERIOD,
@@ -579,9 +594,10 @@ def main():
     ganc_bin = os.environ.get("GANC", os.path.join(args.build, "tools", "ganc"))
     batches = [int(b) for b in args.batches.split(",")]
     sides = args.sides.split(",")
-    unknown = sorted(set(sides) - {"nvidia", "nvidia_ref", "ganc"})
+    unknown = sorted(set(sides) - {"nvidia", "nvidia_ref", "ganc", "ganc_unfused"})
     if unknown:
-        raise SystemExit(f"nvidia_train_speed: --sides: unknown {', '.join(unknown)} (nvidia, nvidia_ref, ganc)")
+        raise SystemExit(f"nvidia_train_speed: --sides: unknown {', '.join(unknown)} "
+                         "(nvidia, nvidia_ref, ganc, ganc_unfused)")
     work = args.work or tempfile.mkdtemp(prefix="ganc_nvidia_")
     os.makedirs(work, exist_ok=True)
     data = os.path.join(work, f"data{args.resolution}.zip")
@@ -609,7 +625,7 @@ def main():
     model, plan = (os.path.join(work, f"official_b{export_batch}_gpu.{x}") for x in ("pt", "plan"))
     result["ganc_export_batch"] = export_batch
     result["ganc_traced_as_on_gpu"] = True
-    if "ganc" in sides and not os.path.isfile(plan):
+    if ("ganc" in sides or "ganc_unfused" in sides) and not os.path.isfile(plan):
         trace_as_on_gpu()
         torch.manual_seed(0)
         t0 = time.time()

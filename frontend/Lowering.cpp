@@ -3,6 +3,7 @@
 #include "frontend/Lowering.h"
 
 #include "frontend/Archive.h"
+#include "frontend/IRTypes.h"
 #include "frontend/Sections.h"
 #include "frontend/Shapes.h"
 #include "frontend/SpecSchema.h"
@@ -82,11 +83,25 @@ public:
     return graph;
   }
 
-  Expected<std::unique_ptr<ir::Phase>> run() {
+  /// Fuses `graph` (see Fusion.h): the report of what it replaced.
+  FusionReport fused(jit::Graph &graph) {
+    resolveAttributes(graph.block(), graph.inputs()[0], true);
+    return fuse(graph, [this](const jit::Value *v) {
+      auto found = targets_.find(const_cast<jit::Value *>(v));
+      return found != targets_.end() && found->second.kind == AttrTarget::Kind::Parameter;
+    });
+  }
+
+  Expected<std::unique_ptr<ir::Phase>> run(bool fusion) {
     auto specialised = specialise();
     if (!specialised)
       return specialised.status();
     std::shared_ptr<jit::Graph> graph = specialised.take();
+    FusionReport report;
+    // On a copy: the IR is the code as written, the runtime runs the fused graph. Phases that
+    // continue into sections run their graph as the executor joins it: not fused.
+    if (fusion && through_.empty())
+      report = fused(*graph->copy());
     foldModuleAttributes(graph);
     // A submodule returning (x, img) packs both into one tuple value; unpacking it at once
     // keeps their gradient paths apart in the IR.
@@ -98,7 +113,14 @@ public:
     // Module paths must be recomputed: the passes above created new values.
     resolveAttributes(graph->block(), graph->inputs()[0], true);
     GANC_TRY(recordShapes(graph));
-    return lower(*graph);
+    auto phase = lower(*graph);
+    if (phase) {
+      (*phase)->fusedResamplings = report.resamplings;
+      (*phase)->fusedBiasActs = report.biasActs;
+      for (const NearMiss &miss : report.nearMisses)
+        (*phase)->notFused.push_back({miss.pattern, miss.why});
+    }
+    return phase;
   }
 
 private:
@@ -233,89 +255,10 @@ private:
     return convert(v->type());
   }
 
-  static ir::Type convert(const c10::TypePtr &type) {
-    using c10::TypeKind;
-    // Scalars and objects: a name each.
-    static const std::map<TypeKind, const char *> kNames = {
-        {TypeKind::IntType, "int"},       {TypeKind::FloatType, "float"},
-        {TypeKind::BoolType, "bool"},     {TypeKind::NoneType, "none"},
-        {TypeKind::StringType, "str"},    {TypeKind::DeviceObjType, "device"},
-        {TypeKind::NumberType, "number"}, {TypeKind::ClassType, "object"},
-    };
-    switch (type->kind()) {
-    case TypeKind::TensorType: {
-      auto t = type->expect<c10::TensorType>();
-      std::string dtype = t->scalarType() ? dtypeName(*t->scalarType()) : "";
-      if (auto sizes = t->sizes().concrete_sizes())
-        return ir::Type::tensor(dtype, *sizes);
-      return ir::Type::unknownTensor(dtype);
-    }
-    case TypeKind::ListType:
-      return ir::Type::other("list", {convert(type->containedTypes()[0])});
-    case TypeKind::OptionalType:
-      return ir::Type::other("optional", {convert(type->containedTypes()[0])});
-    case TypeKind::TupleType: {
-      std::vector<ir::Type> elements;
-      for (const auto &t : type->containedTypes())
-        elements.push_back(convert(t));
-      return ir::Type::other("tuple", elements);
-    }
-    default: {
-      auto name = kNames.find(type->kind());
-      return ir::Type::other(name != kNames.end() ? name->second : "any");
-    }
-    }
-  }
-
   static bool isGradModeObject(jit::Value *v, bool &enables) {
     std::string name = v->type()->str();
     enables = name.find("enable_grad") != std::string::npos;
     return name.find("grad_mode.no_grad") != std::string::npos || enables;
-  }
-
-  static std::vector<std::pair<std::string, ir::Attribute>> attributesOf(jit::Node *node) {
-    std::vector<std::pair<std::string, ir::Attribute>> attrs;
-    for (c10::Symbol name : node->attributeNames()) {
-      std::string key = name.toUnqualString();
-      switch (node->kindOf(name)) {
-      case jit::AttributeKind::i:
-        attrs.emplace_back(key, node->i(name));
-        break;
-      case jit::AttributeKind::f:
-        attrs.emplace_back(key, node->f(name));
-        break;
-      case jit::AttributeKind::s:
-        attrs.emplace_back(key, node->s(name));
-        break;
-      case jit::AttributeKind::is:
-        attrs.emplace_back(key, node->is(name));
-        break;
-      case jit::AttributeKind::ival: {
-        const c10::IValue &v = node->ival(name);
-        if (v.isBool())
-          attrs.emplace_back(key, v.toBool());
-        else if (v.isInt())
-          attrs.emplace_back(key, v.toInt());
-        else if (v.isDouble())
-          attrs.emplace_back(key, v.toDouble());
-        else if (v.isString())
-          attrs.emplace_back(key, v.toStringRef());
-        else if (v.isDevice())
-          attrs.emplace_back(key, v.toDevice().str());
-        else if (v.isIntList())
-          attrs.emplace_back(key, v.toIntVector());
-        else
-          attrs.emplace_back(key, std::string(v.tagKind()));
-        break;
-      }
-      case jit::AttributeKind::t:
-        attrs.emplace_back(key, std::string("tensor"));
-        break;
-      default:
-        break;
-      }
-    }
-    return attrs;
   }
 
   Expected<std::unique_ptr<ir::Phase>> lower(jit::Graph &graph) {
@@ -531,7 +474,7 @@ std::string ownerOf(const std::string &name) {
 
 } // namespace
 
-Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive) {
+Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive, bool fusion) {
   auto module = std::make_unique<ir::Module>();
   module->name = archive.spec.name;
   module->identity = archive.identity;
@@ -565,7 +508,7 @@ Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive) {
       }
       PhaseLowering lowering(archive, spec, module.get(), stages ? static_cast<int>(s) : -1);
       try {
-        auto phase = lowering.run();
+        auto phase = lowering.run(fusion);
         if (!phase)
           return phase.status().inFile(archive.path);
         module->phases.push_back(phase.take());
@@ -585,12 +528,14 @@ Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive) {
 }
 
 Expected<std::shared_ptr<torch::jit::Graph>> phaseGraph(Archive &archive, const PhaseSpec &phase,
-                                                        int stage) {
+                                                        int stage, FusionReport *fusion) {
   PhaseLowering lowering(archive, phase, nullptr, stage);
   try {
     auto graph = lowering.specialise();
     if (!graph)
       return graph.status().inFile(archive.path);
+    if (fusion)
+      *fusion = lowering.fused(**graph);
     return graph;
   } catch (const std::exception &e) {
     return lowering.phaseError(firstLine(e)).inFile(archive.path);

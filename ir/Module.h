@@ -181,6 +181,12 @@ inline std::string phaseKey(const std::string &name, const std::string &stage) {
 /// "generator.mapping" and "generator", not within "gen".
 bool isWithin(const std::string &name, const std::string &path);
 
+/// A pattern the fusion left alone in a phase, and why (with where, where known).
+struct NotFused {
+  std::string pattern;
+  std::string why;
+};
+
 /// One training phase: a method returning a scalar loss, the submodules it updates, and the
 /// facts passes derive about it.
 struct Phase {
@@ -207,6 +213,11 @@ struct Phase {
   /// What the method hands to later phases of the step besides its loss (entries of the
   /// dict of its `(loss, dict)`), taken detached.
   std::vector<std::string> outputs;
+  /// What the runtime fuses in the phase's graph (ganc::upfirdn2d and ganc::bias_act nodes
+  /// it makes), and what it leaves alone; `ganc compile --fusion off` records none.
+  int64_t fusedResamplings = 0;
+  int64_t fusedBiasActs = 0;
+  std::vector<NotFused> notFused;
   /// This phase's bucket caps (0: the module's); `ganc compile --bucket-cap-mb auto` sets them.
   int64_t bucketCapBytes = 0;
   int64_t firstBucketCapBytes = 0;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <type_traits>
 #include <utility>
@@ -134,6 +135,12 @@ Status checkTuned(const Phase &p, const Module &) {
   return Status::ok();
 }
 
+Status checkFused(const Phase &p, const Module &) {
+  if (p.fusedResamplings < 0 || p.fusedBiasActs < 0)
+    return Status::error("fused counts must not be negative");
+  return Status::ok();
+}
+
 Status checkClip(const Phase &p, const Module &m) {
   for (const ClipGradNorm &clip : p.clips) {
     if (std::none_of(m.parameters.begin(), m.parameters.end(),
@@ -193,6 +200,29 @@ std::string explainLossScaler(const Phase &p) {
   return "loss scaling: by scaler " + p.lossScaler +
          " (loss x scale; gradients unscaled after the all-reduce; on inf/NaN the step is "
          "skipped and the scale backs off)";
+}
+
+std::string explainFused(const Phase &p) {
+  if (p.fusedResamplings + p.fusedBiasActs == 0)
+    return "";
+  return "fused: " + std::to_string(p.fusedResamplings) +
+         " resampling(s) as ganc::upfirdn2d (pad, zero insertion, FIR filter, stride in one "
+         "kernel), " +
+         std::to_string(p.fusedBiasActs) +
+         " bias + activation(s) as ganc::bias_act; their derivatives are the same ops "
+         "(ganc train --fusion off runs them as written)";
+}
+
+std::string explainNotFused(const Phase &p) {
+  std::string lines;
+  std::map<std::pair<std::string, std::string>, int> counted; // the same reason once, counted
+  for (const NotFused &miss : p.notFused)
+    ++counted[{miss.pattern, miss.why}];
+  for (const auto &[miss, count] : counted) {
+    lines += lines.empty() ? "" : "\n";
+    lines += "not fused: " + miss.first + " x" + std::to_string(count) + ": " + miss.second;
+  }
+  return lines;
 }
 
 std::string explainClip(const Phase &p) {

@@ -1,6 +1,7 @@
 // ganc::bias_act and ganc::bias_act_backward: their CPU kernels and their autograd.
 //
-// Forward, per element (the reference's order of operations, in opmath precision):
+// Forward, per element (the reference's order of operations; the CPU runs it as the
+// reference's ATen kernels, CUDA as one fused kernel in opmath precision):
 //   z = x + b[c];  a = act(z);  y = a * gain;  y = min(max(y, -clamp), clamp) if clamp >= 0
 // Backward, per element (the reference's autograd: clamp's, mul's, then the activation's):
 //   t = grad where -clamp <= act(z) * gain <= clamp, else 0;  t = t * gain;  dz = t * act'(z)
@@ -12,8 +13,6 @@
 #include "ops/Ops.h"
 #include "ops/OpsInternal.h"
 
-#include <ATen/OpMathType.h>
-#include <ATen/Parallel.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
@@ -72,92 +71,53 @@ namespace {
 
 using detail::biasActInputs;
 
-/// The parameters every element's arithmetic takes, in the kernel's precision.
-template <typename acc_t> struct Elementwise {
-  Activation act;
-  acc_t alpha, gain, clamp;
-  bool clamps, scales;
-
-  /// act(z) * gain, before the clamp.
-  acc_t scaled(acc_t z) const {
-    const acc_t y = act == Activation::Linear ? z
-                    : act == Activation::Relu ? (z > 0 ? z : acc_t(0))
-                                              : (z > 0 ? z : z * alpha); // LeakyRelu
-    return scales ? y * gain : y;
-  }
-
-  acc_t forward(acc_t z) const {
-    const acc_t y = scaled(z);
-    return clamps ? (y < -clamp ? -clamp : (y > clamp ? clamp : y)) : y;
-  }
-
-  acc_t backward(acc_t g, acc_t z) const {
-    if (clamps) {
-      const acc_t y = scaled(z);
-      if (!(y >= -clamp && y <= clamp))
-        g = 0;
-    }
-    if (scales)
-      g = g * gain;
-    if (act == Activation::Relu)
-      return z > 0 ? g : acc_t(0);
-    if (act == Activation::LeakyRelu)
-      return z > 0 ? g : g * alpha;
-    return g;
-  }
-};
-
-template <typename acc_t>
-Elementwise<acc_t> elementwise(Activation act, double alpha, double gain, double clamp) {
-  return {act,
-          static_cast<acc_t>(alpha),
-          static_cast<acc_t>(gain),
-          static_cast<acc_t>(clamp),
-          clamp >= 0,
-          gain != 1.0};
+/// b shaped to broadcast along `dim` of x.
+at::Tensor alongDim(const at::Tensor &b, const at::Tensor &x, int64_t dim) {
+  std::vector<int64_t> shape(static_cast<size_t>(x.dim()), 1);
+  shape[static_cast<size_t>(dim)] = -1;
+  return b.reshape(shape);
 }
 
-/// bias_act over x (grad undefined), or its backward: x (and grad) laid out alike and densely,
-/// walked by storage offset, the channel of offset i being (i / stride(dim)) % size(dim).
-at::Tensor elementwiseCpu(at::Tensor grad, at::Tensor x, const at::Tensor &b, int64_t dim,
-                          Activation a, double alpha, double gain, double clamp) {
-  detail::laidOutAlike(grad, x);
-  at::Tensor out = at::empty_like(x);
-  const int64_t stride = b.defined() ? x.stride(dim) : 1, size = b.defined() ? x.size(dim) : 1;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "bias_act", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    const Elementwise<acc_t> e = elementwise<acc_t>(a, alpha, gain, clamp);
-    const scalar_t *xp = x.data_ptr<scalar_t>();
-    const scalar_t *gp = grad.defined() ? grad.data_ptr<scalar_t>() : nullptr;
-    const scalar_t *bp = b.defined() ? b.data_ptr<scalar_t>() : nullptr;
-    scalar_t *op = out.data_ptr<scalar_t>();
-    at::parallel_for(0, x.numel(), 32768, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        // z rounded to scalar_t as the reference's x + b is.
-        const acc_t z =
-            bp ? static_cast<acc_t>(static_cast<scalar_t>(
-                     static_cast<acc_t>(xp[i]) + static_cast<acc_t>(bp[(i / stride) % size])))
-               : static_cast<acc_t>(xp[i]);
-        op[i] = static_cast<scalar_t>(gp ? e.backward(static_cast<acc_t>(gp[i]), z) : e.forward(z));
-      }
-    });
-  });
-  return out;
+/// act(z) * gain, before the clamp: the reference's operations, one ATen kernel each.
+at::Tensor scaled(const at::Tensor &z, Activation a, double alpha, double gain) {
+  at::Tensor y = a == Activation::LeakyRelu ? at::leaky_relu(z, alpha)
+                 : a == Activation::Relu    ? at::relu(z)
+                                            : z;
+  return gain != 1.0 ? y * gain : y;
 }
 
+/// On the CPU the op is the reference's composition, each step one vectorised ATen kernel
+/// (bit for bit the reference's numbers, forward and backward); the fused kernels are the
+/// GPU's (ops/cuda/BiasAct.cu), where the memory traffic is the cost.
 at::Tensor biasActCpu(const at::Tensor &xIn, const c10::optional<at::Tensor> &bIn, int64_t dim,
                       c10::string_view act, double alpha, double gain, double clamp) {
   Activation a{};
   auto [x, b] = biasActInputs(xIn, bIn, dim, act, a);
-  return elementwiseCpu(at::Tensor(), x, b, dim, a, alpha, gain, clamp);
+  const at::Tensor y = scaled(b.defined() ? x + alongDim(b, x, dim) : x, a, alpha, gain);
+  return clamp >= 0 ? y.clamp(-clamp, clamp) : y;
 }
 
-at::Tensor biasActBackwardCpu(const at::Tensor &grad, const at::Tensor &xIn,
+/// The reference's autograd, in its order: clamp's backward, mul's, the activation's.
+at::Tensor biasActBackwardCpu(const at::Tensor &gradIn, const at::Tensor &xIn,
                               const c10::optional<at::Tensor> &bIn, int64_t dim,
                               c10::string_view act, double alpha, double gain, double clamp) {
   Activation a{};
   auto [x, b] = biasActInputs(xIn, bIn, dim, act, a);
-  return elementwiseCpu(grad, x, b, dim, a, alpha, gain, clamp);
+  at::Tensor g = gradIn.to(x.scalar_type());
+  TORCH_CHECK(g.sizes() == x.sizes(), "ganc::bias_act_backward: grad ", g.sizes(), " and x ",
+              x.sizes(), " differ");
+  const at::Tensor z = b.defined() ? x + alongDim(b, x, dim) : x;
+  if (clamp >= 0) {
+    const at::Tensor y = scaled(z, a, alpha, gain);
+    g = at::where(at::logical_and(y >= -clamp, y <= clamp), g, at::zeros({}, g.options()));
+  }
+  if (gain != 1.0)
+    g = g * gain;
+  if (a == Activation::LeakyRelu)
+    return at::leaky_relu_backward(g, z, alpha, false);
+  if (a == Activation::Relu)
+    return at::threshold_backward(g, at::relu(z), 0);
+  return g;
 }
 
 at::Tensor callBackward(const at::Tensor &grad, const at::Tensor &x, const at::Tensor &b,
@@ -179,6 +139,30 @@ void saveArguments(torch::autograd::AutogradContext *ctx, int64_t dim, c10::stri
   ctx->saved_data["clamp"] = clamp;
 }
 
+/// The gradient with respect to `grad` of bias_act_backward, on the CPU: the reference's own
+/// double backward, in its order (the activation's, mul's, then clamp's), so that R1 and path
+/// length through the fused op are the reference's bit for bit there.
+at::Tensor doubleBackwardCpu(const at::Tensor &gg, const at::Tensor &xIn, const at::Tensor &bIn,
+                             int64_t dim, c10::string_view act, double alpha, double gain,
+                             double clamp) {
+  Activation a{};
+  auto [x, b] = biasActInputs(xIn, bIn.defined() ? c10::optional<at::Tensor>(bIn) : c10::nullopt,
+                              dim, act, a);
+  const at::Tensor z = b.defined() ? x + alongDim(b, x, dim) : x;
+  at::Tensor g = gg.to(x.scalar_type());
+  if (a == Activation::LeakyRelu)
+    g = at::leaky_relu_backward(g, z, alpha, false);
+  else if (a == Activation::Relu)
+    g = at::threshold_backward(g, at::relu(z), 0);
+  if (gain != 1.0)
+    g = g * gain;
+  if (clamp >= 0) {
+    const at::Tensor y = scaled(z, a, alpha, gain);
+    g = at::where(at::logical_and(y >= -clamp, y <= clamp), g, at::zeros({}, g.options()));
+  }
+  return g;
+}
+
 /// The gradient with respect to x of the saved arguments' bias_act, through the dispatcher.
 at::Tensor savedBackward(torch::autograd::AutogradContext *ctx, const at::Tensor &grad,
                          const at::Tensor &x, const at::Tensor &b) {
@@ -194,11 +178,10 @@ c10::optional<at::Tensor> optional(const at::Tensor &t) {
 
 /// The gradient of b: dz summed over every dimension but `dim`.
 at::Tensor biasGradient(const at::Tensor &dz, int64_t dim) {
-  std::vector<int64_t> over;
-  for (int64_t d = 0; d < dz.dim(); ++d)
-    if (d != dim)
-      over.push_back(d);
-  return over.empty() ? dz : dz.sum(over);
+  // As autograd reduces the reference's broadcast add: sum_to_size, then the view back.
+  std::vector<int64_t> shape(static_cast<size_t>(dz.dim()), 1);
+  shape[static_cast<size_t>(dim)] = dz.size(dim);
+  return dz.sum_to_size(shape).reshape({-1});
 }
 
 /// bias_act_backward's autograd: linear in grad, piecewise constant in x and b.
@@ -216,14 +199,15 @@ public:
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    return {savedBackward(ctx, grads[0], saved[0], saved[1]),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor()};
+    const at::Tensor gg =
+        grads[0].is_cuda()
+            ? savedBackward(ctx, grads[0], saved[0], saved[1])
+            : doubleBackwardCpu(
+                  grads[0], saved[0], saved[1], ctx->saved_data["dim"].toInt(),
+                  ctx->saved_data["act"].toStringRef(), ctx->saved_data["alpha"].toDouble(),
+                  ctx->saved_data["gain"].toDouble(), ctx->saved_data["clamp"].toDouble());
+    return {gg,           at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 

@@ -11,8 +11,6 @@
 #include "ops/Ops.h"
 #include "ops/OpsInternal.h"
 
-#include <ATen/OpMathType.h>
-#include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
@@ -100,61 +98,37 @@ using detail::correlationWeights;
 using detail::resampling;
 using detail::taps;
 
-/// One plane: y[oy, ox] = sum of w[ky, kx] * xu[oy*dy + ky - py0, ox*dx + kx - px0] over the
-/// taps that land on a sample of x (zero insertion and padding skipped, not multiplied).
-template <typename scalar_t, typename acc_t>
-void resamplePlane(const scalar_t *x, const int64_t xs[2], int64_t height, int64_t width,
-                   scalar_t *y, const int64_t ys[2], const std::array<int64_t, 2> &out,
-                   const std::vector<acc_t> &w, const std::array<int64_t, 2> &k,
-                   const Resampling &r) {
-  for (int64_t oy = 0; oy < out[0]; ++oy) {
-    const int64_t sy = oy * r.down[1] - r.padding[2]; // upsampled row under tap 0
-    for (int64_t ox = 0; ox < out[1]; ++ox) {
-      const int64_t sx = ox * r.down[0] - r.padding[0];
-      acc_t sum = 0;
-      for (int64_t ky = 0; ky < k[0]; ++ky) {
-        const int64_t uy = sy + ky;
-        if (uy < 0 || uy % r.up[1] != 0 || uy / r.up[1] >= height)
-          continue;
-        const scalar_t *row = x + (uy / r.up[1]) * xs[0];
-        const acc_t *wr = w.data() + ky * k[1];
-        for (int64_t kx = 0; kx < k[1]; ++kx) {
-          const int64_t ux = sx + kx;
-          if (ux < 0 || ux % r.up[0] != 0 || ux / r.up[0] >= width)
-            continue;
-          sum += static_cast<acc_t>(row[(ux / r.up[0]) * xs[1]]) * wr[kx];
-        }
-      }
-      y[oy * ys[0] + ox * ys[1]] = static_cast<scalar_t>(sum);
-    }
-  }
-}
-
+/// On the CPU, the op is the composition its definition reads as, each step one ATen kernel
+/// (mkldnn's depthwise convolution is faster there than a direct loop): zero insertion by a
+/// strided copy, the padding (negative: a crop), a depthwise convolution with the
+/// correlation weights whose stride is `down`. Its gradient is still this op (autograd
+/// below), so no convolution's double backward is ever taken.
 at::Tensor upfirdn2dCpu(const at::Tensor &x, const at::Tensor &f, c10::IntArrayRef up,
                         c10::IntArrayRef down, c10::IntArrayRef padding, bool flipFilter,
                         double gain, c10::string_view /*origin*/) {
   const Resampling r = resampling(up, down, padding, flipFilter, gain);
-  const std::array<int64_t, 2> out = checkedOutputSize(x, f, r);
+  checkedOutputSize(x, f, r);
+  TORCH_CHECK(x.is_floating_point(), "ganc::upfirdn2d: x must be floating point, not ",
+              x.scalar_type());
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  at::Tensor xu = x;
+  if (r.up[0] > 1 || r.up[1] > 1) {
+    xu = at::zeros({n, c, h * r.up[1], w * r.up[0]},
+                   x.options().memory_format(x.suggest_memory_format()));
+    xu.slice(2, 0, c10::nullopt, r.up[1]).slice(3, 0, c10::nullopt, r.up[0]).copy_(x);
+  }
+  const at::Tensor padded =
+      at::constant_pad_nd(xu, {r.padding[0], r.padding[1], r.padding[2], r.padding[3]});
+  const std::array<int64_t, 2> k = taps(f);
   const std::vector<double> w64 = correlationWeights(f, r);
-  at::Tensor y = at::empty({x.size(0), x.size(1), out[0], out[1]},
-                           x.options().memory_format(x.suggest_memory_format()));
-  const int64_t channels = x.size(1);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "upfirdn2d", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    const std::vector<acc_t> w(w64.begin(), w64.end());
-    const scalar_t *xp = x.data_ptr<scalar_t>();
-    scalar_t *yp = y.data_ptr<scalar_t>();
-    const int64_t xs[2] = {x.stride(2), x.stride(3)}, ys[2] = {y.stride(2), y.stride(3)};
-    at::parallel_for(0, x.size(0) * channels, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t plane = begin; plane < end; ++plane) {
-        const int64_t n = plane / channels, c = plane % channels;
-        resamplePlane<scalar_t, acc_t>(xp + n * x.stride(0) + c * x.stride(1), xs, x.size(2),
-                                       x.size(3), yp + n * y.stride(0) + c * y.stride(1), ys, out,
-                                       w, taps(f), r);
-      }
-    });
-  });
-  return y;
+  const at::Tensor weights = at::tensor(w64, at::kDouble)
+                                 .to(x.scalar_type())
+                                 .reshape({1, 1, k[0], k[1]})
+                                 .expand({c, 1, k[0], k[1]})
+                                 .contiguous();
+  const std::vector<int64_t> stride = {r.down[1], r.down[0]}, none = {0, 0}, one = {1, 1};
+  return at::conv2d(padded, weights, c10::nullopt, stride, none, one, c)
+      .contiguous(x.suggest_memory_format());
 }
 
 /// Calls the op below autograd (the kernel of x's device).

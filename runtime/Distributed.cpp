@@ -91,6 +91,11 @@ Expected<RankInfo> rankFromEnvironment() {
   if (info.rank >= info.worldSize)
     return Status::error("RANK=" + std::to_string(info.rank) +
                          " is not below WORLD_SIZE=" + std::to_string(info.worldSize));
+  // A lone rank serves its own store and nobody connects to it: the OS picks a free port
+  // (two runs on one machine once collided on 29500), unless MASTER_PORT names one.
+  const char *port = std::getenv("MASTER_PORT");
+  if (info.worldSize == 1 && !info.agentStore && (!port || !*port))
+    info.masterPort = 0;
   return info;
 }
 

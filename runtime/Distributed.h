@@ -17,7 +17,7 @@ struct RankInfo {
   int worldSize = 1;
   int localRank = 0;
   std::string masterAddr = "127.0.0.1";
-  int masterPort = 29500;
+  int masterPort = 29500; // 0 for a lone rank without MASTER_PORT: any free port
   /// Under torchrun: its agent serves the store (TORCHELASTIC_USE_AGENT_STORE); every rank
   /// is a client, and keys live under the restart attempt's prefix.
   bool agentStore = false;

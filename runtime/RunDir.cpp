@@ -411,7 +411,8 @@ Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &re
         {"upload_stream", nameOf(o.uploadStream, uploadStreamNames())},
         {"deterministic", o.deterministic},
         {"memory_format", nameOf(o.memoryFormat, memoryFormatNames())},
-        {"double_backward", nameOf(o.doubleBackward, doubleBackwardNames())}}},
+        {"double_backward", nameOf(o.doubleBackward, doubleBackwardNames())},
+        {"fusion", o.fusion}}},
       {"overrides", overrides},
       {"spec", effective},
   };

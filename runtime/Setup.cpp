@@ -202,6 +202,22 @@ Status replanRecipe(Session &s) {
   return ir::verifyInvariants(*s.plan).withContext("the recipe given to ganc train");
 }
 
+/// The start-up line of a phase whose graph ganc rewrote: what it fused, how many grouped
+/// convolutions take ganc's double backward.
+void tellRewrites(const std::string &phase, const frontend::FusionReport *fusion, size_t rewritten,
+                  DoubleBackward mode) {
+  std::cout << "phase '" << phase << "':";
+  if (fusion)
+    std::cout << " fused " << fusion->resamplings << " resampling(s) as ganc::upfirdn2d and "
+              << fusion->biasActs << " bias + activation(s) as ganc::bias_act (--fusion on)"
+              << (rewritten ? ";" : "");
+  if (rewritten)
+    std::cout << " " << rewritten << " grouped convolution" << (rewritten == 1 ? "" : "s")
+              << " run as ganc::convolution, for its double backward (--double-backward "
+              << nameOf(mode, doubleBackwardNames()) << ")";
+  std::cout << std::endl;
+}
+
 Status createExecutor(Session &s) {
   const frontend::Spec &spec = s.spec();
   backend::ExecutorOptions options;
@@ -223,31 +239,44 @@ Status createExecutor(Session &s) {
       options.lossScales[phase->name] = s.lossScalers.at(phase->lossScaler).scale();
   // The graphs phases run instead of their method: every stage's phases specialised now
   // (switching stage later only picks them); phases with synchronised batch norm, as they
-  // were compiled; phases that differentiate twice, their grouped convolutions as
-  // ganc::convolution (--double-backward).
+  // were compiled; phases the plan fuses, fused (--fusion); phases that differentiate twice,
+  // their grouped convolutions as ganc::convolution (--double-backward).
   const bool ownDoubleBackward = s.options.doubleBackward != DoubleBackward::PyTorch;
   std::set<std::string> told;
   for (size_t stage = 0; stage < (spec.stages ? spec.stages->list.size() : 1); ++stage)
     for (const frontend::PhaseSpec &phase : spec.phases) {
+      const std::string key =
+          spec.stages ? ir::phaseKey(phase.name, spec.stages->list[stage].name) : phase.name;
+      const ir::Phase *compiled = s.plan->findPhase(key);
+      const bool plain = phase.isSection() || !phase.throughSections().empty();
+      const bool fuses = s.options.fusion && !plain && compiled &&
+                         compiled->fusedResamplings + compiled->fusedBiasActs > 0;
       const bool needed = spec.stages || !spec.syncBatchNorm.empty();
-      if (!needed && (!ownDoubleBackward || phase.isSection() || !phase.throughSections().empty()))
+      if (!needed && !fuses && (!ownDoubleBackward || plain))
         continue;
-      auto graph =
-          frontend::phaseGraph(*s.archive, phase, spec.stages ? static_cast<int>(stage) : -1);
+      frontend::FusionReport fusion;
+      auto graph = frontend::phaseGraph(
+          *s.archive, phase, spec.stages ? static_cast<int>(stage) : -1, fuses ? &fusion : nullptr);
       if (!graph)
         return graph.status();
+      if (fuses && (fusion.resamplings != compiled->fusedResamplings ||
+                    fusion.biasActs != compiled->fusedBiasActs))
+        return Status::error("phase '" + key + "': the plan fuses " +
+                             std::to_string(compiled->fusedResamplings) + " resamplings and " +
+                             std::to_string(compiled->fusedBiasActs) +
+                             " bias + activations, the archive's graph " +
+                             std::to_string(fusion.resamplings) + " and " +
+                             std::to_string(fusion.biasActs) +
+                             ": compile the plan again from this archive")
+            .inFile(s.options.plan);
       size_t rewritten = 0;
       if (ownDoubleBackward && backend::differentiatesTwice(**graph))
         rewritten = backend::rewriteGroupedConvolutions(**graph, s.options.doubleBackward ==
                                                                      DoubleBackward::Grouped);
-      if (rewritten && s.isRankZero() && told.insert(phase.name).second)
-        std::cout << "phase '" << phase.name << "': " << rewritten << " grouped convolution"
-                  << (rewritten == 1 ? "" : "s")
-                  << " run as ganc::convolution, for its double backward (--double-backward "
-                  << nameOf(s.options.doubleBackward, doubleBackwardNames()) << ")" << std::endl;
-      if (needed || rewritten)
-        options.phaseGraphs[spec.stages ? ir::phaseKey(phase.name, spec.stages->list[stage].name)
-                                        : phase.name] = graph.take();
+      if ((rewritten || fuses) && s.isRankZero() && told.insert(phase.name).second)
+        tellRewrites(phase.name, fuses ? &fusion : nullptr, rewritten, s.options.doubleBackward);
+      if (needed || rewritten || fuses)
+        options.phaseGraphs[key] = graph.take();
     }
   backend::setSyncBatchNormGroup(s.group.backend);
   auto executor = backend::createExecutor(*s.plan, s.module(), s.group.backend, options);

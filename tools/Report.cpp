@@ -344,6 +344,10 @@ std::string planJson(const ir::Module &plan) {
                {"tuned_ranks", phase->tunedRanks},
                {"tuned_exposed_seconds", phase->tunedExposedSeconds},
                {"default_exposed_seconds", phase->defaultExposedSeconds}};
+    ph["fused"] = {{"upfirdn2d", phase->fusedResamplings}, {"bias_act", phase->fusedBiasActs}};
+    ph["not_fused"] = json::array();
+    for (const ir::NotFused &miss : phase->notFused)
+      ph["not_fused"].push_back({{"pattern", miss.pattern}, {"why", miss.why}});
     ph["clip_grad_norm"] = json::array();
     for (const ir::ClipGradNorm &clip : phase->clips)
       ph["clip_grad_norm"].push_back(

@@ -243,6 +243,10 @@ std::vector<Option<TrainOptions>> deviceOptions() {
        "layout of 4-D weights, buffers and data (default auto: channels_last on CUDA, "
        "contiguous on CPU)",
        storeChoice(&O::memoryFormat, runtime::memoryFormatNames())},
+      {"--fusion", "on|off",
+       "run the resamplings and bias + activations the plan fused as ganc's ops (on, the "
+       "default) or as the model's code wrote them (off, for comparison)",
+       storeChoice(&O::fusion, onOff())},
       {"--double-backward", choiceValue(runtime::doubleBackwardNames()),
        "phases that differentiate twice (R1, path length, gradient penalties): their grouped "
        "convolutions whose weight takes no gradient (FIR filters) get a double backward of "

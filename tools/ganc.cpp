@@ -70,6 +70,8 @@ struct CompileArgs {
   bool autotune = false;
   passes::AutotuneOptions tune;
   passes::PipelineOptions options;
+  /// --fusion: record in the plan what the runtime fuses in each phase.
+  bool fusion = true;
   bool help = false;
 };
 
@@ -122,6 +124,13 @@ const Command<CompileArgs> &compileTable() {
             if (!passes::findPass(v))
               throw OptionError(f + " names unknown pass '" + v + "'");
             c.printAfter = v;
+          }},
+         {"--fusion", "on|off",
+          "fuse each phase's resamplings (pad, zero insertion, constant FIR filter, stride) "
+          "into ganc::upfirdn2d and its bias + activation + gain + clamp into ganc::bias_act "
+          "(on, the default; ganc explain lists what was fused and what was not, and why)",
+          [](S &f, S &v, C &c) {
+            c.fusion = choice<bool>(f, v, {{"on", true}, {"off", false}});
           }},
          {"--op-library", "LIB.so",
           "loads a TORCH_LIBRARY operator library the archive's code calls (it was exported "
@@ -187,7 +196,7 @@ int compile(const std::vector<std::string> &args) {
   auto archive = frontend::loadArchive(c.model);
   if (!archive)
     return fail(archive.status().message());
-  auto module = frontend::lowerToIR(*archive);
+  auto module = frontend::lowerToIR(*archive, c.fusion);
   if (!module)
     return fail(module.status().message());
   if (!c.printAfter.empty())

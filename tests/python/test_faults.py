@@ -78,6 +78,30 @@ def test_rendezvous_gives_up_with_one_line(ganc_bin, datasets, tmp_path, peer):
         assert f"rank 1: cannot join the process group at 127.0.0.1:{port}" in result.stderr
 
 
+def test_a_lone_rank_takes_any_free_port(ganc_bin, datasets, tmp_path):
+    """A world-size-1 `ganc train` without MASTER_PORT serves its store on a port the OS picks:
+    with torchrun's default port (29500) held by something else, two lone runs side by side
+    both train (they once failed with EADDRINUSE)."""
+    import socket
+    holder = socket.socket()
+    try:
+        holder.bind(("127.0.0.1", 29500))
+        holder.listen(1)
+    except OSError:
+        pass  # something else holds it already: the same situation
+    try:
+        plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+        env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "MASTER_ADDR", "WORLD_SIZE", "RANK")}
+        runs = [subprocess.Popen([ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(tmp_path / f"o{i}"), 3)],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for i in range(2)]
+        for run in runs:
+            out, err = run.communicate(timeout=300)
+            assert run.returncode == 0, err
+    finally:
+        holder.close()
+
+
 def test_run_prints_an_input_error_once(ganc_bin, tmp_path):
     """Every rank finds the same bad input; `ganc run` says it once, not once per rank."""
     plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))

@@ -61,7 +61,8 @@ def train_two_ranks(ganc_bin, model, data, out, *extra):
 
 def test_stylegan2_ada_style_code_trains_like_eager_ddp(ganc_bin, digits16, tmp_path):
     """Gmain, Gpl (path length), Dmain and Dreg (R1) through traced networks whose convolutions
-    are autograd Functions with a hand-written double backward: ganc's all-reduced gradients
+    are autograd Functions with a hand-written double backward, their resampling and bias +
+    activation fused into ganc::upfirdn2d and ganc::bias_act: ganc's all-reduced gradients
     (derived by autograd from the Functions' forwards) and final parameters against eager DDP
     running the Python classes with their own backward, at 2 ranks. In float64: the
     reference's Functions compute the same gradients with other kernels (conv_transpose2d for
@@ -70,7 +71,11 @@ def test_stylegan2_ada_style_code_trains_like_eager_ddp(ganc_bin, digits16, tmp_
     sign-like steps amplify over 17 steps (to 4e-4 relative); float64 leaves 1e-9 of room."""
     model = archive("stylegan2_ada_f64")
     spec = ganc.load_spec(model)
-    train_two_ranks(ganc_bin, model, digits16, str(tmp_path))
+    out = train_two_ranks(ganc_bin, model, digits16, str(tmp_path))
+    # Fused (the default): the reference upfirdn2d and bias_act of every phase run as ganc's
+    # ops, against eager DDP on the reference compositions.
+    for phase in ("Gmain", "Gpl", "Dmain", "Dreg"):
+        assert re.search(rf"phase '{phase}': fused [1-9]\d* resampling\(s\) as ganc::upfirdn2d and [1-9]\d* bias", out), out
     # Both regularisers leave parameters without a gradient, which DDP refuses: those phases'
     # reference all-reduces by hand with DDP's arithmetic (as for the zoo's StyleGAN2).
     oracle.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"),
@@ -125,7 +130,8 @@ def test_fir_filters_take_ganc_double_backward_bit_for_bit(ganc_bin, digits16, t
     archive, which takes PyTorch's own double backward: every all-reduced gradient of every
     phase run and the final parameters, float32, 2 ranks."""
     model = archive("stylegan2_ada")
-    out = train_two_ranks(ganc_bin, model, digits16, str(tmp_path))
+    # Unfused (--fusion off): the convolutions as the model wrote them.
+    out = train_two_ranks(ganc_bin, model, digits16, str(tmp_path), "--fusion", "off")
     # Their filter convolutions: 2 per discriminator block in R1; G's upsampling filters and
     # modulated convolutions (which keep PyTorch's double backward: their weight takes a
     # gradient) in path length.
@@ -133,6 +139,31 @@ def test_fir_filters_take_ganc_double_backward_bit_for_bit(ganc_bin, digits16, t
     assert re.search(r"phase 'Gpl': \d+ grouped convolutions run as ganc::convolution", out), out
     oracle.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Gpl": "manual", "Dreg": "manual"})
     assert largest_difference(ganc.load_spec(model), str(tmp_path / "dump"), str(tmp_path / "ddp"), exact=True) == 0
+
+
+def test_fused_stylegan2_ada_trains_like_eager_ddp_in_float32(ganc_bin, digits16, tmp_path):
+    """The float32 archive fused (ganc::upfirdn2d, ganc::bias_act in every phase, their own
+    derivatives in R1 and path length) against eager DDP on the reference compositions, 2
+    ranks, 17 steps. Each phase's first all-reduced gradients (the same parameters on both
+    sides) within 1e-5 relative (R1's is the largest, 3e-6): the fused resampling's filter is
+    flipped and its stride taken by the convolution, so its sums round otherwise (bias_act is
+    the reference's kernels on the CPU, bit for bit). Every later gradient and the final
+    parameters within 1e-3 (3.5e-5 measured): Adam's first, sign-like steps amplify those last
+    bits (the float64 test above bounds the same comparison at 1e-9 throughout). Unfused, the
+    same run is bit for bit (the test above)."""
+    model = archive("stylegan2_ada")
+    spec = ganc.load_spec(model)
+    train_two_ranks(ganc_bin, model, digits16, str(tmp_path))
+    oracle.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Gpl": "manual", "Dreg": "manual"})
+    first, worst = {}, 0.0
+    for step, phase, got, ref in gradient_dumps(spec, STEPS, str(tmp_path / "dump"), str(tmp_path / "ddp")):
+        err = max(relative_error(got[name], ref[name]) for name in ref)
+        first.setdefault(phase, err)
+        worst = max(worst, err)
+    print(f"fused float32 against eager DDP: first gradients {first}, {worst:.3g} relative at worst")
+    assert set(first) == {"Gmain", "Gpl", "Dmain", "Dreg"}
+    assert all(err <= 1e-5 for err in first.values()), first
+    assert largest_difference(spec, str(tmp_path / "dump"), str(tmp_path / "ddp"), exact=False) <= 1e-3
 
 
 def test_every_grouped_convolution_takes_ganc_double_backward_to_rounding(ganc_bin, digits16, tmp_path):
@@ -147,6 +178,75 @@ def test_every_grouped_convolution_takes_ganc_double_backward_to_rounding(ganc_b
     oracle.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Gpl": "manual", "Dreg": "manual"})
     worst = largest_difference(ganc.load_spec(model), str(tmp_path / "dump"), str(tmp_path / "ddp"), exact=False)
     assert 0 < worst <= 1e-9, worst
+
+
+def explained(ganc_bin, plan):
+    return {ph["name"]: ph for ph in json.loads(subprocess.run([ganc_bin, "explain", plan, "--json"],
+                                                               capture_output=True, text=True, check=True).stdout)["phases"]}
+
+
+class LearnedFilterD(nn.Module):
+    """A discriminator whose resampling filter is a parameter: the reference upfirdn2d's shape,
+    but a learned filter, so not a resampling to fuse."""
+
+    def __init__(self):
+        super().__init__()
+        self.filter = nn.Parameter(torch.full([4, 4], 1 / 16))
+        self.fc = nn.Linear(4 * 2 * 2, 1)
+
+    def forward(self, x):
+        c = x.shape[1]
+        x = F.pad(x, [1, 1, 1, 1])
+        x = F.conv2d(x, self.filter[None, None].repeat([c, 1, 1, 1]), groups=c)
+        return self.fc(x[:, :, ::2, ::2].flatten(1))
+
+
+class LearnedFilterGAN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.generator = nn.Linear(2, 4 * 4 * 4)
+        self.discriminator = LearnedFilterD()
+
+    def phase_d(self, real):
+        return F.softplus(self.discriminator(real)).mean()
+
+    def phase_g(self, z):
+        return F.softplus(-self.discriminator(self.generator(z).reshape(-1, 4, 4, 4))).mean()
+
+
+def test_fusion_is_planned_explained_and_switched_off(ganc_bin, tmp_path):
+    """`ganc compile` records per phase what the runtime fuses (the zoo's StyleGAN2-ADA: its
+    resampling and bias + activation in every phase), `--fusion off` records none, and a
+    learned filter is left alone with why and where."""
+    model = archive("stylegan2_ada")
+    plan, unfused = str(tmp_path / "on.plan"), str(tmp_path / "off.plan")
+    subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
+    subprocess.run([ganc_bin, "compile", model, "-o", unfused, "--fusion", "off"], check=True, capture_output=True)
+    on, off = explained(ganc_bin, plan), explained(ganc_bin, unfused)
+    assert set(on) == {"Gmain", "Gpl", "Dmain", "Dreg"}
+    for name, phase in on.items():
+        assert phase["fused"]["upfirdn2d"] > 0 and phase["fused"]["bias_act"] > 0, (name, phase["fused"])
+        assert phase["not_fused"] == [], phase["not_fused"]
+        assert off[name]["fused"] == {"upfirdn2d": 0, "bias_act": 0}
+        # The IR is the code as written: fusion changes no used parameter and no bucket.
+        assert phase["used"] == off[name]["used"] and phase["buckets"] == off[name]["buckets"]
+    report = subprocess.run([ganc_bin, "explain", plan], capture_output=True, text=True, check=True).stdout
+    assert "fused: 4 resampling(s) as ganc::upfirdn2d" in report, report
+
+    z = {"name": "z", "source": "normal", "shape": [2]}
+    spec = {"ganc_spec": 1, "name": "learned", "batch_size": 4, "data": {"shape": [4, 4, 4]},
+            "phases": [{"name": "d", "method": "phase_d", "updates": ["discriminator"],
+                        "inputs": [{"name": "real", "source": "data"}]},
+                       {"name": "g", "method": "phase_g", "updates": ["generator"], "inputs": [z]}],
+            "optimizers": {"generator": {"type": "adam", "lr": 1e-3}, "discriminator": {"type": "adam", "lr": 1e-3}}}
+    archive_path, learned = str(tmp_path / "learned.pt"), str(tmp_path / "learned.plan")
+    ganc.export(LearnedFilterGAN(), archive_path, spec, verbose=False)
+    subprocess.run([ganc_bin, "compile", archive_path, "-o", learned], check=True, capture_output=True)
+    for phase in explained(ganc_bin, learned).values():
+        assert phase["fused"]["upfirdn2d"] == 0
+        assert [m["pattern"] for m in phase["not_fused"]] == ["upfirdn2d"], phase["not_fused"]
+        assert re.match(r"a learned filter \(computed from a parameter\) \(test_intake\.py:\d+\)$",
+                        phase["not_fused"][0]["why"]), phase["not_fused"]
 
 
 def test_traced_g_ema_draws_the_sample_grid(ganc_bin, digits16, tmp_path):

@@ -169,7 +169,7 @@ TEST(IRTest, VerifierNamesPhaseInLocation) {
 // Every row of ir/PhaseAttrs.def reads back what it printed, and a phase that sets all of them
 // round-trips: a new attribute without a line here fails the first expectation.
 TEST(IRTest, EveryPhaseAttributeRoundTrips) {
-  const std::string text = R"(module @m {
+  const std::string text = R"IR(module @m {
   stage "8x8" grows [d]
   loss_scaler "s" init_scale 65536.0 growth_factor 2.0 backoff_factor 0.5 growth_interval 2000
   param @d.w : f32[1,4] owner d group d
@@ -183,6 +183,9 @@ TEST(IRTest, EveryPhaseAttributeRoundTrips) {
     loss_scaler "s"
     through [fwd]
     outputs [fake]
+    fused upfirdn2d 3 bias_act 5
+    not_fused upfirdn2d "a learned filter (computed from a parameter) (d.py:12)"
+    not_fused bias_act "a gain that is not a constant"
     bucket_cap 1048576 first 262144
     tuned ranks 8 exposed 0.25 default 0.5
     clip_grad_norm d max_norm 1.0 norm_type inf
@@ -195,7 +198,7 @@ TEST(IRTest, EveryPhaseAttributeRoundTrips) {
     }
   }
 }
-)";
+)IR";
   for (const ir::PhaseAttr &attr : ir::phaseAttrs()) {
     EXPECT_NE(text.find("\n    " + std::string(attr.keyword) + " "), std::string::npos)
         << "no line of this test sets phase attribute '" << attr.keyword << "'";
@@ -211,6 +214,10 @@ TEST(IRTest, EveryPhaseAttributeRoundTrips) {
   EXPECT_EQ(phase.outputs, std::vector<std::string>{"fake"});
   ASSERT_EQ(phase.clips.size(), 2u);
   EXPECT_TRUE(std::isinf(phase.clips[0].maxNorm) || std::isinf(phase.clips[0].normType));
+  EXPECT_EQ(phase.fusedResamplings, 3);
+  EXPECT_EQ(phase.fusedBiasActs, 5);
+  ASSERT_EQ(phase.notFused.size(), 2u);
+  EXPECT_EQ(phase.notFused[0].why, "a learned filter (computed from a parameter) (d.py:12)");
 }
 
 // A table row's rule is the verifier's: a phase attribute out of range names the phase.
