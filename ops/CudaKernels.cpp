@@ -37,8 +37,8 @@ at::Tensor upfirdn2dCuda(const at::Tensor &x, const at::Tensor &f, c10::IntArray
   const Resampling r = detail::resampling(up, down, padding, flipFilter, gain);
   const std::array<int64_t, 2> out = detail::checkedOutputSize(x, f, r);
   const std::array<int64_t, 2> taps = detail::taps(f);
-  TORCH_CHECK(taps[0] * taps[1] <= cuda::kMaxTaps, "ganc::upfirdn2d: at most ", cuda::kMaxTaps,
-              " taps on CUDA, not ", taps[0], " x ", taps[1]);
+  TORCH_CHECK(f.device() == x.device(), "ganc::upfirdn2d: the filter is on ", f.device(), ", x on ",
+              x.device());
   const c10::cuda::CUDAGuard device(x.device());
   at::Tensor y = at::empty({x.size(0), x.size(1), out[0], out[1]},
                            x.options().memory_format(x.suggest_memory_format()));
@@ -63,8 +63,14 @@ at::Tensor upfirdn2dCuda(const at::Tensor &x, const at::Tensor &f, c10::IntArray
   a.padY0 = static_cast<int>(r.padding[2]);
   a.tapRows = static_cast<int>(taps[0]);
   a.tapColumns = static_cast<int>(taps[1]);
-  const std::vector<double> w = detail::correlationWeights(f, r);
-  std::copy(w.begin(), w.end(), a.weights);
+  // The correlation weights, made on the device (no read back to the host).
+  at::Tensor w = f.detach().to(at::kDouble);
+  if (w.dim() == 1)
+    w = w.unsqueeze(1) * w.unsqueeze(0);
+  if (!r.flipFilter)
+    w = w.flip({0, 1});
+  w = (w * r.gain).contiguous();
+  a.weights = w.data_ptr<double>();
   check(cuda::upfirdn2d(a, dtypeOf(x), at::cuda::getCurrentCUDAStream()), "ganc::upfirdn2d");
   return y;
 }

@@ -11,12 +11,11 @@ namespace ganc::ops::cuda {
 /// The element types the kernels take (their arithmetic is in float, double for Float64).
 enum class Dtype { Float16, BFloat16, Float32, Float64 };
 
-/// The most filter taps (rows x columns) a resampling kernel takes.
-constexpr int kMaxTaps = 256;
-
 /// One upfirdn2d: y[n, c, oy, ox] = sum of weights[ky][kx] * xu[oy*down_y + ky - pad_y0,
 /// ox*down_x + kx - pad_x0] over the taps that fall on a sample of x (zero-inserted by up).
-/// Strides in elements; weights are the correlation weights, gain included.
+/// Strides in elements; `weights` (on the device, float64, rows x columns) are the
+/// correlation weights, gain included: made on the device, so that no call reads the filter
+/// back to the host (a CUDA Graph capture forbids it).
 struct Upfirdn2dArgs {
   const void *x = nullptr;
   void *y = nullptr;
@@ -24,7 +23,7 @@ struct Upfirdn2dArgs {
   int64_t xStride[4] = {0, 0, 0, 0}, yStride[4] = {0, 0, 0, 0};
   int upX = 1, upY = 1, downX = 1, downY = 1, padX0 = 0, padY0 = 0;
   int tapRows = 0, tapColumns = 0;
-  double weights[kMaxTaps] = {};
+  const double *weights = nullptr;
 };
 
 /// Launches the resampling on `stream`; the launch's status.
