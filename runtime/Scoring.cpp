@@ -35,6 +35,25 @@ Expected<TrainOptions> optionsOf(const ScoreOptions &given, const std::string &d
   if (!record)
     return record.status();
   const nlohmann::json &r = *record;
+  // A record of another shape is said in one line, naming the field (not a crash).
+  const auto wrong = [&](const std::string &what) {
+    return Status::error("metrics: " + recordPath + " is not a run record ganc wrote: " + what +
+                         " (ganc metrics reads the run's plan, model, data and seed from it)");
+  };
+  if (!r.is_object())
+    return wrong("it is not a JSON object");
+  for (const char *key : {"plan", "model", "data", "device"})
+    if (r.contains(key) && !r[key].is_string())
+      return wrong("'" + std::string(key) + "' is not a string");
+  for (const char *key : {"options", "overrides"})
+    if (r.contains(key) && !r[key].is_object())
+      return wrong("'" + std::string(key) + "' is not an object");
+  const nlohmann::json options = r.value("options", nlohmann::json::object());
+  const nlohmann::json overrides = r.value("overrides", nlohmann::json::object());
+  if (options.contains("seed") && !options["seed"].is_number_unsigned())
+    return wrong("'options.seed' is not a non-negative integer");
+  if (overrides.contains("batch_size") && !overrides["batch_size"].is_number_integer())
+    return wrong("'overrides.batch_size' is not an integer");
   auto field = [&](const std::string &given, const char *key) {
     return !given.empty() ? given : r.value(key, std::string());
   };
@@ -47,9 +66,8 @@ Expected<TrainOptions> optionsOf(const ScoreOptions &given, const std::string &d
     for (const auto &library : r["op_libraries"])
       if (library.is_string())
         o.opLibraries.push_back(library.get<std::string>());
-  const nlohmann::json options = r.value("options", nlohmann::json::object());
   o.seed = options.value("seed", uint64_t{0});
-  o.batchSize = r.value("overrides", nlohmann::json::object()).value("batch_size", int64_t{0});
+  o.batchSize = overrides.value("batch_size", int64_t{0});
   for (const auto &[flag, path] :
        {std::pair<const char *, std::string>{"plan", o.plan}, {"model", o.model}})
     if (path.empty() || !fs::exists(path))

@@ -199,3 +199,22 @@ def test_refusals_before_training(ganc_bin, setup, extra, message):
     assert r.returncode == 2, r.stderr
     assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "step " not in r.stdout and not os.path.exists(os.path.join(out, "checkpoint.pt"))
+
+
+def test_a_run_record_of_another_shape_is_one_line(ganc_bin, setup):
+    """`ganc metrics` on a run whose run.json is not the shape ganc writes: one line naming the
+    field, exit 2 (it once aborted with an uncaught JSON type error, exit 134)."""
+    out = str(setup["work"] / "reshaped")
+    r = train(ganc_bin, setup, out, 1, "--force", "--metrics", "fid100")
+    assert r.returncode == 0, r.stderr
+    for record, says in (("[1, 2]", "it is not a JSON object"),
+                         ('{"plan": 3}', "'plan' is not a string"),
+                         ('{"options": []}', "'options' is not an object"),
+                         ('{"options": {"seed": -1}}', "'options.seed' is not a non-negative integer")):
+        with open(os.path.join(out, "run.json"), "w") as f:
+            f.write(record)
+        r = subprocess.run([ganc_bin, "metrics", out, "--inception", setup["net"], "--metrics", "fid100"],
+                           capture_output=True, text=True)
+        assert r.returncode == 2, (record, r.returncode, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert f"run.json is not a run record ganc wrote: {says}" in r.stderr, r.stderr
