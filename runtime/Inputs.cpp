@@ -140,7 +140,8 @@ Expected<std::unique_ptr<PhaseInputs>> PhaseInputs::create(const Session &sessio
                                                     session.rank.worldSize, spec.batchSize, o.seed);
     if (in->batches_->batchesPerEpoch() == 0)
       return Status::error("--data " + o.data + ": " + std::to_string(in->data_.size(0)) +
-                           " samples are too few for " + std::to_string(session.rank.worldSize) +
+                           (in->data_.size(0) == 1 ? " sample is" : " samples are") +
+                           " too few for " + std::to_string(session.rank.worldSize) +
                            (session.rank.worldSize == 1 ? " rank" : " ranks") + " of batch " +
                            std::to_string(spec.batchSize));
     std::vector<int64_t> shape = {spec.batchSize};

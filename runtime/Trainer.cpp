@@ -286,7 +286,8 @@ private:
          << "), steps " << firstStep_ << ".." << o.steps << ", batch " << s_.spec().batchSize
          << " per rank";
     if (const ShardedBatches *batches = inputs_.batches())
-      line << ", " << batches->datasetSize() << " samples";
+      line << ", " << batches->datasetSize()
+           << (batches->datasetSize() == 1 ? " sample" : " samples");
     line << "; phases:";
     // On CUDA the phases that share values are captured with their sections as one graph,
     // unless one of them runs eagerly (then they all do) or --profile times each phase.

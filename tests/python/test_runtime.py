@@ -192,6 +192,21 @@ def test_image_folder_trains(ganc_bin, tmp_path):
     assert r.returncode == 2 and "40 samples are too few for 2 ranks of batch 32" in r.stderr
 
 
+def test_one_sample_is_said_as_one(ganc_bin, tmp_path):
+    """A data set of one sample: "1 sample is too few" for a batch of 64, and the start-up
+    line of a run at batch 1 says "1 sample" (both once said "1 samples")."""
+    data = str(tmp_path / "one.pt")
+    torch.save(torch.randn(1, 2), data)
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    r = subprocess.run([ganc_bin, "train", *train_args(plan, "mlp", data, str(tmp_path / "a"), 1)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "1 sample is too few for 1 rank of batch 64" in r.stderr, r.stderr
+    r = subprocess.run([ganc_bin, "train", *train_args(plan, "mlp", data, str(tmp_path / "b"), 1, "--batch-size", "1")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert ", 1 sample;" in r.stdout and "1 samples" not in r.stdout, r.stdout
+
+
 def test_the_start_up_line_says_what_runs(ganc_bin, datasets, tmp_path):
     """Rank 0 says in one line what the run is before it trains, and the progress line says
     that its img/s counts every rank."""
