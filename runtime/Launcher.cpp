@@ -97,10 +97,12 @@ int superviseRanks(const std::vector<pid_t> &children) {
   std::chrono::steady_clock::time_point killDeadline{};
   // After SIGTERM a rank finishes its step and writes a checkpoint there (with its peers):
   // a minute before SIGKILL. Peers of a failed rank cannot agree with it and end sooner.
-  auto stopRest = [&](std::chrono::seconds grace) {
+  // A stop asked by Ctrl-C (SIGINT) is forwarded as SIGINT, so that the ranks name the signal
+  // the user sent; SIGTERM, SIGHUP and a failed rank as SIGTERM.
+  auto stopRest = [&](std::chrono::seconds grace, int signal) {
     for (size_t i = 0; i < children.size(); ++i)
       if (!done[i])
-        kill(children[i], SIGTERM);
+        kill(children[i], signal);
     killDeadline = std::chrono::steady_clock::now() + grace;
   };
   bool stopping = false;
@@ -110,7 +112,7 @@ int superviseRanks(const std::vector<pid_t> &children) {
       result = 128 + stopSignal;
       std::cerr << "ganc run: " << strsignal(stopSignal)
                 << "; stopping the ranks at their next step (checkpointed)" << std::endl;
-      stopRest(std::chrono::seconds(60));
+      stopRest(std::chrono::seconds(60), stopSignal == SIGINT ? SIGINT : SIGTERM);
     }
     int status = 0;
     pid_t pid = waitpid(-1, &status, WNOHANG);
@@ -135,7 +137,7 @@ int superviseRanks(const std::vector<pid_t> &children) {
         result = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
         std::cerr << "ganc run: rank " << i << " " << describeExit(status)
                   << "; stopping the other ranks" << std::endl;
-        stopRest(std::chrono::seconds(10));
+        stopRest(std::chrono::seconds(10), SIGTERM);
       }
     }
   }

@@ -153,11 +153,12 @@ def _running(pid):
         return False
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["sigterm", "sigint", "sigkill"])
 def test_stopping_the_launcher_stops_its_ranks(ganc_bin, datasets, tmp_path, sig):
-    """SIGTERM to `ganc run` is forwarded to the ranks; a launcher killed outright takes its
-    ranks with it (they die with their parent): no orphaned rank trains on, and nothing is left
-    in the temporary folder (the ranks' error files are unlinked from the start)."""
+    """SIGTERM or SIGINT to `ganc run` alone is forwarded to the ranks as that signal (their
+    line names the signal sent: SIGINT was said as SIGTERM); a launcher killed outright takes
+    its ranks with it (they die with their parent): no orphaned rank trains on, and nothing is
+    left in the temporary folder (the ranks' error files are unlinked from the start)."""
     plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
     tmp = tmp_path / "tmp"
     tmp.mkdir()
@@ -175,8 +176,11 @@ def test_stopping_the_launcher_stops_its_ranks(ganc_bin, datasets, tmp_path, sig
         time.sleep(0.2)
     assert not any(_running(c) for c in children), "a rank outlived its launcher"
     assert os.listdir(tmp) == [], "the launcher left files behind"
-    if sig == signal.SIGTERM:
+    if sig != signal.SIGKILL:
         assert "stopping the ranks" in err, err
+        said = "SIGINT" if sig == signal.SIGINT else "SIGTERM"
+        assert f"ganc: {said}: stopped after step" in err, err
+        assert proc.returncode == 128 + sig, (proc.returncode, err)
 
 
 def test_ctrl_c_checkpoints_the_step_reached_and_resume_continues_exactly(ganc_bin, datasets, tmp_path):
