@@ -1,6 +1,8 @@
 // Option tables: checked values, and the help and docs/cli.md text made from a command's table.
 #include "support/Options.h"
+
 #include "support/TextFormat.h"
+#include <sys/stat.h>
 
 #include <sstream>
 
@@ -151,6 +153,11 @@ std::string alternatives(const std::vector<std::string> &words) {
   for (size_t k = 0; k < words.size(); ++k)
     list += (k == 0 ? "" : k + 1 == words.size() ? " or " : ", ") + words[k];
   return list;
+}
+
+bool isFile(const std::string &path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
 }
 
 } // namespace ganc

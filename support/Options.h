@@ -139,6 +139,9 @@ double positive(const std::string &flag, const std::string &text);
 std::pair<std::string, std::string> keyed(const std::string &text);
 /// The comma-separated items of a value ("a.so,b.so"), empty ones dropped.
 std::vector<std::string> listOf(const std::string &text);
+
+/// Whether `path` names an existing regular file.
+bool isFile(const std::string &path);
 /// "a, b or c".
 std::string alternatives(const std::vector<std::string> &words);
 
@@ -190,6 +193,19 @@ auto storeChoice(T Target::*member, std::vector<std::pair<std::string, T>> choic
 /// Items of a comma-separated value appended to a list member (the option may repeat).
 template <typename Target> auto appendList(std::vector<std::string> Target::*member) {
   return [member](const std::string &, const std::string &v, Target &t) {
+    for (std::string &item : listOf(v))
+      (t.*member).push_back(std::move(item));
+  };
+}
+
+/// Appends the files a value names: the value itself where a file of that name exists (a
+/// path may hold a comma), else each comma-separated item.
+template <typename Target> auto appendPaths(std::vector<std::string> Target::*member) {
+  return [member](const std::string &, const std::string &v, Target &t) {
+    if (isFile(v)) {
+      (t.*member).push_back(v);
+      return;
+    }
     for (std::string &item : listOf(v))
       (t.*member).push_back(std::move(item));
   };

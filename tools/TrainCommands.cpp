@@ -53,7 +53,7 @@ std::vector<Option<TrainOptions>> runOptions() {
       {"--op-library", "LIB.so",
        "a TORCH_LIBRARY operator library the archive's code calls (the archive names the ones "
        "it needs); repeat it or list with commas",
-       appendList(&O::opLibraries)},
+       appendPaths(&O::opLibraries)},
       {"--data", "PATH",
        "torch.save tensor file [N, *data.shape] in [-1, 1], or a folder of PNG/JPEG images "
        "(resized to the spec's data shape)",

@@ -135,7 +135,7 @@ const Command<CompileArgs> &compileTable() {
          {"--op-library", "LIB.so",
           "loads a TORCH_LIBRARY operator library the archive's code calls (it was exported "
           "with ganc.export(..., op_libraries=[...])); repeat it or list them with commas",
-          appendList(&C::opLibraries)},
+          appendPaths(&C::opLibraries)},
          {"--target-gpus", "N", "with --bucket-cap-mb auto: the world size to tune buckets for",
           [](S &f, S &v, C &c) { c.tune.ranks = tools::worldSize(f, v); }},
          {"--profile", "TIMING.json",

@@ -147,11 +147,12 @@ def compile(archive: str, output: str | None = None, *, bucket_cap_mb: float | s
     output = output or os.path.splitext(archive)[0] + ".plan"
     args = ["compile", archive, "-o", output, "--emit", "json"]
     flags = {"--bucket-cap-mb": bucket_cap_mb, "--first-bucket-mb": first_bucket_mb, "--zero": zero,
-             "--ranks": ranks, "--target-gpus": target_gpus, "--profile": profile, "--link": link,
-             "--op-library": ",".join(str(p) for p in op_libraries) or None}
+             "--ranks": ranks, "--target-gpus": target_gpus, "--profile": profile, "--link": link}
     for flag, value in flags.items():
         if value is not None:
             args += [flag, str(value)]
+    for library in op_libraries:  # one flag each: a path may hold a comma
+        args += ["--op-library", str(library)]
     return Plan(output, archive, json.loads(_run(args, echo=False)))
 
 
@@ -201,6 +202,9 @@ def _option_args(options: dict, table: dict | None = None) -> list[str]:
             for k, v in value.items():
                 text = ",".join(str(x) for x in v) if isinstance(v, (list, tuple)) else str(v)
                 args += [flag, f"{k}={text}"]
+        elif isinstance(value, (list, tuple)) and flag == "--op-library":
+            for v in value:  # one flag each: a path may hold a comma
+                args += [flag, str(v)]
         elif isinstance(value, (list, tuple)):
             args += [flag, ",".join(str(v) for v in value)]
         else:

@@ -12,6 +12,7 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 
@@ -737,6 +738,35 @@ def test_an_operator_library_exports_compiles_and_trains_like_eager_ddp(ganc_bin
     ref = torch.load(str(tmp_path / "ddp" / "params_final.pt"))
     for name in ref:
         assert relative_error(got[name], ref[name]) <= 1e-4, name
+
+
+def test_an_operator_library_path_may_hold_a_comma(ganc_bin, datasets, tmp_path):
+    """--op-library takes a path with a comma whole where that file exists (a comma otherwise
+    separates several); ganc.compile and ganc.train pass each library as a flag of its own.
+    (The copy is loaded by a process of its own: one process registers a library's namespace
+    once.)"""
+    source = os.environ.get("GANC_TEST_OPS", os.path.join(os.environ.get("GANC_BUILD_DIR", ""), "tests",
+                                                           "libganc_test_ops.so"))
+    library = tmp_path / "ops,v2" / "libganc_test_ops.so"
+    library.parent.mkdir()
+    shutil.copy(source, library)
+    model = str(tmp_path / "ops.pt")
+    export = subprocess.run([sys.executable, "-c", f"""
+import sys
+sys.path.insert(0, {HERE!r})
+import ganc, test_intake
+spec = dict(test_intake.tiny_spec(), name="ops", data={{"shape": [2]}})
+ganc.export(test_intake.make_op_gan(), {model!r}, spec, op_libraries=[{str(library)!r}], verbose=False)
+"""], capture_output=True, text=True)
+    assert export.returncode == 0, export.stderr
+    plan = str(tmp_path / "ops.plan")
+    subprocess.run([ganc_bin, "compile", model, "-o", plan, "--op-library", str(library)], check=True,
+                   capture_output=True)
+    run = subprocess.run([ganc_bin, "train", plan, "--model", model, "--data", datasets["ring"], "--steps", "1",
+                          "--out", str(tmp_path / "train"), "--sample-every", "0", "--op-library", str(library)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert ganc.compile(model, str(tmp_path / "api.plan"), op_libraries=[str(library)]).path.endswith("api.plan")
 
 
 def test_a_python_custom_op_is_refused_with_what_to_do(tmp_path):
