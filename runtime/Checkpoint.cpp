@@ -358,32 +358,34 @@ Status checkContents(const Session &s, const c10::impl::GenericDict &ckpt,
 /// batch. `digest` is its bytes' digest.
 Expected<c10::impl::GenericDict> readCheckpoint(const Session &s, const std::string &path,
                                                 uint64_t &digest) {
+  // Named as the command line gave it: --resume, or ganc metrics' checkpoint.
+  const std::string flag = s.options.resumeFlag;
   auto bytes = readFile(path);
   if (!bytes)
-    return bytes.status().withContext("--resume");
-  GANC_TRY(checkZipArchive(*bytes).withContext("--resume " + path));
+    return bytes.status().withContext(flag);
+  GANC_TRY(checkZipArchive(*bytes).withContext(flag + " " + path));
   digest = digestWords(kDigestStart, bytes->data(), bytes->size());
   c10::impl::GenericDict ckpt = makeDict();
   try {
     ckpt = torch::pickle_load(*bytes).toGenericDict();
   } catch (const std::exception &e) {
-    return Status::error("--resume " + path + ": not a ganc checkpoint (" + firstLine(e) + ")");
+    return Status::error(flag + " " + path + ": not a ganc checkpoint (" + firstLine(e) + ")");
   }
   if (!ckpt.contains("format") || !ckpt.at("format").isString() ||
       ckpt.at("format").toStringRef() != "ganc-checkpoint")
-    return Status::error("--resume " + path + ": not a ganc checkpoint");
-  const std::string where = "--resume " + path + ": ";
+    return Status::error(flag + " " + path + ": not a ganc checkpoint");
+  const std::string where = flag + " " + path + ": ";
   GANC_TRY(checkLayout(ckpt, where));
   if (ckpt.at("identity").toStringRef() != s.plan->identity)
-    return Status::error("--resume " + path + ": written for another model");
+    return Status::error(flag + " " + path + ": written for another model");
   auto rng = ckpt.at("rng").toGenericDict();
   if (rng.contains("seed") && rng.at("seed").toInt() != static_cast<int64_t>(s.options.seed))
-    return Status::error("--resume " + path + ": written with --seed " +
+    return Status::error(flag + " " + path + ": written with --seed " +
                          std::to_string(rng.at("seed").toInt()) + ", resuming with --seed " +
                          std::to_string(s.options.seed) +
                          " would change the noise and data streams");
   if (rng.contains("batch_size") && rng.at("batch_size").toInt() != s.spec().batchSize)
-    return Status::error("--resume " + path + ": written with batch " +
+    return Status::error(flag + " " + path + ": written with batch " +
                          std::to_string(rng.at("batch_size").toInt()) +
                          " per rank, resuming with " + std::to_string(s.spec().batchSize) +
                          " would change the data stream");

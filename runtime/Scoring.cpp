@@ -74,6 +74,7 @@ Expected<TrainOptions> optionsOf(const ScoreOptions &given, const std::string &d
       return Status::error("metrics: the run's " + std::string(flag) + " '" + path + "' (from " +
                            recordPath + ") is not there: give --" + flag + " PATH");
   o.resume = checkpoint;
+  o.resumeFlag = "metrics: the checkpoint";
   o.steps = std::numeric_limits<int64_t>::max();
   o.outDir = dir;
   o.tensorboard = false;

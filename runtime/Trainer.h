@@ -134,6 +134,8 @@ struct TrainOptions {
   /// On CUDA: cuDNN benchmark mode (algorithms timed during warm-up, before capture).
   /// Ignored with `deterministic`.
   bool cudnnBenchmark = true;
+  /// How errors name the checkpoint resumed from: the flag that gave it.
+  std::string resumeFlag = "--resume";
   /// Whether each phase's graph runs fused as its plan says (ganc::upfirdn2d, ganc::bias_act).
   bool fusion = true;
   int64_t steps = 1000;

@@ -201,12 +201,24 @@ def test_refusals_before_training(ganc_bin, setup, extra, message):
     assert "step " not in r.stdout and not os.path.exists(os.path.join(out, "checkpoint.pt"))
 
 
-def test_a_run_record_of_another_shape_is_one_line(ganc_bin, setup):
-    """`ganc metrics` on a run whose run.json is not the shape ganc writes: one line naming the
-    field, exit 2 (it once aborted with an uncaught JSON type error, exit 134)."""
+def test_a_damaged_run_is_one_line_naming_what(ganc_bin, setup):
+    """`ganc metrics` on a run whose checkpoint is truncated: one line naming the checkpoint
+    as ganc metrics' (it said "--resume", an option the user never gave). On a run whose
+    run.json is not the shape ganc writes: one line naming the field, exit 2 (it once aborted
+    with an uncaught JSON type error, exit 134)."""
     out = str(setup["work"] / "reshaped")
     r = train(ganc_bin, setup, out, 1, "--force", "--metrics", "fid100")
     assert r.returncode == 0, r.stderr
+    checkpoint = os.path.join(out, "checkpoint.pt")
+    whole = open(checkpoint, "rb").read()
+    with open(checkpoint, "wb") as f:
+        f.write(whole[:len(whole) // 2])
+    r = subprocess.run([ganc_bin, "metrics", out, "--inception", setup["net"], "--metrics", "fid100"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"metrics: the checkpoint {checkpoint}: not a zip archive" in r.stderr and "--resume" not in r.stderr
+    with open(checkpoint, "wb") as f:
+        f.write(whole)
     for record, says in (("[1, 2]", "it is not a JSON object"),
                          ('{"plan": 3}', "'plan' is not a string"),
                          ('{"options": []}', "'options' is not an object"),
