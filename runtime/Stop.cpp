@@ -7,6 +7,8 @@
 
 #include <csignal>
 
+#include <unistd.h>
+
 namespace ganc::runtime {
 
 namespace {
@@ -16,8 +18,11 @@ int stoppedSignal = 0;
 struct sigaction previousInt {
 }, previousTerm{};
 
-void onStopSignal(int signal) {
-  if (signal == SIGINT && receivedSignal == SIGINT) {
+void onStopSignal(int signal, siginfo_t *info, void *) {
+  // `ganc run` forwards the Ctrl-C it got as SIGINT, and a Ctrl-C at a terminal reaches the
+  // ranks too: a SIGINT from the launcher (the parent) is never a second Ctrl-C.
+  const bool fromLauncher = info != nullptr && info->si_pid != 0 && info->si_pid == getppid();
+  if (signal == SIGINT && receivedSignal == SIGINT && !fromLauncher) {
     // A second Ctrl-C: stop now, the way SIGINT does by default.
     std::signal(SIGINT, SIG_DFL);
     std::raise(SIGINT);
@@ -33,7 +38,8 @@ StopSignals::StopSignals() {
   receivedSignal = 0;
   stoppedSignal = 0;
   struct sigaction action {};
-  action.sa_handler = onStopSignal;
+  action.sa_sigaction = onStopSignal;
+  action.sa_flags = SA_SIGINFO;
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, &previousInt);
   sigaction(SIGTERM, &action, &previousTerm);
