@@ -528,7 +528,10 @@ def test_gpu_check_uses_a_prebuilt_binary_of_these_sources_only(ganc_bin, tmp_pa
         == source_hash
     prebuilt = tmp_path / "prebuilt"
     (prebuilt / "tools").mkdir(parents=True)
+    (prebuilt / "ops").mkdir()
     shutil.copy(ganc_bin, prebuilt / "tools" / "ganc")
+    # ganc's ops library goes with the binary (--save-build saves both).
+    shutil.copy(os.path.join(os.path.dirname(os.path.dirname(ganc_bin)), "ops", "libganc_ops.so"), prebuilt / "ops")
     (prebuilt / "SOURCE_HASH").write_text(source_hash + "\n")
     (prebuilt / "TORCH").write_text(torch.__version__ + "\n")
     version = subprocess.run([ganc_bin, "--version"], capture_output=True, text=True).stdout.strip()
