@@ -206,8 +206,13 @@ public:
                   grads[0], saved[0], saved[1], ctx->saved_data["dim"].toInt(),
                   ctx->saved_data["act"].toStringRef(), ctx->saved_data["alpha"].toDouble(),
                   ctx->saved_data["gain"].toDouble(), ctx->saved_data["clamp"].toDouble());
-    return {gg,           at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    // Zero, not undefined, with respect to x and b: the reference's leaky_relu_backward gives
+    // its input a zero gradient, so the parameters a phase's plan finds used (b, through R1)
+    // still receive one.
+    const at::Tensor dx = ctx->needs_input_grad(1) ? at::zeros_like(saved[0]) : at::Tensor();
+    const at::Tensor db =
+        saved[1].defined() && ctx->needs_input_grad(2) ? at::zeros_like(saved[1]) : at::Tensor();
+    return {gg, dx, db, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
