@@ -9,6 +9,7 @@
 #include "support/torch/Collectives.h"
 #include "support/torch/TorchError.h"
 
+#include <nlohmann/json.hpp>
 #include <torch/serialize.h>
 
 #include <iostream>
@@ -242,6 +243,12 @@ Expected<std::vector<char>> checkpointBytes(Session &s, PhaseInputs &inputs, int
     best.insert("step", s.best.step);
     ckpt.insert("best", best);
   }
+  if (!s.logInterval.empty())
+    ckpt.insert("log_interval", s.logInterval);
+  c10::Dict<std::string, std::string> settings;
+  for (const auto &[key, value] : trainingSettings(s.spec(), inputs.dataDigest()))
+    settings.insert(key, value);
+  ckpt.insert("settings", settings);
   return sealZipArchive(torch::pickle_save(ckpt));
 }
 
@@ -393,6 +400,39 @@ Expected<c10::impl::GenericDict> readCheckpoint(const Session &s, const std::str
   return ckpt;
 }
 
+/// The checkpoint's training settings against this run's: a resume that changes them is
+/// refused in one line naming each, unless --accept-changes (then they go to run.json).
+Status compareSettings(Session &s, PhaseInputs &inputs, const c10::impl::GenericDict &ckpt,
+                       const std::string &path) {
+  s.acceptedChanges.clear();
+  if (!ckpt.contains("settings")) // written before checkpoints kept their settings
+    return Status::ok();
+  if (!ckpt.at("settings").isGenericDict())
+    return Status::error("--resume " + path + ": its 'settings' entry is damaged");
+  std::map<std::string, std::string> then;
+  for (const auto &entry : ckpt.at("settings").toGenericDict())
+    if (entry.key().isString() && entry.value().isString())
+      then[entry.key().toStringRef()] = entry.value().toStringRef();
+  const std::map<std::string, std::string> now = trainingSettings(s.spec(), inputs.dataDigest());
+  std::string said;
+  auto differs = [&](const std::string &key, const std::string &mine, const std::string &run) {
+    if (mine == run)
+      return;
+    said += (said.empty() ? "" : "; ") + key + " " + mine + " (the run's: " + run + ")";
+    s.acceptedChanges[key] = mine + " (was " + run + ")";
+  };
+  for (const auto &[key, value] : now)
+    differs(key, value, then.count(key) ? then.at(key) : "none");
+  for (const auto &[key, value] : then)
+    if (!now.count(key))
+      differs(key, "none", value);
+  if (said.empty() || s.options.acceptChanges)
+    return Status::ok();
+  return Status::error("--resume " + path + ": this resume changes what the run trains: " + said +
+                       "; resume with the run's settings, or give --accept-changes to go on "
+                       "with these (run.json records each change)");
+}
+
 } // namespace
 
 Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::string &path,
@@ -415,6 +455,14 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
     auto best = ckpt.at("best").toGenericDict();
     s.best = {best.at("metric").toStringRef(), best.at("value").toDouble(),
               best.at("step").toInt()};
+  }
+  GANC_TRY(compareSettings(s, inputs, ckpt, path));
+  s.logInterval.clear();
+  if (ckpt.contains("log_interval")) {
+    if (!ckpt.at("log_interval").isString() ||
+        !nlohmann::json::accept(ckpt.at("log_interval").toStringRef()))
+      return Status::error("--resume " + path + ": its 'log_interval' is damaged");
+    s.logInterval = ckpt.at("log_interval").toStringRef();
   }
   torch::NoGradGuard noGrad;
   auto restore = [&](const std::string &name, at::Tensor t) {
@@ -463,30 +511,42 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
   return step;
 }
 
-Status checkRanksStartAlike(Session &s, int64_t step) {
+Status checkRanksStartAlike(Session &s, int64_t step, uint64_t dataDigest) {
   if (s.rank.worldSize == 1)
     return Status::ok();
-  // The digest's top bit dropped: int64 on the wire.
+  // The digests' top bits dropped: int64 on the wire.
   const auto digest = static_cast<int64_t>(s.resumedDigest >> 1);
+  const auto data = static_cast<int64_t>(dataDigest >> 1);
   const std::vector<at::Tensor> starts =
-      allGatherToCpu(s, torch::tensor({step, digest}, torch::kLong).to(s.device));
-  bool alike = true;
-  for (const at::Tensor &start : starts)
-    alike = alike && torch::equal(start, starts.front());
-  if (alike)
+      allGatherToCpu(s, torch::tensor({step, digest, data}, torch::kLong).to(s.device));
+  bool alike = true, sameData = true;
+  for (const at::Tensor &start : starts) {
+    alike = alike && torch::equal(start.narrow(0, 0, 2), starts.front().narrow(0, 0, 2));
+    sameData = sameData && start[2].item<int64_t>() == starts.front()[2].item<int64_t>();
+  }
+  if (alike && sameData)
     return Status::ok();
   std::string ranks;
   for (size_t r = 0; r < starts.size(); ++r) {
-    const int64_t at = starts[r][0].item<int64_t>(), d = starts[r][1].item<int64_t>();
+    const int64_t at = starts[r][0].item<int64_t>(), d = starts[r][alike ? 2 : 1].item<int64_t>();
     char text[96];
-    std::snprintf(text, sizeof(text), "%srank %zu at step %lld (%s)", r ? ", " : "", r,
-                  static_cast<long long>(at),
-                  d ? ("checkpoint " + std::to_string(d % 1000000)).c_str() : "no checkpoint");
+    if (!alike)
+      std::snprintf(text, sizeof(text), "%srank %zu at step %lld (%s)", r ? ", " : "", r,
+                    static_cast<long long>(at),
+                    d ? ("checkpoint " + std::to_string(d % 1000000)).c_str() : "no checkpoint");
+    else
+      std::snprintf(text, sizeof(text), "%srank %zu data %s", r ? ", " : "", r,
+                    d ? ("digest " + std::to_string(d % 1000000)).c_str() : "none");
     ranks += text;
   }
-  return Status::error("the ranks do not start from the same checkpoint: " + ranks +
-                       "; give every rank the same --resume (with --resume auto, the same --out "
-                       "contents on every node)");
+  if (!alike)
+    return Status::error("the ranks do not start from the same checkpoint: " + ranks +
+                         "; give every rank the same --resume (with --resume auto, the same --out "
+                         "contents on every node)");
+  return Status::error("the ranks loaded different data sets (" + ranks + ", from --data " +
+                       s.options.data +
+                       " on this rank): every rank must train on the same data (on several "
+                       "nodes, the same files at each node's --data)");
 }
 
 } // namespace ganc::runtime

@@ -24,7 +24,8 @@ Expected<int64_t> resumeCheckpoint(Session &session, PhaseInputs &inputs, const 
 /// Every rank starts at the same step from the same checkpoint (none: step 0): the step and
 /// the digest of what each resumed are all-gathered (every rank takes part), and where they
 /// differ every rank stops with one line naming each rank's start. Node-local --out folders
-/// with different contents would otherwise train on with different weights.
-Status checkRanksStartAlike(Session &session, int64_t step);
+/// with different contents would otherwise train on with different weights. The digests of the
+/// data sets the ranks loaded are compared too: data that differs between ranks stops every rank.
+Status checkRanksStartAlike(Session &session, int64_t step, uint64_t dataDigest);
 
 } // namespace ganc::runtime

@@ -305,6 +305,46 @@ Expected<c10::IValue> unpickle(const std::string &path, const std::vector<char> 
   }
 }
 
+/// A tensor file's "labels": a tensor or a list of integer class ids, one per sample. Float
+/// labels (a class id is an integer: 1.5 or NaN would be truncated to another class) and other
+/// values are refused, as dataset.json's are; absent: unlabelled.
+Expected<at::Tensor> labelsOf(const c10::impl::GenericDict &dict, const std::string &path) {
+  if (!dict.contains("labels"))
+    return at::Tensor();
+  const c10::IValue value = dict.at("labels");
+  const std::string where = "--data " + path + ": 'labels' ";
+  at::Tensor labels;
+  if (value.isTensor()) {
+    labels = value.toTensor();
+  } else if (value.isList()) {
+    std::vector<int64_t> ids;
+    for (const c10::IValue &v : value.toListRef()) {
+      if (!v.isInt())
+        return Status::error(where + "is a list holding " + v.tagKind() +
+                             " values: class labels are integers (a list of ints, or an int64 "
+                             "tensor)");
+      ids.push_back(v.toInt());
+    }
+    labels = torch::tensor(ids, torch::kLong);
+  } else {
+    return Status::error(where + "is a " + value.tagKind() +
+                         ": class labels are a tensor or list of integers, one per sample");
+  }
+  if (labels.is_floating_point() || labels.is_complex()) {
+    const at::Tensor whole = labels.flatten().to(torch::kDouble);
+    const at::Tensor bad = (whole != whole.round()).logical_or(whole.isfinite().logical_not());
+    if (bad.any().item<bool>()) {
+      const int64_t i = bad.nonzero()[0][0].item<int64_t>();
+      return Status::error(where + "are " + std::string(labels.dtype().name()) + ", and sample " +
+                           std::to_string(i) + "'s is " + std::to_string(whole[i].item<double>()) +
+                           ": class labels are integers (save them as int64)");
+    }
+  } else if (labels.scalar_type() == torch::kBool) {
+    return Status::error(where + "are bool: class labels are integers (save them as int64)");
+  }
+  return labels.to(torch::kLong).flatten();
+}
+
 } // namespace
 
 Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t> &sampleShape) {
@@ -324,8 +364,10 @@ Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t
   at::Tensor labels;
   if (value.isGenericDict() && value.toGenericDict().contains("images")) {
     auto dict = value.toGenericDict();
-    if (dict.contains("labels") && dict.at("labels").isTensor())
-      labels = dict.at("labels").toTensor().to(torch::kLong).flatten();
+    auto found = labelsOf(dict, path);
+    if (!found)
+      return found.status();
+    labels = found.take();
     value = dict.at("images");
   }
   if (!value.isTensor())
@@ -384,16 +426,16 @@ Expected<Dataset> loadFieldTensors(const std::string &path, const c10::IValue &v
                            std::string(parts[0].dtype().name()));
     parts.push_back(t);
   }
-  at::Tensor labels;
-  if (dict.contains("labels") && dict.at("labels").isTensor())
-    labels = dict.at("labels").toTensor().to(torch::kLong).flatten();
+  auto labels = labelsOf(dict, path);
+  if (!labels)
+    return labels.status();
   at::Tensor data = torch::cat(parts, 1);
   if (data.size(0) == 0)
     return Status::error("--data " + path + ": the dataset is empty");
-  if (labels.defined() && labels.size(0) != data.size(0))
-    return Status::error("--data " + path + ": " + std::to_string(labels.size(0)) + " labels for " +
-                         std::to_string(data.size(0)) + " samples");
-  return Dataset{data, labels, "fields " + frontend::fieldNames(layout.fields),
+  if (labels->defined() && labels->size(0) != data.size(0))
+    return Status::error("--data " + path + ": " + std::to_string(labels->size(0)) +
+                         " labels for " + std::to_string(data.size(0)) + " samples");
+  return Dataset{data, *labels, "fields " + frontend::fieldNames(layout.fields),
                  rangeWarning(path, data)};
 }
 

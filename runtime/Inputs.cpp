@@ -1,6 +1,8 @@
 // Phase inputs: sharded data, staged batches, labels, noise, the fade-in weight.
 #include "runtime/Inputs.h"
 
+#include "support/Hash.h"
+
 #include <cstdio>
 #include <iostream>
 
@@ -77,6 +79,22 @@ Status checkStagingFits(const std::string &data, const std::vector<int64_t> &sha
                        " (lower the batch or accumulate)");
 }
 
+/// The data set's digest: its samples' and labels' shapes, types and bytes, as loaded.
+uint64_t digestOf(const Dataset &data) {
+  uint64_t h = kDigestStart;
+  for (const at::Tensor &t : {data.samples, data.labels}) {
+    if (!t.defined())
+      continue;
+    const at::Tensor whole = t.contiguous();
+    const std::vector<int64_t> shape = whole.sizes().vec();
+    const auto type = static_cast<int64_t>(whole.scalar_type());
+    h = digestWords(h, &type, sizeof(type));
+    h = digestWords(h, shape.data(), shape.size() * sizeof(int64_t));
+    h = digestWords(h, whole.data_ptr(), whole.nbytes());
+  }
+  return h;
+}
+
 } // namespace
 
 at::Tensor fieldOf(const frontend::Spec &spec, const frontend::InputSpec &input,
@@ -111,6 +129,7 @@ Expected<std::unique_ptr<PhaseInputs>> PhaseInputs::create(const Session &sessio
     if (!data)
       return data.status();
     in->distinct_ = data->samples.size(0);
+    in->digest_ = digestOf(*data);
     if (spec.dataXflip) { // the set doubled: every image also mirrored left to right
       data->samples = torch::cat({data->samples, data->samples.flip({-1})});
       if (data->labels.defined())

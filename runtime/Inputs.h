@@ -56,6 +56,9 @@ public:
   const at::Tensor &labels() const { return labels_; }
   /// Samples in the data set before any mirroring.
   int64_t distinctSamples() const { return distinct_; }
+  /// A digest of the data set as loaded (samples and labels; 0 without data): what the ranks
+  /// compare at start-up and a checkpoint keeps.
+  uint64_t dataDigest() const { return digest_; }
   /// The data order (null without data), for checkpoints.
   ShardedBatches *batches() { return batches_.get(); }
 
@@ -64,6 +67,7 @@ private:
   const Session &session_;
   at::Tensor data_, labels_;
   int64_t distinct_ = 0;
+  uint64_t digest_ = 0;
   std::unique_ptr<ShardedBatches> batches_;
   /// One staged batch (and its labels) per micro-batch index, each at a fixed address.
   std::vector<std::unique_ptr<backend::StagedBatch>> batch_, labelBatch_;

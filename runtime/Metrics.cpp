@@ -4,6 +4,7 @@
 
 #include "backend/Device.h"
 #include "runtime/MetricMath.h"
+#include "runtime/Stop.h"
 #include "support/Files.h"
 #include "support/Hash.h"
 #include "support/torch/Collectives.h"
@@ -11,6 +12,7 @@
 
 #include <torch/serialize.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -143,6 +145,7 @@ Expected<std::unique_ptr<Metrics>> Metrics::create(Session &s, const PhaseInputs
                       : spec.sample->submodule;
   m->everyImages_ = o.metricsEveryKimg * 1000;
   GANC_TRY(m->load(o.inception.empty() ? defaultInceptionPath() : o.inception));
+  m->warnSmallSets();
   if (!s.best.metric.empty() && s.best.metric != m->ranking()) {
     if (s.isRankZero())
       std::cout << "metrics: the checkpoint's best snapshot was ranked by " << s.best.metric
@@ -151,6 +154,25 @@ Expected<std::unique_ptr<Metrics>> Metrics::create(Session &s, const PhaseInputs
   }
   s.best.metric = m->ranking();
   return m;
+}
+
+void Metrics::warnSmallSets() const {
+  if (!s_.isRankZero())
+    return;
+  for (const MetricSpec &metric : metrics_) {
+    const int64_t distinct = inputs_.distinctSamples();
+    const int64_t real = metric.full ? distinct : std::min(distinct, metric.generated);
+    const int64_t fewest = std::min(real, metric.generated);
+    if (metric.kid || fewest >= featureSize_)
+      continue;
+    std::cerr << "ganc: warning: --metrics " << metric.name << ": "
+              << (real <= metric.generated ? std::to_string(real) + " real"
+                                           : std::to_string(metric.generated) + " generated")
+              << " images, fewer than the network's " << featureSize_
+              << " features: their covariance is singular and FID is not well defined there "
+                 "(scores are comparable only with the same count; KID is defined)"
+              << std::endl;
+  }
 }
 
 Status Metrics::load(const std::string &path) {
@@ -222,9 +244,10 @@ at::Tensor Metrics::embed(const at::Tensor &pixels) {
   c10::IValue out = network_.get_method("forward")({pixels}, {{"return_features", true}});
   TORCH_CHECK(out.isTensor(), "it returned a ", out.tagKind(), ", not a tensor");
   at::Tensor features = out.toTensor();
-  TORCH_CHECK(features.is_floating_point() && features.dim() == 2 &&
-                  features.size(0) == pixels.size(0),
-              "it returned ", features.sizes(), " for ", pixels.size(0), " images");
+  TORCH_CHECK(features.dim() == 2 && features.size(0) == pixels.size(0), "it returned ",
+              features.sizes(), " for ", pixels.size(0), " images");
+  TORCH_CHECK(features.is_floating_point(), "it returned ", features.dtype().name(),
+              " features (FID's moments need floating-point features)");
   return features.to(at::kFloat).contiguous();
 }
 
@@ -235,6 +258,8 @@ at::Tensor Metrics::embedAcrossRanks(int64_t count,
   const int64_t blocks = (count + batch - 1) / batch;
   std::vector<at::Tensor> kept;
   for (int64_t first = 0; first < blocks; first += world) {
+    if ((abandonedBy_ = stopCheck_ ? agreedStopNow(s_) : 0))
+      return at::Tensor();
     const int64_t mine = first + s_.rank.rank;
     at::Tensor features = mine < blocks
                               ? embed(block(mine))
@@ -256,21 +281,39 @@ at::Tensor Metrics::embedAcrossRanks(int64_t count,
   return torch::cat(kept).narrow(0, 0, count);
 }
 
+namespace {
+
+/// Whether every feature is finite (rank 0 holds them; elsewhere: true).
+bool finite(const at::Tensor &features) {
+  return !features.defined() || features.isfinite().all().item<bool>();
+}
+
+} // namespace
+
+std::string Metrics::cachePath(const at::Tensor &data) const {
+  uint64_t key = digestWords(kDigestStart, "ganc real features 1", 20);
+  key = digestWords(key, data.data_ptr(), data.nbytes());
+  key = digestWords(key, data.sizes().data(), data.dim() * sizeof(int64_t));
+  key = digestWords(key, networkBytes_.data(), networkBytes_.size());
+  std::string beside = s_.options.data;
+  while (beside.size() > 1 && beside.back() == '/')
+    beside.pop_back();
+  return beside + ".ganc-cache/real-features-" + hex(key) + ".pt";
+}
+
+Status Metrics::notFinite(const std::string &what) const {
+  return Status::failure("metrics: the feature network " + networkPath_ +
+                         " gave NaN or inf features for " + what +
+                         "; no score is kept (check the network file, or --inception)");
+}
+
 Expected<at::Tensor> Metrics::realFeatures(int64_t count) {
   if (auto found = realCache_.find(count); found != realCache_.end())
     return found->second;
   const at::Tensor data = inputs_.dataset().narrow(0, 0, count).contiguous();
-  std::string path;
+  const std::string path = cachePath(data); // on every rank: each names it alike
   at::Tensor cached;
   if (s_.isRankZero()) {
-    uint64_t key = digestWords(kDigestStart, "ganc real features 1", 20);
-    key = digestWords(key, data.data_ptr(), data.nbytes());
-    key = digestWords(key, data.sizes().data(), data.dim() * sizeof(int64_t));
-    key = digestWords(key, networkBytes_.data(), networkBytes_.size());
-    std::string beside = s_.options.data;
-    while (beside.size() > 1 && beside.back() == '/')
-      beside.pop_back();
-    path = beside + ".ganc-cache/real-features-" + hex(key) + ".pt";
     if (auto bytes = readFile(path); bytes && checkZipArchive(*bytes)) {
       try {
         cached = torch::pickle_load(*bytes).toTensor();
@@ -280,10 +323,13 @@ Expected<at::Tensor> Metrics::realFeatures(int64_t count) {
         cached = at::Tensor();
     }
   }
-  const bool hit =
-      fromRankZero(s_, torch::tensor({cached.defined() ? 1.0 : 0.0}, at::kDouble)).item<double>() >
-      0;
-  if (hit) {
+  // 1: cached, 0: not, -1: cached with NaN or inf values (from rank 0, for every rank).
+  const double found = !cached.defined() ? 0.0 : finite(cached) ? 1.0 : -1.0;
+  const double hit = fromRankZero(s_, torch::tensor({found}, at::kDouble)).item<double>();
+  if (hit < 0)
+    return Status::failure("metrics: the cached real features " + path +
+                           " hold NaN or inf values; delete the file (it is computed again)");
+  if (hit > 0) {
     if (s_.isRankZero())
       std::cout << "metrics: the real images' features: " << path << std::endl;
     return realCache_[count] = s_.isRankZero() ? cached.to(s_.device) : at::Tensor();
@@ -296,6 +342,11 @@ Expected<at::Tensor> Metrics::realFeatures(int64_t count) {
     at::Tensor rows = torch::arange(block * batch, (block + 1) * batch, torch::kLong) % count;
     return toPixels(data.index_select(0, rows).to(s_.device));
   });
+  if (abandonedBy_)
+    return at::Tensor(); // nothing cached
+  if (fromRankZero(s_, torch::tensor({finite(features) ? 1.0 : 0.0}, at::kDouble)).item<double>() ==
+      0)
+    return notFinite("the real images"); // and nothing cached
   if (s_.isRankZero()) {
     std::error_code ec;
     fs::create_directories(fs::path(path).parent_path(), ec);
@@ -322,17 +373,25 @@ Expected<std::vector<std::pair<std::string, double>>> Metrics::evaluate(int64_t 
   std::map<int64_t, at::Tensor> generated; // by count: fid50k and kid50k share their images
   std::map<std::string, at::Tensor> dumped;
   std::vector<double> values;
+  bool generatedFinite = true;
+  abandonedBy_ = 0;
+  stopCheck_ = true;
   for (const MetricSpec &metric : metrics_) {
     const int64_t distinct = inputs_.distinctSamples();
     auto real = realFeatures(metric.full ? distinct : std::min(distinct, metric.generated));
-    if (!real)
-      return real.status();
+    if (!real || abandonedBy_)
+      return real ? Status::failure("metrics abandoned") : real.status();
     if (!generated.count(metric.generated))
       generated[metric.generated] = embedAcrossRanks(
           metric.generated, [this](int64_t block) { return generateBlock(block); });
+    if (abandonedBy_)
+      return Status::failure("metrics abandoned");
     const at::Tensor &fake = generated.at(metric.generated);
     double value = 0;
-    if (s_.isRankZero()) {
+    if (!finite(fake)) {
+      value = std::nan(""); // rank 0 says so below, with every rank
+      generatedFinite = false;
+    } else if (s_.isRankZero()) {
       if (!realMoments_.count(real->size(0)))
         realMoments_[real->size(0)] = featureMoments(*real);
       value = metric.kid ? kernelInceptionDistance(fake, *real)
@@ -344,7 +403,10 @@ Expected<std::vector<std::pair<std::string, double>>> Metrics::evaluate(int64_t 
     }
     values.push_back(value);
   }
+  values.push_back(generatedFinite ? 1.0 : 0.0);
   at::Tensor shared = fromRankZero(s_, torch::tensor(values, at::kDouble));
+  if (shared[static_cast<int64_t>(metrics_.size())].item<double>() == 0)
+    return notFinite("the generated images of '" + generator_ + "'");
   std::vector<std::pair<std::string, double>> result;
   for (size_t i = 0; i < metrics_.size(); ++i)
     result.emplace_back(metrics_[i].name, shared[static_cast<int64_t>(i)].item<double>());

@@ -59,10 +59,24 @@ public:
 
   /// The metric that ranks snapshots (the first of --metrics; lower is better).
   const std::string &ranking() const { return metrics_.front().name; }
+  /// The signal (SIGINT or SIGTERM) that made the last evaluate() stop part way, or 0: the ranks
+  /// agree on a stop before each block of images, so that a long evaluation never outlasts a
+  /// scheduler's or the launcher's grace; nothing of it is kept.
+  int abandonedBy() const { return abandonedBy_; }
 
 private:
   Metrics(Session &session, const PhaseInputs &inputs) : s_(session), inputs_(inputs) {}
   Status load(const std::string &path);
+  int abandonedBy_ = 0;
+  /// Whether embedAcrossRanks checks for a stop: in evaluate(), not in the start-up check.
+  bool stopCheck_ = false;
+  /// Rank 0 warns of an FID over fewer images than the network has features.
+  void warnSmallSets() const;
+  /// Where the features of the real images `data` are cached: beside --data, keyed by the
+  /// images and the network's bytes.
+  std::string cachePath(const at::Tensor &data) const;
+  /// The failure of features that are not finite: naming the network and `what` it embedded.
+  Status notFinite(const std::string &what) const;
   /// uint8 [B, 3, H, W] on the device from images in [-1, 1] ([B, 1 or 3, H, W]).
   static at::Tensor toPixels(const at::Tensor &images);
   /// The generator's block `block` (a training batch of images) as pixels.

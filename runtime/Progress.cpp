@@ -46,6 +46,8 @@ Progress::Progress(Session &session, int64_t firstStep)
     if (session.options.tensorboard)
       events_ = EventWriter::start(session.options.outDir, fresh ? 0 : firstStep);
   }
+  if (!session.logInterval.empty())
+    restoreInterval(session.logInterval);
   if (session.options.kernelTimeSteps > 0) {
     try {
       trace_ = std::make_unique<backend::KernelTrace>();
@@ -283,6 +285,7 @@ Status Progress::endStep(int64_t done, int64_t images) {
   const std::map<std::string, std::map<std::string, Moments>> stats = std::move(statsInterval_);
   statsInterval_.clear();
   auto moments = reduceInterval(done, stats);
+  interval_.clear();
   if (!moments)
     return moments.status();
   if (session_.isRankZero())
@@ -324,7 +327,6 @@ Progress::reduceInterval(int64_t done,
     const Moments &m = interval_[phase.name];
     moments.insert(moments.end(), {m.count, m.sum, m.squares});
   }
-  interval_.clear();
   // The logged values follow, by phase and name; every rank must log the same names (checked
   // first, with a fixed-size all-reduce of their count and a hash of their names).
   std::vector<double> signature = {0, 0};

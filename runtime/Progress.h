@@ -47,6 +47,10 @@ public:
   /// the step. A loss that is not finite stops training (a runtime failure naming the phase, step
   /// and rank) unless the phase skips non-finite steps.
   Status endStep(int64_t done, int64_t images);
+  /// Before a checkpoint of `done` steps (every rank takes part): between log steps, the losses
+  /// since the last one are written to the history and the interval so far, summed over the
+  /// ranks, goes to session.logInterval (the checkpoint keeps it); at a log step it is empty.
+  Status beforeCheckpoint(int64_t done);
   /// Rank 0: one evaluation of the --metrics at step `done` (in --metrics order), which took
   /// `seconds`; `best` where it ranks this step's snapshot the best so far. A record in
   /// stats.jsonl (`Metrics/<name>`, which TensorBoard shows), one in metrics.jsonl, a line.
@@ -59,6 +63,9 @@ public:
 private:
   using Clock = std::chrono::steady_clock;
   Status writeSummary(double wallSeconds) const;
+  /// After a resume: the interval the checkpoint cut, as rank 0's (every rank names the same
+  /// logged values, with nothing counted elsewhere).
+  void restoreInterval(const std::string &json);
   Status writeProfile() const;
   /// The kernel trace failed: the reason goes to timing.json and a warning, training goes on.
   void traceFailed(const std::string &why);

@@ -31,11 +31,14 @@ namespace {
 /// Names of the files a run writes into --out.
 bool isRunFile(const std::string &name) {
   static const std::regex pattern(
-      R"((checkpoint(-\d+|-best)?\.pt|loss_history\.csv|stats\.jsonl|metrics\.jsonl|run\.json|)"
+      R"((checkpoint(-\d+|-best|-replaced)?\.pt|loss_history\.csv|stats\.jsonl|metrics\.jsonl|run\.json|)"
       R"(timing\.json|)"
       R"(summary\.json|samples(_step\d+)?\.png|events\.out\.tfevents\..*))");
   return std::regex_match(name, pattern);
 }
+
+/// Where --force keeps the replaced run's latest checkpoint until the new run writes one.
+constexpr const char *kReplacedCheckpoint = "checkpoint-replaced.pt";
 
 std::vector<fs::path> runFiles(const std::string &dir) {
   std::vector<fs::path> files;
@@ -115,11 +118,20 @@ Status claimRunDir(const TrainOptions &o) {
                            "): continue it with --resume auto, start over in it with --force, "
                            "or choose another --out");
     }
-    // The earlier run's latest checkpoint stays until this run writes its own: a run that
-    // fails before its first checkpoint leaves it as it was.
-    for (const fs::path &f : files)
-      if (f.filename() != "checkpoint.pt" && !fs::remove(f, ec) && ec)
-        return Status::error("--force: cannot remove " + f.string() + ": " + ec.message());
+    // The earlier run's latest checkpoint stays, as checkpoint-replaced.pt, until this run
+    // writes its own: a run that fails before its first checkpoint loses nothing, and
+    // --resume auto never takes the replaced run's checkpoint for this one's.
+    for (const fs::path &f : files) {
+      const std::string name = f.filename().string();
+      if (name == "checkpoint.pt")
+        fs::rename(f, fs::path(o.outDir) / kReplacedCheckpoint, ec);
+      else if (name != kReplacedCheckpoint)
+        fs::remove(f, ec);
+      if (ec)
+        return Status::error("--force: cannot " +
+                             std::string(name == "checkpoint.pt" ? "set aside " : "remove ") +
+                             f.string() + ": " + ec.message());
+    }
   }
   return Status::ok();
 }
@@ -372,15 +384,47 @@ nlohmann::json overridesOf(const TrainOptions &o) {
 
 } // namespace
 
-Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &resumedFrom) {
-  using nlohmann::json;
+std::map<std::string, std::string> trainingSettings(const frontend::Spec &spec,
+                                                    uint64_t dataDigest) {
+  std::map<std::string, std::string> settings;
+  auto number = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.9g", v);
+    return std::string(text);
+  };
+  for (const auto &[name, g] : spec.optimizers) {
+    settings["--lr " + name] = number(g.lr);
+    if (g.type != "sgd")
+      settings["--betas " + name] = number(g.beta1) + "," + number(g.beta2);
+    settings["--clip " + name] =
+        g.clip ? number(g.clip->maxNorm) + "," + number(g.clip->normType) : "off";
+  }
+  for (const frontend::PhaseSpec &p : spec.phases) {
+    settings["--accumulate " + p.name] = std::to_string(p.accumulate);
+    settings["--precision " + p.name] = frontend::precisionName(p.precision);
+    settings["--interval " + p.name] = std::to_string(p.interval);
+  }
+  if (spec.ema)
+    settings["--ema-half-life-images"] =
+        number(spec.ema->halfLifeImages) + " (beta " + number(spec.ema->beta) + ")";
+  if (dataDigest) {
+    char digest[32];
+    std::snprintf(digest, sizeof(digest), "digest %016llx",
+                  static_cast<unsigned long long>(dataDigest));
+    settings["--data"] = digest;
+  }
+  return settings;
+}
+
+namespace {
+
+/// This run's segment of run.json: when and where it started and with which options.
+nlohmann::json segmentRecord(const Session &s, int64_t firstStep, const std::string &resumedFrom) {
   const TrainOptions &o = s.options;
-  const json effective = effectiveSpec(s.spec());
-  const json overrides = overridesOf(o);
   std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char started[32];
   std::strftime(started, sizeof(started), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  json record = {
+  return {
       {"ganc_version", GANC_VERSION_STRING},
       {"started", started},
       {"plan", o.plan},
@@ -413,17 +457,52 @@ Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &re
         {"memory_format", nameOf(o.memoryFormat, memoryFormatNames())},
         {"double_backward", nameOf(o.doubleBackward, doubleBackwardNames())},
         {"fusion", o.fusion}}},
-      {"overrides", overrides},
-      {"spec", effective},
+      {"overrides", overridesOf(o)},
   };
-  return writeFileAtomically(o.outDir + "/run.json", record.dump(2) + "\n");
+}
+
+} // namespace
+
+Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &resumedFrom) {
+  using nlohmann::json;
+  const std::string path = s.options.outDir + "/run.json";
+  json segment = segmentRecord(s, firstStep, resumedFrom);
+  if (!s.acceptedChanges.empty())
+    segment["changes"] = s.acceptedChanges;
+  // A resume continues the run's record: its first segment's settings stay at the top level.
+  json record;
+  if (!resumedFrom.empty())
+    if (auto text = readFile(path)) {
+      record = json::parse(text->begin(), text->end(), nullptr, /*allow_exceptions=*/false);
+      if (!record.is_object() || !record.contains("spec"))
+        record = json();
+    }
+  const bool continued = !record.is_null();
+  if (!continued) {
+    record = segment;
+    record.erase("changes");
+    record["spec"] = effectiveSpec(s.spec());
+  }
+  if (!record.contains("segments") || !record["segments"].is_array()) {
+    json first = record;
+    first.erase("spec");
+    first.erase("segments");
+    record["segments"] = json::array({first});
+  }
+  if (continued)
+    record["segments"].push_back(segment);
+  return writeFileAtomically(path, record.dump(2) + "\n");
 }
 
 Status storeCheckpoint(const std::string &outDir, int64_t step, const std::vector<char> &bytes,
                        int64_t keep) {
   const std::string latest = outDir + "/checkpoint.pt";
-  if (keep <= 0)
-    return writeFileAtomically(latest, bytes);
+  std::error_code ec;
+  if (keep <= 0) {
+    GANC_TRY(writeFileAtomically(latest, bytes));
+    fs::remove(fs::path(outDir) / kReplacedCheckpoint, ec); // a run --force replaced
+    return Status::ok();
+  }
   char name[64];
   std::snprintf(name, sizeof(name), "/checkpoint-%07lld.pt", static_cast<long long>(step));
   const std::string snapshot = outDir + name;
@@ -431,7 +510,6 @@ Status storeCheckpoint(const std::string &outDir, int64_t step, const std::vecto
   // checkpoint.pt becomes the new snapshot in one rename: a hard link made beside it first
   // (a copy where the file system has no hard links).
   const std::string staged = latest + ".link";
-  std::error_code ec;
   fs::remove(staged, ec);
   fs::create_hard_link(snapshot, staged, ec);
   if (ec) {
@@ -441,6 +519,7 @@ Status storeCheckpoint(const std::string &outDir, int64_t step, const std::vecto
     if (ec)
       return Status::failure("cannot replace " + latest + ": " + ec.message());
   }
+  fs::remove(fs::path(outDir) / kReplacedCheckpoint, ec); // a run --force replaced
   // This run's snapshots are those up to this step: a later one is another run's (this one
   // resumed from an older snapshot) and is left alone.
   std::vector<std::pair<int64_t, fs::path>> steps = stepCheckpoints(outDir);

@@ -7,6 +7,7 @@
 #include "runtime/Trainer.h"
 #include "support/Status.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,8 @@ struct Session;
 /// (an flock on `--out/.ganc-lock`, which the kernel releases when the process ends, kill -9
 /// included): a second run there is refused naming the holder's pid. Then refuses an --out
 /// that holds a run unless the run is resumed or --force is given (then ganc's files in it
-/// are removed, but for checkpoint.pt, which stays until this run writes its first checkpoint).
+/// are removed, but for checkpoint.pt, kept as checkpoint-replaced.pt until this run writes
+/// its first checkpoint: --resume auto never takes it for this run's).
 Status claimRunDir(const TrainOptions &options);
 
 /// `--resume auto`: --out's checkpoint.pt if it is whole (its zip records and CRCs check);
@@ -36,8 +38,18 @@ Status truncateHistory(const std::string &outDir, int64_t step);
 /// `spec`'s, checked against its groups and phases.
 Status applyOverrides(frontend::Spec &spec, const TrainOptions &options);
 
+/// The settings that shape what a run trains, keyed by the option that sets each ("--lr G",
+/// "--betas G", "--clip G", "--accumulate d", "--precision d", "--interval d",
+/// "--ema-half-life-images", "--data"), as text: a checkpoint keeps them, and a resume with
+/// others is refused unless --accept-changes.
+std::map<std::string, std::string> trainingSettings(const frontend::Spec &spec,
+                                                    uint64_t dataDigest);
+
 /// Rank 0 writes --out/run.json: the options, world size, device, where the run starts,
 /// and the effective spec (the archive's, with the command line's overrides).
+/// A resumed run keeps the run.json it continues (the first segment's settings stay at its
+/// top level) and appends a segment: when and where it started, its options, and `changes`,
+/// the settings it changed with --accept-changes (session.acceptedChanges).
 Status writeRunRecord(const Session &session, int64_t firstStep, const std::string &resumedFrom);
 
 /// Writes a checkpoint's bytes for `step` steps done: checkpoint-STEP.pt, and checkpoint.pt

@@ -59,6 +59,13 @@ struct Session {
     int64_t step = -1;
   };
   Best best;
+  /// The log interval a checkpoint cuts (it was written between log steps): the losses and
+  /// logged values since the last log step, summed over the ranks, as JSON text ("": none).
+  /// Kept in the checkpoint, so that the resumed run's next log line counts every step.
+  std::string logInterval;
+  /// The settings this run resumed with that differ from its checkpoint's, accepted with
+  /// --accept-changes: by option, "now (was then)". run.json records them.
+  std::map<std::string, std::string> acceptedChanges;
   /// The digest of the checkpoint this rank resumed from (0: none).
   uint64_t resumedDigest = 0;
 

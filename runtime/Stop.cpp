@@ -54,6 +54,17 @@ int StopSignals::received() { return receivedSignal; }
 int StopSignals::stoppedBy() { return stoppedSignal; }
 void StopSignals::setStoppedBy(int signal) { stoppedSignal = signal; }
 
+int agreedStopNow(Session &session) {
+  if (session.rank.worldSize == 1)
+    return StopSignals::received();
+  std::vector<at::Tensor> flag{
+      torch::full({1}, StopSignals::received(), at::TensorOptions(session.device).dtype(at::kInt))};
+  c10d::AllreduceOptions options;
+  options.reduceOp = c10d::ReduceOp::MAX;
+  waitFor(session.group.backend->allreduce(flag, options));
+  return flag[0].item<int32_t>();
+}
+
 int StopAgreement::afterStep() {
   if (session_.rank.worldSize == 1)
     return StopSignals::received();

@@ -46,4 +46,8 @@ private:
   std::optional<c10::Event> ready_;     // on CUDA: when pending_ holds it
 };
 
+/// The signal any rank received (SIGINT or SIGTERM), or 0, agreed by every rank now: a blocking
+/// all-reduce (max), for long work between steps (a metrics evaluation) that stops part way.
+int agreedStopNow(Session &session);
+
 } // namespace ganc::runtime

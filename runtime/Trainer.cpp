@@ -15,6 +15,7 @@
 #include "support/torch/TorchError.h"
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <iostream>
 #include <sstream>
@@ -122,10 +123,14 @@ public:
       if (metrics_ && metrics_->due(imagesBefore, s_.imagesSeen, last))
         GANC_TRY(score(done, progress, best));
       const bool checkpointed = o.checkpointEvery > 0 && (done % o.checkpointEvery == 0 || last);
+      if (checkpointed || (best && o.checkpointEvery > 0))
+        GANC_TRY(progress.beforeCheckpoint(done));
       if (checkpointed)
         GANC_TRY(writeCheckpoint(s_, inputs_, done));
       if (best && o.checkpointEvery > 0)
         GANC_TRY(writeBestCheckpoint(s_, inputs_, done, checkpointed));
+      if (abandonedBy_) // the ranks agreed on the stop during the evaluation
+        return stopAt(done, abandonedBy_, checkpointed, progress);
       if (int signal = last ? 0 : stop.afterStep())
         return stopAt(done, signal, checkpointed, progress);
     }
@@ -140,8 +145,10 @@ private:
   /// --checkpoint-every 0, or one was just written), timing.json and summary.json, one line.
   Status stopAt(int64_t done, int signal, bool checkpointed, Progress &progress) {
     const bool keep = s_.options.checkpointEvery > 0;
-    if (keep && !checkpointed)
+    if (keep && !checkpointed) {
+      GANC_TRY(progress.beforeCheckpoint(done));
       GANC_TRY(writeCheckpoint(s_, inputs_, done));
+    }
     GANC_TRY(progress.finish());
     StopSignals::setStoppedBy(signal);
     if (s_.isRankZero())
@@ -159,10 +166,26 @@ private:
   Status score(int64_t done, Progress &progress, bool &best) {
     const auto start = std::chrono::steady_clock::now();
     auto values = metrics_->evaluate(done);
-    if (!values)
-      return values.status();
+    if ((abandonedBy_ = metrics_->abandonedBy())) {
+      if (s_.isRankZero())
+        std::cout << "metrics at step " << done << ": abandoned part way ("
+                  << (abandonedBy_ == SIGINT ? "SIGINT" : "SIGTERM") << "); no score is kept"
+                  << std::endl;
+      return Status::ok();
+    }
+    if (!values) { // the step's checkpoint first: the steps are kept
+      if (s_.options.checkpointEvery > 0) {
+        GANC_TRY(progress.beforeCheckpoint(done));
+        GANC_TRY(writeCheckpoint(s_, inputs_, done));
+      }
+      return values.status().withContext(
+          "step " + std::to_string(done) +
+          (s_.options.checkpointEvery > 0 ? ", checkpoint.pt written at it" : ""));
+    }
+    // A score that is not a number never ranks best: a later finite one replaces it.
     const double value = values->front().second;
-    best = s_.best.step < 0 || value < s_.best.value;
+    best = std::isfinite(value) &&
+           (s_.best.step < 0 || !std::isfinite(s_.best.value) || value < s_.best.value);
     if (best)
       s_.best = {metrics_->ranking(), value, done};
     progress.addMetrics(
@@ -357,6 +380,8 @@ private:
   std::vector<std::pair<const frontend::PhaseSpec *, std::string>> deferredDumps_;
   Ema *ema_;
   Metrics *metrics_;
+  /// The signal that stopped an evaluation part way (every rank agreed), or 0.
+  int abandonedBy_ = 0;
   int64_t firstStep_;
   size_t stage_ = static_cast<size_t>(-1);
 };
@@ -376,7 +401,7 @@ Status prepare(const TrainOptions &options, std::unique_ptr<Session> &session,
     if (session->isRankZero())
       GANC_TRY(truncateHistory(options.outDir, firstStep));
   }
-  GANC_TRY(checkRanksStartAlike(*session, firstStep));
+  GANC_TRY(checkRanksStartAlike(*session, firstStep, inputs->dataDigest()));
   GANC_TRY(checkSampler(*session, *inputs));
   auto scored = Metrics::create(*session, *inputs); // after the resume: its best snapshot
   if (!scored)

@@ -53,6 +53,9 @@ struct TrainOptions {
   std::string resume;
   /// Start over in an outDir that holds a run (its files are replaced).
   bool force = false;
+  /// Resume with settings that differ from the checkpoint's (recorded in run.json); without
+  /// it such a resume is refused, naming them.
+  bool acceptChanges = false;
   /// Step checkpoints kept besides checkpoint.pt, the latest (0: checkpoint.pt only).
   int64_t keepCheckpoints = 3;
   /// Rank 0 starts a TensorBoard event writer (python -m ganc.tensorboard) beside the run.

@@ -66,9 +66,14 @@ std::vector<Option<TrainOptions>> runOptions() {
        "without --resume or --force",
        storeText(&O::outDir)},
       {"--force", "",
-       "start over in an --out that holds a run (its files are removed; checkpoint.pt stays "
-       "until the new run writes one)",
+       "start over in an --out that holds a run (its files are removed; its checkpoint.pt is "
+       "kept as checkpoint-replaced.pt until the new run writes one, and never resumed)",
        storeTrue(&O::force)},
+      {"--accept-changes", "",
+       "resume with settings that differ from the checkpoint's (--lr, --betas, --clip, "
+       "--accumulate, --precision, --interval, --ema-half-life-images, the data): each change "
+       "is recorded in run.json; without it such a resume is refused, naming them",
+       storeTrue(&O::acceptChanges)},
       {"--seed", "S", "data order and noise seed (rank r draws noise from seed + r)",
        [](S &f, S &v, O &o) { o.seed = static_cast<uint64_t>(integerIn(f, v, 0, kMax)); }},
       {"--log-every", "N", "progress line every N steps (default 50)",

@@ -262,8 +262,8 @@ at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
   // the last one's hooks write the sums into the buckets and launch the all-reduces.
   const bool last = micro + 1 == accumulate;
   if (micro == 0) {
-    for (auto &[tensor, requires] : state.requiresGrad)
-      tensor.requires_grad_(requires);
+    for (auto &[tensor, wanted] : state.requiresGrad)
+      tensor.requires_grad_(wanted);
     state.reducer->prepare(parameters_);
     // DDP broadcasts buffers before a forward only if the previous one synchronised: with
     // no_sync() on the first micro-batches, that is before the first micro-batch only.

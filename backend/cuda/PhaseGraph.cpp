@@ -1,6 +1,8 @@
 // A captured phase replayed at one launch (see PhaseGraph.h).
 #include "backend/cuda/PhaseGraph.h"
 
+#include "backend/cuda/GeneratorCapture.h"
+
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -9,10 +11,10 @@ namespace ganc::backend {
 
 void PhaseGraph::advanceOffsetsOnDevice() {
   for (auto &[state, unused] : captured_generator_states_) {
-    const uint64_t consumed = state->offset_intragraph_;
-    if (consumed != 0 && state->offset_extragraph_.defined()) {
-      at::Tensor(state->offset_extragraph_).add_(static_cast<int64_t>(consumed));
-      advanced_[state.get()] = consumed;
+    const CapturedRng rng = capturedRng(*state, capture_id_);
+    if (rng.found && rng.consumed != 0) {
+      at::Tensor(rng.offset).add_(static_cast<int64_t>(rng.consumed));
+      advanced_[state.get()] = rng.consumed;
     }
   }
 }
@@ -43,9 +45,10 @@ void PhaseGraph::advanceGenerators(RngOnDevice &rng) {
     auto known = rng.known.find(state.get());
     if (fillAlways_ || known == rng.known.end() || known->second.seed != state->seed_ ||
         known->second.offset != state->philox_offset_per_thread_) {
-      at::Tensor(state->seed_extragraph_).fill_(static_cast<int64_t>(state->seed_));
-      at::Tensor(state->offset_extragraph_)
-          .fill_(static_cast<int64_t>(state->philox_offset_per_thread_));
+      const CapturedRng captured = capturedRng(*state, capture_id_);
+      TORCH_CHECK(captured.found, "a captured phase's generator state has no capture record");
+      at::Tensor(captured.seed).fill_(static_cast<int64_t>(state->seed_));
+      at::Tensor(captured.offset).fill_(static_cast<int64_t>(state->philox_offset_per_thread_));
     }
     TORCH_INTERNAL_ASSERT(state->philox_offset_per_thread_ % 4 == 0,
                           "RNG offset must be a multiple of 4");

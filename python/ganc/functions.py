@@ -27,6 +27,12 @@ __all__ = ["Recorder", "derived", "check", "check_all"]
 _APPLY = Function.__dict__["apply"]  # the classmethod object, restored after patching
 
 
+def _apply(cls, *args, **kwargs):
+    """torch's own Function.apply for `cls`: a Python classmethod in some versions, a C one
+    (a classmethod_descriptor, without __func__) in others; both bind with __get__."""
+    return _APPLY.__get__(None, cls)(*args, **kwargs)
+
+
 def _is_users(cls) -> bool:
     return not cls.__module__.startswith("torch.")
 
@@ -64,7 +70,7 @@ class Recorder:
                 saved = tuple(a.detach().clone().requires_grad_(a.requires_grad)
                               if isinstance(a, torch.Tensor) else a for a in args)
                 recorder.applied[cls] = Applied(cls, saved, dict(kwargs), inside())
-            return _APPLY.__func__(cls, *args, **kwargs)
+            return _apply(cls, *args, **kwargs)
 
         Function.apply = classmethod(apply)
         try:
@@ -123,7 +129,7 @@ def derived():
     """Within the block, user Functions run their forward's operations (for tracing)."""
     def apply(cls, *args, **kwargs):
         if not _is_users(cls):
-            return _APPLY.__func__(cls, *args, **kwargs)
+            return _apply(cls, *args, **kwargs)
         return _forward_of(cls, *args, **kwargs)
 
     Function.apply = classmethod(apply)
@@ -191,7 +197,7 @@ def check(applied: Applied, tolerance: float = 1e-4) -> str:
     where = f" in {applied.path}" if applied.path else ""
 
     def own(c, *a, **k):
-        return _APPLY.__func__(c, *a, **k)
+        return _apply(c, *a, **k)
 
     try:
         with torch.no_grad():

@@ -648,3 +648,34 @@ def test_double_backward_probe_formulations_agree():
         assert probe.float64_check() > 0.1
     finally:
         probe._GradWeight.backward = staticmethod(right)
+
+
+@pytest.mark.parametrize("kind,says", [
+    ("float", "'labels' are float, and sample 5's is 1.500000: class labels are integers (save them as int64)"),
+    ("nan", "'labels' are float, and sample 5's is nan: class labels are integers (save them as int64)"),
+    ("strings", "'labels' is a list holding String values: class labels are integers"),
+    ("list", None),
+], ids=["float", "nan", "strings", "list"])
+def test_labels_are_class_ids_as_dataset_json_has_them(ganc_bin, datasets, tmp_path, kind, says):
+    """A tensor file's labels are integer class ids, as dataset.json's must be: float labels
+    (1.5 was truncated to class 1, NaN to an arbitrary class) and lists of anything but ints
+    are refused in one line before any step; a list of ints is read as an int64 tensor."""
+    data = torch.load(datasets["digits"])
+    labels = data["labels"].clone()
+    if kind in ("float", "nan"):
+        labels = labels.float()
+        labels[5] = 1.5 if kind == "float" else float("nan")
+    elif kind == "strings":
+        labels = [str(int(v)) for v in labels]
+    else:
+        labels = [int(v) for v in labels]
+    path = str(tmp_path / "labelled.pt")
+    torch.save({"images": data["images"], "labels": labels}, path)
+    plan = compile_plan(ganc_bin, "cdcgan32", str(tmp_path))
+    r = run_ganc(ganc_bin, "train", plan, "--model", archive("cdcgan32"), "--data", path, "--steps", "1",
+                 "--out", str(tmp_path / "run"), "--sample-every", "0")
+    if says is None:
+        assert r.returncode == 0, r.stderr
+    else:
+        assert r.returncode == 2 and says in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+        assert not (tmp_path / "run" / "checkpoint.pt").exists()

@@ -213,13 +213,13 @@ def test_ctrl_c_checkpoints_the_step_reached_and_resume_continues_exactly(ganc_b
 
 @pytest.mark.parametrize("log_every,says", [
     ("1", "step 1: the loss is"),  # caught when the losses are read
-    ("1000", "is not finite; checkpoint.pt was not written"),  # caught before a checkpoint
+    ("1000", "step 1: the loss is"),  # caught when a checkpoint writes the losses since the log
 ], ids=["loss", "checkpoint"])
 def test_non_finite_training_stops_and_keeps_the_last_checkpoint(ganc_bin, datasets, tmp_path, log_every,
                                                                  says):
     """A learning rate far too large (9e5) makes the weights and the loss overflow: training
-    stops with exit 1 saying where, and the checkpoint of the earlier good run is not
-    overwritten."""
+    stops with exit 1 saying where, and the checkpoint of the earlier good run (that --force
+    replaced) is kept, as checkpoint-replaced.pt."""
     plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
     out = tmp_path / "o"
     good = subprocess.run([ganc_bin, "run", "--nproc", "1",
@@ -233,7 +233,8 @@ def test_non_finite_training_stops_and_keeps_the_last_checkpoint(ganc_bin, datas
                          capture_output=True, text=True)
     assert bad.returncode == 1, bad.stderr
     assert says in bad.stderr, bad.stderr
-    assert (out / "checkpoint.pt").read_bytes() == checkpoint
+    assert (out / "checkpoint-replaced.pt").read_bytes() == checkpoint
+    assert not (out / "checkpoint.pt").exists()
 
 
 def test_a_lone_rank_whose_peer_dies_exits_with_a_message(ganc_bin, datasets, tmp_path):

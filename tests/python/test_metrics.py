@@ -230,3 +230,93 @@ def test_a_damaged_run_is_one_line_naming_what(ganc_bin, setup):
         assert r.returncode == 2, (record, r.returncode, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert f"run.json is not a run record ganc wrote: {says}" in r.stderr, r.stderr
+
+
+class _SpoilsAfter(torch.nn.Module):
+    """The test's feature network, whose features turn NaN after its first `good` calls."""
+
+    def __init__(self, pixels: int, good: int):
+        super().__init__()
+        self.net = feature_network.FeatureNetwork(pixels)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+        self.good = good
+
+    def forward(self, img: torch.Tensor, return_features: bool = False) -> torch.Tensor:
+        self.calls += 1
+        features = self.net(img, return_features)
+        if bool(self.calls > self.good):
+            features = features * float("nan")
+        return features
+
+
+def test_scores_that_are_not_numbers_never_rank_and_stop_after_the_checkpoint(ganc_bin, setup):
+    """Features that are not finite (a network that gives NaN, a cache file holding NaN) stop
+    the run in one line naming the network or the cache file, after the step's checkpoint is
+    written; a best score that is not a number (an older checkpoint's) is replaced by the next
+    finite one; an FID over fewer images than features says it is not defined there."""
+    spoiled = str(setup["work"] / "spoiled.pt")
+    torch.jit.script(_SpoilsAfter(3 * 32 * 32, good=1)).save(spoiled)  # the check at start-up
+    out = str(setup["work"] / "nan")
+    r = subprocess.run([ganc_bin, "run", "--nproc", "2",
+                        *train_args(setup["plan"], "dcgan32", setup["data"], out, 4, "--inception", spoiled,
+                                    "--tensorboard", "off", "--metrics", "fid100", "--metrics-every", "0.064",
+                                    "--checkpoint-every", "100")], capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr
+    said = [line for line in r.stderr.splitlines() if "error" in line]
+    assert len(said) == 1 and f"metrics: the feature network {spoiled} gave NaN or inf features for the real " \
+        "images" in said[0] and "step 1, checkpoint.pt written at it" in said[0], r.stderr
+    assert ganc.load_checkpoint(os.path.join(out, "checkpoint.pt"))["step"] == 1
+
+    # A cache file holding NaN (from a network that once gave it) is named, not scored.
+    first = str(setup["work"] / "cached")
+    r = train(ganc_bin, setup, first, 1, "--metrics", "fid100")
+    assert r.returncode == 0 and "warning: --metrics fid100: 100 real images, fewer than the network's 2048 " \
+        "features: their covariance is singular and FID is not well defined there" in r.stderr, r.stderr
+    [cache] = re.findall(r"cached next time in (\S+)\)", r.stdout) or re.findall(r"features: (\S+)", r.stdout)
+    features = torch.load(cache)
+    torch.save(torch.full_like(features, float("nan")), cache)
+    r = train(ganc_bin, setup, first, 1, "--metrics", "fid100", "--force")
+    assert r.returncode == 1 and f"the cached real features {cache} hold NaN or inf values" in r.stderr, r.stderr
+    os.remove(cache)
+
+    # A best score that is not a number, as an older ganc kept it, ranks below any number.
+    r = train(ganc_bin, setup, first, 2, "--metrics", "fid100", "--force", "--checkpoint-every", "1")
+    assert r.returncode == 0, r.stderr
+    ckpt = torch.load(os.path.join(first, "checkpoint.pt"), weights_only=False)
+    assert ckpt["step"] == 2 and ckpt["best"]["step"] == 2
+    ckpt["best"]["value"] = float("nan")
+    edited = os.path.join(str(setup["work"]), "nan-best.pt")
+    torch.save(ckpt, edited)
+    r = train(ganc_bin, setup, str(setup["work"] / "nan-best"), 3, "--metrics", "fid100", "--resume", edited)
+    assert r.returncode == 0, r.stderr
+    log = metrics_log(str(setup["work"] / "nan-best"))
+    assert [(e["step"], e["best"]) for e in log] == [(3, True)], log
+    assert ganc.load_checkpoint(str(setup["work"] / "nan-best" / "checkpoint-best.pt"))["step"] == 3
+
+
+def test_a_stop_during_an_evaluation_keeps_the_steps(ganc_bin, setup):
+    """SIGTERM while the ranks score 50k images (longer than the launcher's minute of grace):
+    the evaluation is abandoned on every rank at its next block, the step's checkpoint is
+    written and the run stops with 143; it was killed after the grace with no checkpoint."""
+    import signal
+    import time
+    out = str(setup["work"] / "stopped")
+    featured = train(ganc_bin, setup, str(setup["work"] / "cache"), 1, "--metrics", f"fid{IMAGES}")
+    assert featured.returncode == 0, featured.stderr  # the real features are cached
+    proc = subprocess.Popen([ganc_bin, "run", "--nproc", "2",
+                             *train_args(setup["plan"], "dcgan32", setup["data"], out, 10, "--inception",
+                                         setup["net"], "--tensorboard", "off", "--metrics", "fid50k",
+                                         "--metrics-every", "0.064", "--checkpoint-every", "100")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    for line in proc.stdout:
+        if line.startswith("metrics: the real images' features"):
+            break
+    started = time.time()
+    os.killpg(proc.pid, signal.SIGTERM)
+    rest, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert time.time() - started < 30, "the evaluation ran on after the stop"
+    assert "metrics at step 1: abandoned part way (SIGTERM); no score is kept" in rest, rest
+    assert "stopped after step 1 of 10" in err, err
+    assert ganc.load_checkpoint(os.path.join(out, "checkpoint.pt"))["step"] == 1
+    assert not os.path.exists(os.path.join(out, "metrics.jsonl")) or metrics_log(out) == []
