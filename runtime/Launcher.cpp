@@ -105,7 +105,7 @@ int superviseRanks(const std::vector<pid_t> &children) {
         kill(children[i], signal);
     killDeadline = std::chrono::steady_clock::now() + grace;
   };
-  bool stopping = false;
+  bool stopping = false, everyRankFinished = true;
   while (alive > 0) {
     if (stopSignal != 0 && !stopping) {
       stopping = true;
@@ -133,6 +133,7 @@ int superviseRanks(const std::vector<pid_t> &children) {
       done[i] = true;
       --alive;
       bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      everyRankFinished = everyRankFinished && ok;
       if (!ok && result == 0 && !stopping) {
         result = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
         std::cerr << "ganc run: rank " << i << " " << describeExit(status)
@@ -140,6 +141,12 @@ int superviseRanks(const std::vector<pid_t> &children) {
         stopRest(std::chrono::seconds(10), SIGTERM);
       }
     }
+  }
+  // A stop that came as the ranks ended: every rank finished its steps (a stopped rank exits
+  // 128 + the signal), so the run ended, and says so.
+  if (stopping && everyRankFinished) {
+    std::cerr << "ganc run: every rank had finished its steps; the run is complete" << std::endl;
+    result = 0;
   }
   return result;
 }

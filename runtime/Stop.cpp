@@ -15,8 +15,6 @@ namespace {
 
 volatile std::sig_atomic_t receivedSignal = 0;
 int stoppedSignal = 0;
-struct sigaction previousInt {
-}, previousTerm{};
 
 void onStopSignal(int signal, siginfo_t *info, void *) {
   // `ganc run` forwards the Ctrl-C it got as SIGINT, and a Ctrl-C at a terminal reaches the
@@ -41,14 +39,15 @@ StopSignals::StopSignals() {
   action.sa_sigaction = onStopSignal;
   action.sa_flags = SA_SIGINFO;
   sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, &previousInt);
-  sigaction(SIGTERM, &action, &previousTerm);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
 }
 
-StopSignals::~StopSignals() {
-  sigaction(SIGINT, &previousInt, nullptr);
-  sigaction(SIGTERM, &previousTerm, nullptr);
-}
+// The handlers stay installed once the run is over (finished, or stopped and checkpointed):
+// a SIGTERM during the teardown that follows (the process group, the files) has nothing left
+// to stop, and must not turn a run that ended into one killed by a signal (exit 143). A
+// second Ctrl-C still ends the process at once.
+StopSignals::~StopSignals() = default;
 
 int StopSignals::received() { return receivedSignal; }
 int StopSignals::stoppedBy() { return stoppedSignal; }

@@ -12,9 +12,10 @@
 
 namespace ganc::runtime {
 
-/// From construction to destruction, SIGINT and SIGTERM ask the run to stop instead of killing
-/// it; a second SIGINT kills it (the default action), for a run that does not stop. The
-/// handlers before are restored at destruction.
+/// From construction, SIGINT and SIGTERM ask the run to stop instead of killing it; a second
+/// SIGINT kills it (the default action), for a run that does not stop. The handlers stay for
+/// the rest of the process: a signal during the teardown after the run never kills a run that
+/// ended.
 class StopSignals {
 public:
   StopSignals();

@@ -146,3 +146,27 @@ def test_ranks_on_different_data_stop_at_start(ganc_bin, datasets, tmp_path):
     assert said and all("the ranks loaded different data sets (rank 0 data digest" in line for line in said), \
         r.stderr
     assert not (tmp_path / "o" / "checkpoint.pt").exists()
+
+
+def test_a_stop_as_the_run_ends_leaves_it_complete(ganc_bin, datasets, tmp_path):
+    """SIGTERM to the whole run just after its last step (the ranks write their last
+    checkpoint, summary.json and tear down): every rank finished its steps, so `ganc run`
+    exits 0 and says the run is complete (it exited 143, as if the run had been cut short)."""
+    import ganc
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    out = tmp_path / "o"
+    proc = subprocess.Popen([ganc_bin, "run", "--nproc", "2",
+                             *train_args(plan, "mlp", datasets["ring"], str(out), 30, "--log-every", "30",
+                                         "--tensorboard", "off")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    for line in proc.stdout:
+        if line.startswith("step 30/30"):
+            break
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass  # already gone: nothing to stop
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert ganc.load_checkpoint(str(out / "checkpoint.pt"))["step"] == 30
+    assert (out / "summary.json").exists() and "stopped after step" not in err, err
