@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 import warnings
 
 import torch
@@ -90,6 +91,32 @@ def phase_methods_scripted(gan: torch.nn.Module, methods, script: bool = True):
 _MISSING = object()
 
 
+_JIT_DEPRECATION = re.compile(r"`torch\.jit\.\w+` is deprecated")
+_jit_noted = False
+
+
+@contextlib.contextmanager
+def _jit_deprecation_noted():
+    """torch's FutureWarnings that torch.jit is deprecated (one per scripted or traced piece,
+    from torch 2.15) become one line of ganc's own, once per process; other warnings pass
+    through as they were."""
+    global _jit_noted
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    deprecated = False
+    for w in caught:
+        if issubclass(w.category, FutureWarning) and _JIT_DEPRECATION.search(str(w.message)):
+            deprecated = True
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    if deprecated and not _jit_noted:
+        _jit_noted = True
+        print(f"ganc.export: note: torch {torch.__version__.split('+')[0]} deprecates TorchScript "
+              "(torch.jit), the format of ganc's archives; it still works there, and ganc's "
+              "supported torch versions are listed in docs/install.md", file=sys.stderr)
+
+
 def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, verbose: bool = True,
            op_libraries=()) -> dict:
     """Exports `gan` with every phase method and its spec to the archive `path`.
@@ -115,6 +142,11 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, ver
     """
     if not isinstance(gan, torch.nn.Module):
         raise TypeError(f"ganc.export: the GAN must be a torch.nn.Module, not {type(gan).__name__}")
+    with _jit_deprecation_noted():
+        return _export(gan, path, spec, trace, verbose, op_libraries)
+
+
+def _export(gan, path, spec, trace, verbose, op_libraries) -> dict:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):  # said before the scripting, not by torch.jit.save after it
         raise FileNotFoundError(f"ganc.export: {path}: the folder {folder} does not exist")

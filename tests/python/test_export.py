@@ -293,3 +293,31 @@ def test_export_and_load_spec_say_what_they_take(datasets, tmp_path):
         ganc.load_spec(datasets["ring"])
     ganc.export(gan, str(tmp_path / "a.pt"), spec)
     assert ganc.load_spec(str(tmp_path / "a.pt"))["name"] == "mlp"
+
+
+def test_torch_jit_deprecation_is_one_line_of_gancs_own(tmp_path, monkeypatch, capfd):
+    """From torch 2.15 every torch.jit.script and torch.jit.trace warns that torch.jit is
+    deprecated (a FutureWarning per scripted piece, on every export): an export says it once
+    per process, in one line of its own; other warnings pass through."""
+    import zoo
+    from ganc import exporter
+    script = torch.jit.script
+
+    def deprecated_script(obj, *args, **kwargs):  # torch 2.15's warning, on 2.11 as well
+        warnings.warn("`torch.jit.script` is deprecated. Please switch to `torch.compile` or `torch.export`.",
+                      FutureWarning)
+        return script(obj, *args, **kwargs)
+
+    monkeypatch.setattr(torch.jit, "script", deprecated_script)
+    monkeypatch.setattr(exporter, "_jit_noted", False)
+    gan, spec = zoo.build("mlp")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(2):
+            ganc.export(gan, str(tmp_path / f"m{i}.pt"), spec, verbose=False)
+            warnings.warn("a warning of the user's own", UserWarning)
+    err = capfd.readouterr().err
+    notes = [line for line in err.splitlines() if "deprecates TorchScript" in line]
+    assert len(notes) == 1 and notes[0].startswith("ganc.export: note: torch "), err
+    assert not [w for w in caught if issubclass(w.category, FutureWarning)], [str(w.message) for w in caught]
+    assert sum("of the user's own" in str(w.message) for w in caught) == 2
