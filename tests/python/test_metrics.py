@@ -320,3 +320,28 @@ def test_a_stop_during_an_evaluation_keeps_the_steps(ganc_bin, setup):
     assert "stopped after step 1 of 10" in err, err
     assert ganc.load_checkpoint(os.path.join(out, "checkpoint.pt"))["step"] == 1
     assert not os.path.exists(os.path.join(out, "metrics.jsonl")) or metrics_log(out) == []
+
+
+class _IntegerFeatures(torch.nn.Module):
+    """The test's feature network, returning its features as int64."""
+
+    def __init__(self, pixels: int):
+        super().__init__()
+        self.net = feature_network.FeatureNetwork(pixels)
+
+    def forward(self, img: torch.Tensor, return_features: bool = False) -> torch.Tensor:
+        return (self.net(img, return_features) * 100).long()
+
+
+def test_a_network_with_integer_features_is_refused_by_what_it_returned(ganc_bin, setup):
+    """A feature network that returns int64 features is refused before training naming the
+    type (the line said only their shape, which was right)."""
+    net = str(setup["work"] / "integer.pt")
+    torch.jit.script(_IntegerFeatures(3 * 32 * 32)).save(net)
+    r = subprocess.run([ganc_bin, "train", *train_args(setup["plan"], "dcgan32", setup["data"],
+                                                       str(setup["work"] / "integer"), 2, "--inception", net,
+                                                       "--metrics", "fid100", "--tensorboard", "off")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"--inception {net}: it returned long int features (FID's moments need floating-point features)" \
+        in r.stderr, r.stderr
