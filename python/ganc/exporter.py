@@ -12,7 +12,7 @@ import torch
 
 from . import functions, oplibs
 from .hybrid import Probe, Resolver, script_error, fresh_types_on_failure, script_failure
-from .tracing import rng_kept
+from .trace_derivatives import rng_kept
 from .scriptable import ExportError, make_scriptable, sync_batch_norm_paths
 from .spec import SPEC_VERSION, SpecError, dumps, sample_shape, validate
 
