@@ -13,7 +13,9 @@ with respect to the image, timed as
   pixel where ref takes 16), after ref's padding; up or down as ref;
 - nchw: ref on contiguous (NCHW) images, the layout PyTorch's own depthwise kernels take;
 - folded: the channels folded into the batch (N*C images of one channel) and one single-
-  channel convolution, where neither up nor down.
+  channel convolution, where neither up nor down;
+- ganc: ganc::upfirdn2d, the op the compiler's fusion puts in place of ref (ganc's ops
+  library: GANC_OPS, else BUILD/ops/libganc_ops.so with BUILD from GANC_BUILD_DIR or ./build).
 
 Each formulation's output and image gradient are compared with ref's. After the first GPU
 profile of ganc against train.py (2026-11-27: at batch 32, cuDNN's grouped direct kernel, 4,378
@@ -146,7 +148,27 @@ def folded(x, f, up=1, down=1, padding=0, flip_filter=False, gain=1):
     return y.view(n, c, y.shape[2], y.shape[3])
 
 
+def ganc_op(x, f, up=1, down=1, padding=0, flip_filter=False, gain=1):
+    """ganc::upfirdn2d (loaded by load_ganc_ops)."""
+    return torch.ops.ganc.upfirdn2d(x, f, _pair(up), _pair(down), _padding(padding), bool(flip_filter),
+                                    float(gain), "aten::conv2d")
+
+
+def load_ganc_ops() -> bool:
+    """ganc's ops library into torch.ops.ganc; False where it is not built."""
+    if hasattr(torch.ops.ganc, "upfirdn2d"):
+        return True
+    build = os.environ.get("GANC_BUILD_DIR", os.path.join(HERE, "..", "build"))
+    path = os.environ.get("GANC_OPS", os.path.join(build, "ops", "libganc_ops.so"))
+    if not os.path.isfile(path):
+        return False
+    torch.ops.load_library(path)
+    return True
+
+
 CANDIDATES = {"strided": strided, "separable": separable, "nchw": nchw, "folded": folded}
+if load_ganc_ops():
+    CANDIDATES["ganc"] = ganc_op
 
 
 def float64_check(theirs=None) -> float:
@@ -228,6 +250,22 @@ def time_call(run, x, f, kwargs, iters: int) -> float:
         if i >= 2:
             times.append(spent)
     return statistics.median(times)
+
+
+FORMULATIONS = ["ref", "plugin", "ganc", "strided", "separable", "nchw", "folded"]
+
+
+def with_table(result: dict) -> dict:
+    """The result with its table: per batch, each formulation's summed milliseconds and its
+    speed against ref (what docs/benchmarks.md shows)."""
+    rows = []
+    for batch, row in result["by_batch"].items():
+        seconds = row["seconds"]
+        rows.append([batch] + [f"{seconds[n] * 1000:.1f} ({seconds['ref'] / seconds[n]:.2f}x)" if n in seconds
+                               else "n/a" for n in FORMULATIONS])
+    result["table"] = {"columns": ["per-GPU batch"] + [f"{n}, ms (speed vs ref)" for n in FORMULATIONS],
+                       "rows": rows}
+    return result
 
 
 def main():
@@ -318,9 +356,9 @@ def main():
               f"summed: {line}", flush=True)
         print(f"batch {batch}: largest difference from ref: "
               + ", ".join(f"{k} {v:.1e}" for k, v in row["max_difference"].items()), flush=True)
-        results.save(result, args.json)
+        results.save(with_table(result), args.json)
     result["complete"] = True
-    results.save(result, args.json)
+    results.save(with_table(result), args.json)
     print(f"wrote {args.json}")
 
 

@@ -20,8 +20,17 @@ Resampling resampling(c10::IntArrayRef up, c10::IntArrayRef down, c10::IntArrayR
 std::array<int64_t, 2> checkedOutputSize(const at::Tensor &x, const at::Tensor &f,
                                          const Resampling &r);
 
-/// The 2-D correlation weights, rows x columns, gain included (a 1-D filter's outer product).
-std::vector<double> correlationWeights(const at::Tensor &f, const Resampling &r);
+/// The 2-D correlation weights, rows x columns, gain included (a 1-D filter's outer product),
+/// in float64 on the filter's device (made there: no read back to the host).
+at::Tensor correlationKernel(const at::Tensor &f, const Resampling &r);
+
+/// The op as ATen convolutions, on any device: downsampling as the stride of one depthwise
+/// convolution with the correlation weights (after the padding, or crop); upsampling, where
+/// down is 1, as the stride of one transposed depthwise convolution (the zero-inserted image
+/// is never made); both at once by zero insertion, then the strided convolution. The CPU
+/// kernel, and the CUDA kernel's for large outputs, where cuDNN's depthwise kernels are faster
+/// than ganc's direct one.
+at::Tensor upfirdn2dByConvolution(const at::Tensor &x, const at::Tensor &f, const Resampling &r);
 
 /// bias_act's arguments, checked: the activation, x's dtype promoted with b's, b's length and
 /// dim against x. Returns {x, b} in the promoted dtype (b undefined where none).

@@ -74,19 +74,51 @@ std::array<int64_t, 2> checkedOutputSize(const at::Tensor &x, const at::Tensor &
   return out;
 }
 
-std::vector<double> correlationWeights(const at::Tensor &f, const Resampling &r) {
-  const at::Tensor f64 = f.detach().to(at::kCPU, at::kDouble).contiguous();
+at::Tensor correlationKernel(const at::Tensor &f, const Resampling &r) {
+  at::Tensor w = f.detach().to(at::kDouble);
+  if (w.dim() == 1)
+    w = w.unsqueeze(1) * w.unsqueeze(0);
+  if (!r.flipFilter)
+    w = w.flip({0, 1});
+  return (w * r.gain).contiguous();
+}
+
+at::Tensor upfirdn2dByConvolution(const at::Tensor &x, const at::Tensor &f, const Resampling &r) {
+  // The CPU's reduced-precision convolutions do not all sum in float32 (the transposed one
+  // rounds as it goes): there the op computes in float32 and rounds once.
+  if (!x.is_cuda() && (x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16))
+    return upfirdn2dByConvolution(x.to(at::kFloat), f, r).to(x.scalar_type());
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3);
   const std::array<int64_t, 2> k = taps(f);
-  std::vector<double> w(static_cast<size_t>(k[0] * k[1]));
-  const double *p = f64.data_ptr<double>();
-  for (int64_t i = 0; i < k[0]; ++i)
-    for (int64_t j = 0; j < k[1]; ++j) {
-      const int64_t si = r.flipFilter ? i : k[0] - 1 - i;
-      const int64_t sj = r.flipFilter ? j : k[1] - 1 - j;
-      const double tap = f.dim() == 1 ? p[si] * p[sj] : p[si * k[1] + sj];
-      w[static_cast<size_t>(i * k[1] + j)] = tap * r.gain;
-    }
-  return w;
+  const at::Tensor w = correlationKernel(f, r).to(x.scalar_type());
+  const std::vector<int64_t> none = {0, 0}, one = {1, 1};
+  const bool up = r.up[0] > 1 || r.up[1] > 1, down = r.down[0] > 1 || r.down[1] > 1;
+  // Transposed: y[o] = sum_i x[i] w[u i - o + p0], a transposed convolution with the weights
+  // flipped, padding K - 1 - p0 and output padding u + p1 - p0 - 1, where those are valid.
+  const std::vector<int64_t> pad = {k[0] - 1 - r.padding[2], k[1] - 1 - r.padding[0]};
+  const std::vector<int64_t> extra = {r.up[1] + r.padding[3] - r.padding[2] - 1,
+                                      r.up[0] + r.padding[1] - r.padding[0] - 1};
+  const bool transposable = up && !down && pad[0] >= 0 && pad[1] >= 0 && extra[0] >= 0 &&
+                            extra[1] >= 0 && extra[0] < r.up[1] && extra[1] < r.up[0];
+  if (transposable) {
+    const at::Tensor weights =
+        w.flip({0, 1}).reshape({1, 1, k[0], k[1]}).expand({c, 1, k[0], k[1]});
+    const std::vector<int64_t> stride = {r.up[1], r.up[0]};
+    return at::conv_transpose2d(x, weights.contiguous(), c10::nullopt, stride, pad, extra, c, one)
+        .contiguous(x.suggest_memory_format());
+  }
+  at::Tensor xu = x;
+  if (up) {
+    xu = at::zeros({n, c, h * r.up[1], wd * r.up[0]},
+                   x.options().memory_format(x.suggest_memory_format()));
+    xu.slice(2, 0, c10::nullopt, r.up[1]).slice(3, 0, c10::nullopt, r.up[0]).copy_(x);
+  }
+  const at::Tensor padded =
+      at::constant_pad_nd(xu, {r.padding[0], r.padding[1], r.padding[2], r.padding[3]});
+  const at::Tensor weights = w.reshape({1, 1, k[0], k[1]}).expand({c, 1, k[0], k[1]}).contiguous();
+  const std::vector<int64_t> stride = {r.down[1], r.down[0]};
+  return at::conv2d(padded, weights, c10::nullopt, stride, none, one, c)
+      .contiguous(x.suggest_memory_format());
 }
 
 } // namespace detail
@@ -94,15 +126,12 @@ std::vector<double> correlationWeights(const at::Tensor &f, const Resampling &r)
 namespace {
 
 using detail::checkedOutputSize;
-using detail::correlationWeights;
 using detail::resampling;
 using detail::taps;
 
-/// On the CPU, the op is the composition its definition reads as, each step one ATen kernel
-/// (mkldnn's depthwise convolution is faster there than a direct loop): zero insertion by a
-/// strided copy, the padding (negative: a crop), a depthwise convolution with the
-/// correlation weights whose stride is `down`. Its gradient is still this op (autograd
-/// below), so no convolution's double backward is ever taken.
+/// On the CPU, the op is its convolution formulation (mkldnn's depthwise convolution is faster
+/// there than a direct loop). Its gradient is still this op (autograd below), so no
+/// convolution's double backward is ever taken.
 at::Tensor upfirdn2dCpu(const at::Tensor &x, const at::Tensor &f, c10::IntArrayRef up,
                         c10::IntArrayRef down, c10::IntArrayRef padding, bool flipFilter,
                         double gain, c10::string_view /*origin*/) {
@@ -110,25 +139,7 @@ at::Tensor upfirdn2dCpu(const at::Tensor &x, const at::Tensor &f, c10::IntArrayR
   checkedOutputSize(x, f, r);
   TORCH_CHECK(x.is_floating_point(), "ganc::upfirdn2d: x must be floating point, not ",
               x.scalar_type());
-  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
-  at::Tensor xu = x;
-  if (r.up[0] > 1 || r.up[1] > 1) {
-    xu = at::zeros({n, c, h * r.up[1], w * r.up[0]},
-                   x.options().memory_format(x.suggest_memory_format()));
-    xu.slice(2, 0, c10::nullopt, r.up[1]).slice(3, 0, c10::nullopt, r.up[0]).copy_(x);
-  }
-  const at::Tensor padded =
-      at::constant_pad_nd(xu, {r.padding[0], r.padding[1], r.padding[2], r.padding[3]});
-  const std::array<int64_t, 2> k = taps(f);
-  const std::vector<double> w64 = correlationWeights(f, r);
-  const at::Tensor weights = at::tensor(w64, at::kDouble)
-                                 .to(x.scalar_type())
-                                 .reshape({1, 1, k[0], k[1]})
-                                 .expand({c, 1, k[0], k[1]})
-                                 .contiguous();
-  const std::vector<int64_t> stride = {r.down[1], r.down[0]}, none = {0, 0}, one = {1, 1};
-  return at::conv2d(padded, weights, c10::nullopt, stride, none, one, c)
-      .contiguous(x.suggest_memory_format());
+  return detail::upfirdn2dByConvolution(x, f, r);
 }
 
 /// Calls the op below autograd (the kernel of x's device).

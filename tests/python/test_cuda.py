@@ -98,10 +98,10 @@ def report(key, value):
         json.dump(data, f, indent=1)
 
 
-def train_cuda(ganc_bin, model, data, out, steps, *extra, nproc=1, dump=True):
+def train_cuda(ganc_bin, model, data, out, steps, *extra, nproc=1, dump=True, stdout=False):
     """`ganc run` on the GPU; returns the gradient dump directory (rank 0's gradients of every
-    phase run and the final parameters) and stderr, or, with dump=False, the run directory
-    (a checkpoint at the end, no dumps) and stdout."""
+    phase run and the final parameters) and stderr (with stdout=True, stdout then stderr), or,
+    with dump=False, the run directory (a checkpoint at the end, no dumps) and stdout."""
     os.makedirs(out, exist_ok=True)
     plan = os.path.join(out, model + ".plan")
     subprocess.run([ganc_bin, "compile", archive(model), "-o", plan], check=True)
@@ -116,7 +116,7 @@ def train_cuda(ganc_bin, model, data, out, steps, *extra, nproc=1, dump=True):
                         *(["--dump-grads", dump_dir] if dump else []), *extra],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
-    return (dump_dir, r.stderr) if dump else (run_dir, r.stdout)
+    return (dump_dir, r.stdout + r.stderr if stdout else r.stderr) if dump else (run_dir, r.stdout)
 
 
 def loss_difference(got_run, ref_run):
@@ -344,7 +344,7 @@ def test_shared_values_on_cuda_match_eager_ddp(ganc_bin, tmp_path, model, captur
 
 def test_fir_filters_double_backward_on_cuda_matches_eager_ddp(ganc_bin, tmp_path):
     """StyleGAN2-ADA-style networks (upfirdn2d's depthwise FIR convolutions in R1 and path
-    length) on the GPU, every phase captured: the filters' double backward as ganc::convolution
+    length, unfused) on the GPU, every phase captured: the filters' double backward as ganc::convolution
     (the default), against eager DDP on NCCL with PyTorch's own double backward (which makes
     one convolution per channel), both deterministic: every all-reduced gradient and the
     final parameters."""
@@ -354,7 +354,7 @@ def test_fir_filters_double_backward_on_cuda_matches_eager_ddp(ganc_bin, tmp_pat
                     digits16], check=True, stdout=subprocess.DEVNULL)
     model = "stylegan2_ada"
     got, _ = train_cuda(ganc_bin, model, digits16, str(tmp_path / "ganc"), steps, "--warmup", "1",
-                        "--deterministic", "--memory-format", "contiguous")
+                        "--deterministic", "--memory-format", "contiguous", "--fusion", "off")
     out = open(os.path.join(tmp_path, "ganc", "train", "run.json")).read()
     assert '"double_backward": "filters"' in out, out
     ref = str(tmp_path / "ddp")
@@ -363,6 +363,30 @@ def test_fir_filters_double_backward_on_cuda_matches_eager_ddp(ganc_bin, tmp_pat
     grad, param, first = distances(got, ref, ganc.load_spec(archive(model)), steps)
     report(f"parity_deterministic/{model}/filters", {"grad": grad, "param": param, "first_difference": first})
     assert grad == 0 and param == 0, f"gradients differ by {grad:.2e}, parameters by {param:.2e}; first at {first}"
+
+
+def test_fused_stylegan2_ada_on_cuda_matches_eager_ddp(ganc_bin, tmp_path):
+    """The same networks in float64 with the plan's fusion (the default): every resampling and
+    bias + activation of the four phases runs as ganc::upfirdn2d and ganc::bias_act's CUDA
+    kernels, their first and second derivatives inside the captured graphs, against eager DDP
+    on NCCL running the reference compositions: every all-reduced gradient and the final
+    parameters within 1e-9 (the kernels sum in another order than cuDNN's convolutions)."""
+    steps = 17
+    digits16 = str(tmp_path / "digits16.pt")
+    subprocess.run([sys.executable, os.path.join(ROOT, "models", "make_data.py"), "digits", "--size", "16", "-o",
+                    digits16], check=True, stdout=subprocess.DEVNULL)
+    model = "stylegan2_ada_f64"
+    got, err = train_cuda(ganc_bin, model, digits16, str(tmp_path / "ganc"), steps, "--warmup", "1",
+                          "--deterministic", stdout=True)
+    for phase in ("Gmain", "Gpl", "Dmain", "Dreg"):
+        assert f"phase '{phase}': fused" in err, err
+    assert "runs eagerly" not in err, err
+    ref = str(tmp_path / "ddp")
+    oracle.run(archive(model), digits16, 1, steps, SEED, out_dir=ref, device="cuda", deterministic=True,
+               reducer={"Gpl": "manual", "Dreg": "manual"})
+    grad, param, first = distances(got, ref, ganc.load_spec(archive(model)), steps)
+    report(f"parity_deterministic/{model}/fused", {"grad": grad, "param": param, "first_difference": first})
+    assert grad <= 1e-9 and param <= 1e-9, f"gradients differ by {grad:.2e}, parameters by {param:.2e}; first at {first}"
 
 
 def test_timing_reports_device_work(ganc_bin, datasets, tmp_path):
@@ -651,10 +675,15 @@ def test_ops_cuda_kernels_equal_the_reference_compositions(dtype):
     bound = {torch.float64: 1e-12, torch.float32: 1e-6}.get(dtype, 4 * torch.finfo(dtype).eps)
     worst = {}
     torch.manual_seed(0)
-    for up, down, padding, taps in test_ops.RESAMPLINGS:
+    # (2, 8, 12, 10): ganc's direct kernel; images whose outputs are about 64 x 64 in 8 x 64
+    # channels: past its million outputs, cuDNN's convolutions (strided, or transposed for
+    # upsampling).
+    cases = [(shape, up, down, padding, taps) for up, down, padding, taps in test_ops.RESAMPLINGS
+             for shape in ((2, 8, 12, 10), (8, 64, 64 * down[1] // up[1], 64 * down[0] // up[0]))]
+    for shape, up, down, padding, taps in cases:
         f = test_ops.fir(taps, separable=taps % 2 == 0, dtype=torch.float32).cuda()
         for layout in (torch.contiguous_format, torch.channels_last):
-            x = torch.randn(2, 8, 12, 10, device="cuda").to(dtype).to(memory_format=layout).requires_grad_()
+            x = torch.randn(*shape, device="cuda").to(dtype).to(memory_format=layout).requires_grad_()
             got = test_ops.call(x, f, up, down, padding, gain=1.5)
             want = test_ops.reference_upfirdn2d(x.double(), f.double(), up, down, padding, gain=1.5)
             cot = torch.randn_like(want).requires_grad_()
@@ -666,7 +695,7 @@ def test_ops_cuda_kernels_equal_the_reference_compositions(dtype):
             for name, a, b in (("forward", got, want), ("backward", g_got, g_want), ("double", gg_got, gg_want)):
                 error = ((a.double() - b.double()).abs().max() / b.double().abs().max()).item()
                 worst[f"upfirdn2d/{name}"] = max(worst.get(f"upfirdn2d/{name}", 0.0), error)
-                assert error <= bound, (up, down, padding, taps, layout, name, error)
+                assert error <= bound, (shape, up, down, padding, taps, layout, name, error)
     for act, gain, clamp in test_ops.ACTIVATIONS:
         x = torch.randn(4, 16, 6, 6, device="cuda").to(dtype).to(memory_format=torch.channels_last).requires_grad_()
         b = torch.randn(16, device="cuda").to(dtype).requires_grad_()

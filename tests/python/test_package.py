@@ -34,6 +34,19 @@ def test_pip_install_into_a_fresh_environment(tmp_path, datasets):
     where = subprocess.run([py, "-c", "import ganc.cli; print(ganc.cli.tools_dir())"], capture_output=True,
                            text=True, env=env, cwd=tmp_path).stdout.strip()
     assert where.startswith(str(venv)), where  # the installed tools, not the build tree
+    # The tools link the torch they were built against: after the environment's torch changes
+    # (here: the record of the build's torch says another), `ganc` refuses in one line.
+    record = subprocess.run([py, "-c", "import ganc._build as b; print(b.__file__)"], capture_output=True,
+                            text=True, env=env, cwd=tmp_path, check=True).stdout.strip()
+    text = open(record).read()
+    with open(record, "w") as f:
+        f.write(text.replace("TORCH_VERSION = ", "TORCH_VERSION = '1.0.0' or "))
+    other = subprocess.run([ganc_cmd, "--version"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    with open(record, "w") as f:
+        f.write(text)
+    assert other.returncode == 2 and other.stdout == "", other
+    assert other.stderr.startswith("ganc: error: ganc was built against torch 1.0.0, this environment has 2.")
+    assert len(other.stderr.strip().splitlines()) == 1, other.stderr
 
     script = f"""
 import ganc, json
