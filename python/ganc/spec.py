@@ -48,6 +48,11 @@ class SpecError(ValueError):
     """A spec that ganc cannot compile; the message names the offending field."""
 
 
+def _is_integer(v) -> bool:
+    """A JSON integer (Python's bool is an int; JSON's true is not a number to the C++ reader)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _is_number(v) -> bool:
     """A finite JSON number (Python's json writes NaN and Infinity, which the C++ reader refuses)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
@@ -122,7 +127,7 @@ def _validate_schedule(schedule, where: str) -> None:
             _require(False, f"{at}unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     _numbers(schedule, ("factor", "start_factor", "end_factor", "gamma", "eta_min"), at)
     for key in ("total_iters", "step_size", "t_max"):
-        _require(key not in schedule or (isinstance(schedule[key], int) and not isinstance(schedule[key], bool)),
+        _require(key not in schedule or _is_integer(schedule[key]),
                  f"{at}{key!r} must be an integer")
     kind = schedule["type"]
     _require(kind != "exponential" or "gamma" in schedule, f"{at}exponential needs 'gamma'")
@@ -311,7 +316,7 @@ def _validate_phases(spec: dict, module, v1: bool) -> set:
         names.add(phase["name"])
         _require(isinstance(phase.get("method"), str), f"{where}: needs a 'method'")
         phase.setdefault("interval", 1)
-        _require(isinstance(phase["interval"], int) and phase["interval"] >= 1,
+        _require(_is_integer(phase["interval"]) and phase["interval"] >= 1,
                  f"{where}: 'interval' must be an integer >= 1, got {phase['interval']!r}")
         # A phase that trains nothing (no 'updates') is a section: it lists its 'outputs'.
         phase.setdefault("updates", [])
@@ -328,7 +333,7 @@ def _validate_phases(spec: dict, module, v1: bool) -> set:
         _require(phase.get("loss_scaler") is None or phase["loss_scaler"] in scalers,
                  f"{where}: 'loss_scaler' {phase.get('loss_scaler')!r} is not one of the spec's 'loss_scalers'")
         accumulate = phase.get("accumulate", 1)
-        _require(isinstance(accumulate, int) and not isinstance(accumulate, bool) and 1 <= accumulate <= 4096,
+        _require(_is_integer(accumulate) and 1 <= accumulate <= 4096,
                  f"{where}: 'accumulate' must be an integer from 1 to 4096, got {accumulate!r}")
         _require(phase.get("precision", "float32") in PRECISIONS,
                  f"{where}: 'precision' must be one of {', '.join(PRECISIONS)}, "
@@ -346,7 +351,7 @@ def _validate_phases(spec: dict, module, v1: bool) -> set:
                      f"expected one of {', '.join(SOURCES)}")
             if inp["source"] in ("labels", "categorical"):
                 classes = inp.get("classes", data.get("classes", 0))
-                _require(isinstance(classes, int) and classes > 0,
+                _require(_is_integer(classes) and classes > 0,
                          f"{where}: input {inp['name']!r} needs 'classes' (or 'data.classes')")
                 _require(inp["source"] != "labels" or data.get("classes", 0) > 0,
                          f"{where}: input {inp['name']!r} reads labels: set 'data.classes'")
@@ -453,7 +458,7 @@ def check_with_compiler(spec: dict) -> None:
 
 
 def _positive_ints(shape) -> bool:
-    return isinstance(shape, list) and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape)
+    return isinstance(shape, list) and all(_is_integer(n) and n > 0 for n in shape)
 
 
 def _validate_scaler(name, scaler) -> None:
@@ -470,7 +475,7 @@ def _validate_scaler(name, scaler) -> None:
     _require(scaler["init_scale"] > 0, f"{where}: 'init_scale' must be positive")
     _require(scaler["growth_factor"] > 1, f"{where}: 'growth_factor' must be > 1")
     _require(0 < scaler["backoff_factor"] < 1, f"{where}: 'backoff_factor' must be in (0, 1)")
-    _require(isinstance(scaler["growth_interval"], int) and scaler["growth_interval"] >= 1,
+    _require(_is_integer(scaler["growth_interval"]) and scaler["growth_interval"] >= 1,
              f"{where}: 'growth_interval' must be an integer >= 1")
 
 
@@ -515,7 +520,7 @@ def _validate_stages(stages, module=None) -> None:
             _require(isinstance(stage.get("steps"), int) and stage["steps"] >= 1,
                      f"{where}: 'steps' must be an integer >= 1 (only the last stage may omit it)")
         stage.setdefault("fade_steps", 0)
-        _require(isinstance(stage["fade_steps"], int) and stage["fade_steps"] >= 0,
+        _require(_is_integer(stage["fade_steps"]) and stage["fade_steps"] >= 0,
                  f"{where}: 'fade_steps' must be an integer >= 0")
         stage.setdefault("grows", [])
         if module is not None:
@@ -525,7 +530,7 @@ def _validate_stages(stages, module=None) -> None:
     if module is not None:
         for path in stages["attributes"]:
             value = _resolve(module, path)
-            _require(isinstance(value, int) and not isinstance(value, bool),
+            _require(_is_integer(value),
                      f"spec: stages: attribute {path!r} is not an int attribute of the model")
 
 
