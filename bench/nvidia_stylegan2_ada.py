@@ -37,6 +37,9 @@ import torch.nn.functional as F  # noqa: E402
 import ganc  # noqa: E402
 from ganc import oracle  # noqa: E402
 
+sys.path.insert(0, HERE)
+import results  # noqa: E402
+
 REPO = os.environ.get("GANC_STYLEGAN2_ADA_REPO", "")
 if REPO:
     sys.path.insert(0, REPO)
@@ -99,10 +102,6 @@ def spec():
             "ema": {"submodule": "G", "copy": "G_ema", "half_life_images": 500}}
 
 
-def relative(a, b):
-    return (a - b).abs().max().item() / max(b.abs().max().item(), 1e-30)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", required=True, help="a checkout of NVlabs/stylegan2-ada-pytorch")
@@ -131,19 +130,8 @@ def main():
         # phases' reference all-reduces by hand with DDP's arithmetic.
         oracle.run(model, data, 2, args.steps, 3, os.path.join(tmp, "ddp"),
                    reducer={"Gpl": "manual", "Dreg": "manual"}, eager_model=NvidiaStyleGAN2)
-        worst, mismatched = {}, []
-        for step in range(args.steps):
-            for phase in spec()["phases"]:
-                if step % phase.get("interval", 1):
-                    continue
-                name = f"grads_step{step}_{phase['name']}.pt"
-                got = ganc.load_checkpoint(os.path.join(tmp, "ganc", name))
-                ref = torch.load(os.path.join(tmp, "ddp", name))
-                if set(got) != set(ref):
-                    mismatched.append({"step": step, "phase": phase["name"], "ganc_only": sorted(set(got) - set(ref)),
-                                       "ddp_only": sorted(set(ref) - set(got))})
-                for k in set(got) & set(ref):
-                    worst[phase["name"]] = max(worst.get(phase["name"], 0.0), relative(got[k], ref[k]))
+        worst, mismatched, final, tensors = results.gradient_parity(
+            os.path.join(tmp, "ganc"), os.path.join(tmp, "ddp"), args.steps, spec()["phases"])
         got = ganc.load_checkpoint(os.path.join(tmp, "ganc", "params_final.pt"))
         ref = torch.load(os.path.join(tmp, "ddp", "params_final.pt"))
         result = {
@@ -155,10 +143,10 @@ def main():
             "ranks": 2, "steps": args.steps, "dtype": "float32",
             "replayed_as_cuda_graphs": explained.count("replay on CUDA: CUDA Graph"),
             "phases_with_other_parameters_than_ddp": mismatched,
-            "max_relative_gradient_difference": worst,
-            "final_parameters_max_relative_difference": max(relative(got[k], ref[k]) for k in ref),
+            "max_relative_gradient_difference": {name: w["all_steps"] for name, w in worst.items()},
+            "final_parameters_max_relative_difference": final,
             "final_tensors_bitwise_equal": sum(torch.equal(got[k], ref[k]) for k in ref),
-            "final_tensors": len(ref),
+            "final_tensors": tensors,
         }
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     path = os.path.join(HERE, "results", "nvidia_stylegan2_ada.json")

@@ -52,3 +52,34 @@ def write(name, title, numbers, table=None):
     save(result, path)
     print(f"results: {os.path.relpath(path)}")
     return path
+
+
+def gradient_parity(got_dir, ref_dir, steps, phases):
+    """ganc's --dump-grads files (got_dir) against an eager reference's (ref_dir, ganc.oracle's):
+    per phase the largest difference of the all-reduced gradients relative to each tensor's
+    largest magnitude ({"first_step", "all_steps", "by_step"}), the phase runs whose
+    parameters differ, the final parameters' largest difference and their count."""
+    import torch
+    import ganc
+
+    def relative(a, b):
+        return (a - b).abs().max().item() / max(b.abs().max().item(), 1e-30)
+
+    worst, mismatched = {}, []
+    for step in range(steps):
+        for phase in phases:
+            if step % phase.get("interval", 1):
+                continue
+            name = f"grads_step{step}_{phase['name']}.pt"
+            got = ganc.load_checkpoint(os.path.join(got_dir, name))
+            ref = torch.load(os.path.join(ref_dir, name))
+            if set(got) != set(ref):
+                mismatched.append({"step": step, "phase": phase["name"], "ganc_only": sorted(set(got) - set(ref)),
+                                   "ddp_only": sorted(set(ref) - set(got))})
+            err = max(relative(got[k], ref[k]) for k in set(got) & set(ref))
+            found = worst.setdefault(phase["name"], {"first_step": err, "all_steps": 0.0, "by_step": {}})
+            found["all_steps"] = max(found["all_steps"], err)
+            found["by_step"][step] = err
+    got = ganc.load_checkpoint(os.path.join(got_dir, "params_final.pt"))
+    ref = torch.load(os.path.join(ref_dir, "params_final.pt"))
+    return worst, mismatched, max(relative(got[k], ref[k]) for k in ref), len(ref)

@@ -3,10 +3,12 @@
 // a number, sizes read from the very tensor the pattern resamples, single uses of everything
 // it consumes. What fails a check is left as it is (a near miss where it looked like one).
 #include "frontend/Fusion.h"
+#include "frontend/FusionMatch.h"
 
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
+#include <algorithm>
 #include <deque>
 #include <limits>
 #include <optional>
@@ -16,211 +18,7 @@ namespace ganc::frontend {
 namespace {
 
 namespace jit = torch::jit;
-using jit::Node;
-using jit::Value;
-
-std::optional<int64_t> constInt(Value *v) {
-  auto iv = jit::toIValue(v);
-  if (iv && iv->isInt())
-    return iv->toInt();
-  return std::nullopt;
-}
-
-/// A constant number: an int, a float, or a one-element constant tensor (a traced `x * gain`).
-std::optional<double> constNumber(Value *v) {
-  auto iv = jit::toIValue(v);
-  if (!iv)
-    return std::nullopt;
-  if (iv->isInt())
-    return static_cast<double>(iv->toInt());
-  if (iv->isDouble())
-    return iv->toDouble();
-  if (iv->isTensor() && iv->toTensor().numel() == 1 && iv->toTensor().dim() == 0)
-    return iv->toTensor().item<double>();
-  return std::nullopt;
-}
-
-bool isNone(Value *v) { return v->type()->kind() == c10::TypeKind::NoneType; }
-
-bool usedOnce(Value *v) { return v->uses().size() == 1; }
-
-/// The items of an int list: its elements' values (a ListConstruct), or constants.
-std::optional<std::vector<Value *>> listItems(Value *list) {
-  if (list->node()->kind() == c10::prim::ListConstruct)
-    return list->node()->inputs().vec();
-  return std::nullopt;
-}
-
-/// An int list's values where all of them are constants (a constant list, or a ListConstruct
-/// of constants).
-std::optional<std::vector<int64_t>> constInts(Value *list) {
-  auto iv = jit::toIValue(list);
-  if (iv && iv->isIntList())
-    return iv->toIntVector();
-  auto items = listItems(list);
-  if (!items)
-    return std::nullopt;
-  std::vector<int64_t> out;
-  for (Value *item : *items) {
-    auto n = constInt(item);
-    if (!n)
-      return std::nullopt;
-    out.push_back(*n);
-  }
-  return out;
-}
-
-/// The list's length, whether its items are constants or not.
-std::optional<size_t> listLength(Value *list) {
-  if (auto ints = constInts(list))
-    return ints->size();
-  if (auto items = listItems(list))
-    return items->size();
-  return std::nullopt;
-}
-
-/// Item `i` of an int list: a value of the graph, or nullptr where the list is constant
-/// (`constant` then holds it).
-bool listItem(Value *list, size_t i, Value *&item, std::optional<int64_t> &constant) {
-  item = nullptr;
-  constant.reset();
-  if (auto ints = constInts(list)) {
-    if (i >= ints->size())
-      return false;
-    constant = (*ints)[i];
-    return true;
-  }
-  auto items = listItems(list);
-  if (!items || i >= items->size())
-    return false;
-  item = (*items)[i];
-  constant = constInt(item);
-  return true;
-}
-
-/// v without the int <-> tensor conversions a trace puts around sizes.
-Value *stripConversions(Value *v) {
-  while (v->node()->kind() == c10::aten::Int || v->node()->kind() == c10::prim::NumToTensor ||
-         v->node()->kind() == c10::aten::ScalarImplicit)
-    v = v->node()->input(0);
-  return v;
-}
-
-/// Whether `v` is x.size(dim) of the 4-D x (read as aten::size(x, dim), aten::size(x)[dim] or
-/// unpacked from aten::size(x)).
-bool isSizeOf(Value *v, Value *x, int64_t dim) {
-  v = stripConversions(v);
-  Node *n = v->node();
-  const auto sameDim = [&](std::optional<int64_t> d) { return d && (*d == dim || *d == dim - 4); };
-  if (n->kind() == c10::aten::size && n->inputs().size() == 2)
-    return n->input(0) == x && sameDim(constInt(n->input(1)));
-  const auto sizesOfX = [&](Value *list) {
-    return list->node()->kind() == c10::aten::size && list->node()->inputs().size() == 1 &&
-           list->node()->input(0) == x;
-  };
-  if (n->kind() == c10::prim::ListUnpack)
-    return sizesOfX(n->input(0)) && static_cast<int64_t>(v->offset()) == dim;
-  if (n->kind() == c10::aten::__getitem__)
-    return sizesOfX(n->input(0)) && sameDim(constInt(n->input(1)));
-  return false;
-}
-
-/// Whether `v` is x.size(dim) * factor (as a trace or a script writes it).
-bool isScaledSizeOf(Value *v, Value *x, int64_t dim, int64_t factor) {
-  if (isSizeOf(v, x, dim))
-    return factor == 1;
-  v = stripConversions(v);
-  Node *n = v->node();
-  if (n->kind() != c10::aten::mul || n->inputs().size() != 2)
-    return false;
-  for (size_t i = 0; i < 2; ++i) {
-    auto scale = constNumber(n->input(1 - i));
-    if (scale && *scale == static_cast<double>(factor) && isSizeOf(n->input(i), x, dim))
-      return true;
-  }
-  return false;
-}
-
-/// Why `f` is not a constant filter ("" where it is: computed from constants and buffers only).
-std::string notConstant(Value *f, const std::function<bool(const Value *)> &isParameter) {
-  std::deque<Value *> todo{f};
-  std::set<Value *> seen;
-  while (!todo.empty()) {
-    Value *v = todo.front();
-    todo.pop_front();
-    if (!seen.insert(v).second)
-      continue;
-    if (isParameter(v))
-      return "a learned filter (computed from a parameter)";
-    Node *n = v->node();
-    if (n->kind() == c10::prim::GetAttr)
-      continue; // a buffer or a constant attribute of the model
-    if (n->kind() == c10::prim::Param)
-      return "a filter computed from the phase's inputs";
-    if (!n->blocks().empty())
-      return "a filter computed under control flow";
-    for (Value *in : n->inputs())
-      todo.push_back(in);
-  }
-  return "";
-}
-
-std::string where(const Node *n) {
-  auto place = n->sourceRange().file_line_col();
-  if (!place)
-    return "";
-  std::string file = std::get<0>(*place);
-  const size_t slash = file.rfind('/');
-  return " (" + (slash == std::string::npos ? file : file.substr(slash + 1)) + ":" +
-         std::to_string(std::get<1>(*place)) + ")";
-}
-
-/// A convolution's arguments, where the node is one.
-struct Convolution {
-  Value *input = nullptr, *weight = nullptr, *bias = nullptr, *stride = nullptr;
-  Value *padding = nullptr, *dilation = nullptr, *groups = nullptr;
-  bool transposed = false;
-};
-
-std::optional<Convolution> convolutionOf(Node *n) {
-  Convolution c;
-  if (n->kind() == c10::aten::conv2d && n->inputs().size() == 7) {
-    if (n->input(4)->type()->kind() == c10::TypeKind::StringType)
-      return std::nullopt; // padding="same"
-    c = {n->input(0), n->input(1), n->input(2), n->input(3), n->input(4), n->input(5), n->input(6)};
-    return c;
-  }
-  if ((n->kind() == c10::aten::_convolution && n->inputs().size() >= 12) ||
-      (n->kind() == c10::aten::convolution && n->inputs().size() == 9)) {
-    auto transposed = jit::toIValue(n->input(6));
-    if (!transposed || !transposed->isBool())
-      return std::nullopt;
-    c = {n->input(0), n->input(1), n->input(2), n->input(3),
-         n->input(4), n->input(5), n->input(8), transposed->toBool()};
-    return c;
-  }
-  return std::nullopt;
-}
-
-bool allEqual(const std::optional<std::vector<int64_t>> &values, int64_t to) {
-  return values && !values->empty() &&
-         std::all_of(values->begin(), values->end(), [&](int64_t v) { return v == to; });
-}
-
-bool isPad(Node *n) {
-  if (n->kind() == c10::aten::constant_pad_nd)
-    return n->inputs().size() == 3 && constNumber(n->input(2)) == 0.0;
-  if (n->kind() != c10::aten::pad || n->inputs().size() != 4)
-    return false;
-  auto mode = jit::toIValue(n->input(2));
-  return mode && mode->isString() && mode->toStringRef() == "constant" &&
-         (isNone(n->input(3)) || constNumber(n->input(3)) == 0.0);
-}
-
-bool isReshape(Node *n) {
-  return (n->kind() == c10::aten::reshape || n->kind() == c10::aten::view) &&
-         n->inputs().size() == 2;
-}
+using namespace match;
 
 /// One resampling found at a convolution: what ganc::upfirdn2d takes, and the node whose
 /// output it replaces.
@@ -228,6 +26,8 @@ struct Resampling {
   Value *input = nullptr, *filter = nullptr, *padding = nullptr;
   std::vector<int64_t> constPadding;
   std::array<int64_t, 2> up{1, 1}, down{1, 1};
+  int64_t row = -1;     // a separable filter's pass: the 1-D filter as a row (0) or a column (1)
+  bool cropped = false; // a crop after the pad, taken into constPadding
   Node *last = nullptr;
   std::string origin;
 };
@@ -267,32 +67,44 @@ private:
   }
 
   /// The filter of a depthwise weight: f unsqueezed to [1, 1, kh, kw] (and repeated over
-  /// `repeats`, nullptr where not repeated), through a dtype conversion or not.
-  static Value *filterOf(Value *weight, Value *&repeats) {
+  /// `repeats`, nullptr where not repeated), through a dtype conversion or not; or one pass of
+  /// a separable filter, a 1-D f unsqueezed to [1, 1, k], repeated and unsqueezed at 2 (a row,
+  /// `row` = 0) or 3 (a column, `row` = 1). `row` is -1 for a 2-D filter.
+  static Value *filterOf(Value *weight, Value *&repeats, int64_t &row) {
     repeats = nullptr;
+    row = -1;
     if (weight->node()->kind() == c10::aten::to)
       weight = weight->node()->input(0);
+    size_t rank = 4;
+    if (Node *u = weight->node(); u->kind() == c10::aten::unsqueeze &&
+                                  (constInt(u->input(1)) == 2 || constInt(u->input(1)) == 3) &&
+                                  u->input(0)->node()->kind() == c10::aten::repeat) {
+      row = *constInt(u->input(1)) - 2;
+      rank = 3;
+      weight = u->input(0);
+    }
     if (weight->node()->kind() == c10::aten::repeat) {
       Value *list = weight->node()->input(1);
       Value *item = nullptr;
       std::optional<int64_t> c;
-      if (listLength(list) != 4u)
+      if (listLength(list) != rank)
         return nullptr;
-      for (size_t i = 1; i < 4; ++i)
+      for (size_t i = 1; i < rank; ++i)
         if (!listItem(list, i, item, c) || c != 1)
           return nullptr;
       listItem(list, 0, repeats, c);
       if (!repeats)
         repeats = list; // a constant count: checked against groups by the caller
       weight = weight->node()->input(0);
+    } else if (rank == 3) {
+      return nullptr;
     }
     Node *n = weight->node();
     if (n->kind() == c10::aten::unsqueeze && constInt(n->input(1)) == 1 &&
         n->input(0)->node()->kind() == c10::aten::unsqueeze &&
         constInt(n->input(0)->node()->input(1)) == 0)
       return n->input(0)->node()->input(0);
-    if (isReshape(n)) {
-      auto ints = constInts(n->input(1));
+    if (isReshape(n) && rank == 4) {
       Value *item = nullptr;
       std::optional<int64_t> c0, c1;
       if (listLength(n->input(1)) == 4u && listItem(n->input(1), 0, item, c0) && c0 == 1 &&
@@ -307,7 +119,8 @@ private:
     if (!conv || conv->transposed || !isNone(conv->bias))
       return std::nullopt;
     Value *repeats = nullptr;
-    Value *filter = filterOf(conv->weight, repeats);
+    int64_t row = -1;
+    Value *filter = filterOf(conv->weight, repeats, row);
     if (!filter)
       return std::nullopt;
     auto groups = constInt(conv->groups);
@@ -327,6 +140,7 @@ private:
     Resampling r;
     r.origin = originOf(n);
     r.filter = filter;
+    r.row = row;
     r.down = {stride->back(), stride->front()};
     r.last = n;
     if (allEqual(stride, 1))
@@ -335,8 +149,11 @@ private:
         padding->size() == 1 ? std::vector<int64_t>(2, padding->front()) : *padding;
     r.constPadding = {p[1], p[1], p[0], p[0]};
     r.input = conv->input;
-    if (allEqual(padding, 0))
-      absorbPad(r);
+    if (allEqual(padding, 0)) {
+      absorbCrop(r);
+      if (!r.cropped)
+        absorbPad(r);
+    }
     absorbZeroInsertion(r, n);
     if (repeats && !repeatsChannels(repeats, *groups, r.input, conv->input)) {
       nearMiss("upfirdn2d", "a filter repeated over a count that is not the input's channels", n);
@@ -387,6 +204,58 @@ private:
     r.input = pad->input(0);
   }
 
+  /// F.pad(x, [x0, x1, y0, y1]) then x[:, :, a : x.shape[2] - b, c : x.shape[3] - d] before
+  /// the convolution (StyleGAN3's reference upfirdn2d crops for negative padding): a constant
+  /// padding less the crop, negative where it crops. Left alone unless the slices end at a
+  /// pad of constants.
+  static void absorbCrop(Resampling &r) {
+    Value *v = r.input;
+    std::array<int64_t, 4> crop{0, 0, 0, 0};
+    std::vector<Node *> slices;
+    while (v->node()->kind() == c10::aten::slice && usedOnce(v) &&
+           v->node()->inputs().size() == 5) {
+      Node *s = v->node();
+      auto dim = constInt(s->input(1)), step = constInt(s->input(4));
+      auto start = isNone(s->input(2)) ? std::optional<int64_t>(0) : constInt(s->input(2));
+      if (!dim || step != 1 || !start || *start < 0)
+        return;
+      const int64_t d = *dim < 0 ? *dim + 4 : *dim;
+      std::optional<int64_t> end;
+      if (isNone(s->input(3)) || constInt(s->input(3)).value_or(0) >= (int64_t{1} << 62))
+        end = 0;
+      // The end's size may be read from any tensor below, down to the pad, whose slices in
+      // between cut other dimensions.
+      for (Value *x = s->input(0); !end; x = x->node()->input(0)) {
+        end = sizeMinus(s->input(3), x, d);
+        if (x->node()->kind() != c10::aten::slice || constInt(x->node()->input(1)) == d ||
+            constInt(x->node()->input(1)) == d - 4)
+          break;
+      }
+      if (!end || (d < 2 && (*start != 0 || *end != 0)))
+        return;
+      if (d >= 2) {
+        crop[d == 3 ? 0 : 2] += *start;
+        crop[d == 3 ? 1 : 3] += *end;
+      }
+      slices.push_back(s);
+      v = s->input(0);
+    }
+    // The pad's other uses may only read its sizes (for the slices' ends).
+    const auto sizesOnly = [&](Value *padded) {
+      return std::all_of(padded->uses().begin(), padded->uses().end(), [&](const jit::Use &u) {
+        return u.user == slices.back() || u.user->kind() == c10::aten::size;
+      });
+    };
+    Node *pad = v->node();
+    auto p =
+        !slices.empty() && isPad(pad) && sizesOnly(v) ? constInts(pad->input(1)) : std::nullopt;
+    if (!p || p->size() != 4u)
+      return;
+    r.constPadding = {(*p)[0] - crop[0], (*p)[1] - crop[1], (*p)[2] - crop[2], (*p)[3] - crop[3]};
+    r.input = pad->input(0);
+    r.cropped = true;
+  }
+
   /// The zero insertion of StyleGAN's reference upfirdn2d before the padding: into `up`.
   void absorbZeroInsertion(Resampling &r, const Node *conv) {
     Node *wide = r.input->node();
@@ -434,15 +303,25 @@ private:
     }
     if (auto c = constInt(repeats))
       return *c == groups;
-    return isSizeOf(repeats, input, 1) || isSizeOf(repeats, convInput, 1);
+    // A separable filter's second pass resamples the first's output: the same channels.
+    static const c10::Symbol upfirdn2d = c10::Symbol::fromQualString("ganc::upfirdn2d");
+    for (Value *v : {input, convInput}) {
+      for (; v; v = v->node()->kind() == upfirdn2d ? v->node()->input(0) : nullptr)
+        if (isSizeOf(repeats, v, 1))
+          return true;
+    }
+    return false;
   }
 
   void replaceResampling(const Resampling &r) {
     jit::WithInsertPoint point(r.last);
     Value *padding = r.padding ? r.padding : graph_.insertConstant(r.constPadding);
+    Value *filter = r.filter;
+    if (r.row >= 0) // [1, k] for a row pass, [k, 1] for a column pass
+      filter = graph_.insert(c10::aten::unsqueeze, {r.filter, r.row == 0 ? 0 : 1});
     std::vector<Value *> inputs = {
         r.input,
-        r.filter,
+        filter,
         graph_.insertConstant(std::vector<int64_t>(r.up.begin(), r.up.end())),
         graph_.insertConstant(std::vector<int64_t>(r.down.begin(), r.down.end())),
         padding,

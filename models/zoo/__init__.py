@@ -23,6 +23,7 @@ from .finetune import BranchGAN, TemperatureGAN, freezed_spec, temperature_spec
 from .sngan import SNGAN, TorchSNDCGAN
 from .stylegan2 import StyleGAN2, stylegan2_spec, upsample2d
 from .stylegan2_ada import StyleGAN2ADA, stylegan2_ada_spec
+from .stylegan3 import StyleGAN3, stylegan3_spec
 from .wgan_gp import WGANGP, wgan_gp_spec
 
 ZOO = {
@@ -59,6 +60,10 @@ ZOO = {
     # decorator, numpy, autograd Functions with double backward), exported without edits: the
     # networks traced, the phases scripted. 16 pixels (make_data.py digits --size 16).
     "stylegan2_ada": lambda: (StyleGAN2ADA(), stylegan2_ada_spec("stylegan2_ada")),
+    # StyleGAN3-T written as NVIDIA's stylegan3 writes it (Fourier features, filtered_lrelu's
+    # reference path with separable filters and crops, a magnitude EMA updated through a
+    # keyword argument), StyleGAN2-ADA's discriminator; 16 pixels.
+    "stylegan3": lambda: (StyleGAN3(), stylegan3_spec("stylegan3")),
     "pggan": lambda: (ProgressiveGAN(), progressive_spec("pggan")),
     # The same GAN with 3-step stages: every stage and both fade-ins within a short test run.
     "pggan_quick": lambda: (ProgressiveGAN(), progressive_spec("pggan_quick", stage_steps=3,

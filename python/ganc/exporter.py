@@ -12,6 +12,7 @@ import torch
 
 from . import functions, oplibs
 from .hybrid import Probe, Resolver, script_error, fresh_types_on_failure, script_failure
+from .script_types import constants_typed
 from .trace_derivatives import rng_kept
 from .scriptable import ExportError, make_scriptable, sync_batch_norm_paths
 from .spec import SPEC_VERSION, SpecError, dumps, sample_shape, validate
@@ -79,7 +80,8 @@ def phase_methods_scripted(gan: torch.nn.Module, methods, script: bool = True):
                     del fn._torchscript_modifier
                 break
     try:
-        yield
+        with constants_typed(type(gan)) if script else contextlib.nullcontext():
+            yield
     finally:
         for fn, old in saved:
             if old is _MISSING:

@@ -60,9 +60,11 @@ class Call:
     phase: str = ""
     grad: bool = True
     twice: bool = False
+    form: object = None  # how a traced network takes it (ganc.trace_calls.Form), where not by position
 
     def signature(self):
-        return (self.method, self.training, tuple(_shape_of(a) for a in self.args), tuple(sorted(self.kwargs)))
+        return (self.method, self.training, tuple(_shape_of(a) for a in self.args),
+                tuple(sorted((k, _shape_of(v)) for k, v in self.kwargs.items())))
 
 
 @dataclass
@@ -216,8 +218,8 @@ class Probe:
         wrapped = []
         for module in self.root.modules():
             path = self.paths.get(id(module))
-            if path is None:
-                continue
+            if path is None or isinstance(module, torch.jit.ScriptModule):
+                continue  # a network the user scripted or traced: taken as it is, never traced again
 
             def pre(mod, args, kwargs, path=path):
                 self._record(path, "forward", args, kwargs, mod)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import contextlib
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-from .hybrid import _OWN_DIR, _TORCH_DIR, Call, _clone, _location, _np
+from .hybrid import _OWN_DIR, _TORCH_DIR, _clone, _location, _np
 from .scriptable import ExportError
+from .trace_calls import describe, eager_of, traced_of
 
 __all__ = ["check_derivatives", "rng_kept"]
 
@@ -32,11 +33,6 @@ def rng_kept():
         if _np is not None:
             _np.random.set_state(states[1])
         torch.set_rng_state(states[2])
-
-
-def _describe_call(call: Call) -> str:
-    shapes = ", ".join(str(list(a.shape)) if isinstance(a, torch.Tensor) else repr(a) for a in call.args)
-    return f"{call.method}({shapes})"
 
 
 def _second_input(args, spread: float = 1.0):
@@ -264,12 +260,12 @@ def check_derivatives(module, traced, calls, methods, name, path, probe, toleran
                 # (A second input at the call's own spread was compared above, parameters as exported.)
                 variants.append(("with inputs at ten times the spread of", _second_input(call.args, spread=10.0)))
             for what, args in variants:
-                where = (f"{what} {_describe_call(Call(call.method, args, {}, call.training))}"
+                where = (f"{what} {describe(replace(call, args=args))}"
                          f"{'' if call.training else ' in eval mode'}")
-                want = _derivatives(getattr(module, call.method), module, call, args, order)
+                want = _derivatives(eager_of(module, call), module, call, args, order)
                 traced.train(call.training)
                 try:
-                    got = _derivatives(getattr(traced, call.method), module, call, args, order)
+                    got = _derivatives(traced_of(traced, call), module, call, args, order)
                 except Exception as e:  # noqa: BLE001 - the trace cannot be differentiated as eager is
                     raise ExportError(f"ganc.export: {name}: its trace cannot be differentiated as eager is "
                                       f"{where}: {str(e).strip().splitlines()[0] if str(e).strip() else e}"
@@ -295,7 +291,7 @@ def check_derivatives(module, traced, calls, methods, name, path, probe, toleran
                     if over and rounding and not any(d == float("inf") for d in differences):
                         if jitter is None:
                             with _jittered(module, rounding[1]):
-                                jitter = _derivatives(getattr(module, call.method), module, call,
+                                jitter = _derivatives(eager_of(module, call), module, call,
                                                       _jittered_inputs(args, rounding[1]), order)
                         j = jitter.first if order_name == "first" else jitter.second
                         floors = _differences(j, w) if j is not None else None

@@ -9,14 +9,16 @@ import inspect
 import random
 import re
 import warnings
+from dataclasses import replace
 
 import torch
 import torch.nn as nn
 
 from . import functions
-from .hybrid import Call, Probe, _clone, _location, _np, where_of
+from .hybrid import Probe, _clone, _location, _np, where_of
 from .scriptable import ExportError
-from .trace_derivatives import _EXACT, _by, _describe_call, _second_input, check_derivatives, rng_kept
+from .trace_calls import define_dispatch, describe, eager_of, forms, traced_of
+from .trace_derivatives import _EXACT, _by, _second_input, check_derivatives, rng_kept
 
 __all__ = ["rng_kept", "trace_module"]
 
@@ -32,18 +34,8 @@ def _seeded(python_seed: int, torch_seed: int = 0):
 
 
 def _check_arguments(module, path, calls):
-    """A traced network takes tensors by position: refuses other calls, naming them."""
-    for call in calls:
-        if call.kwargs:
-            raise ExportError(f"ganc.export: {path} ({type(module).__name__}, {where_of(module)}) does not script "
-                              f"and is called with keyword arguments ({', '.join(sorted(call.kwargs))}) by a "
-                              "phase or a scripted module: a traced network takes tensors by position; pass "
-                              "them positionally")
-        bad = [i for i, a in enumerate(call.args) if not isinstance(a, torch.Tensor)]
-        if bad:
-            raise ExportError(f"ganc.export: {path} ({type(module).__name__}, {where_of(module)}) does not script "
-                              f"and its {call.method} is called with a non-tensor argument "
-                              f"({call.args[bad[0]]!r} at position {bad[0]}): a traced network takes tensors only")
+    """A traced method takes one signature: refuses calls by position with different numbers
+    of tensors, naming them (calls with constants or keywords are checked by trace_calls.forms)."""
     for call in calls:
         first = next(c for c in calls if c.method == call.method)
         if len(call.args) != len(first.args):
@@ -53,8 +45,8 @@ def _check_arguments(module, path, calls):
                 return f"{n} tensor{'' if n == 1 else 's'}"
             raise ExportError(f"ganc.export: {path} ({type(module).__name__}, {where_of(module)}) does not script "
                               f"and its {call.method} is called with {tensors(len(first.args))} by "
-                              f"{where(first)} ({_describe_call(first)}) and {len(call.args)} by {where(call)} "
-                              f"({_describe_call(call)}): a traced method takes one signature; pass the same "
+                              f"{where(first)} ({describe(first)}) and {len(call.args)} by {where(call)} "
+                              f"({describe(call)}): a traced method takes one signature; pass the same "
                               "tensors everywhere (a dummy where one is unused), or make the module scriptable")
 
 
@@ -90,28 +82,37 @@ def _check_hooks(module, path, why):
                                   "scriptable")
 
 
-def _in_mode(module, method, training):
-    """`module.method` run in train or eval mode (a trace records the mode's code path)."""
-    def call(*args):
+def _in_mode(module, call):
+    """`module`'s method as `call` made it, run in the call's train or eval mode (a trace records
+    the mode's code path), taking the call's tensors."""
+    method = eager_of(module, call)
+
+    def run(*args):
         modes = {m: m.training for m in module.modules()}
-        module.train(training)
+        module.train(call.training)
         try:
-            return getattr(type(module), method)(module, *args)
+            return method(*args)
         finally:
             for m, mode in modes.items():
                 m.training = mode
-    return call
+    return run
+
+
+def _variant(call):
+    return call.method, tuple(sorted((k, repr(v)) for k, v in call.kwargs.items()))
 
 
 def _trace(module, calls, python_seed, specialise):
-    """One trace of `module`: each method at its first call, or (`specialise`) one traced
-    method per call, `_ganc_<method>_<i>`. Returns the trace and the tracer's warnings."""
+    """One trace of `module`: each method at its first call with each set of constants, or
+    (`specialise`) one traced method per call, `_ganc_<method>_<i>`, and the method a scripted
+    dispatch to them. Returns the trace, the tracer's warnings and the traced methods' names."""
     picked = calls if specialise else [c for i, c in enumerate(calls)
-                                         if all(c.method != d.method for d in calls[:i])]
+                                         if all(_variant(c) != _variant(d) for d in calls[:i])]
+    dispatched = specialise or any(c.form is not None for c in calls)
     inputs = {}
     for i, call in enumerate(picked):
-        name = f"_ganc_{call.method}_{i}" if specialise else call.method
-        module.__dict__[name] = _in_mode(module, call.method, call.training)
+        name = f"_ganc_{call.method}_{i}" if dispatched else call.method
+        module.__dict__[name] = _in_mode(module, call)
         inputs[name] = call.args
     try:
         with rng_kept(), warnings.catch_warnings(record=True) as caught, functions.derived():
@@ -123,8 +124,10 @@ def _trace(module, calls, python_seed, specialise):
         for name in inputs:
             module.__dict__.pop(name, None)
     tracer = [w for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
-    if specialise:
-        _define_dispatch(traced, picked)
+    if dispatched:
+        for method in dict.fromkeys(c.method for c in picked):
+            mine = [(name, c) for name, c in zip(inputs, picked) if c.method == method]
+            define_dispatch(traced, method, mine, with_shapes=specialise)
     return traced, tracer, list(inputs)
 
 
@@ -157,25 +160,6 @@ def _follow_input_device(traced):
                         device.output().setType(torch._C.DeviceObjType.get())
                         device.insertBefore(next(iter(graph.nodes())))
                     use.user.replaceInput(use.offset, device.output())
-
-
-def _define_dispatch(traced, calls):
-    """Each method as a scripted dispatch to its per-call traces by mode and input shapes:
-    ganc's phases call a network at fixed shapes, so one of them always matches."""
-    for method in dict.fromkeys(c.method for c in calls):
-        mine = [(i, c) for i, c in enumerate(calls) if c.method == method]
-        arity = len(mine[0][1].args)
-        params = ", ".join(f"x{k}: Tensor" for k in range(arity))
-        body = []
-        for i, call in mine:
-            tests = ["self.training" if call.training else "not self.training"]
-            for k, a in enumerate(call.args):
-                tests += [f"x{k}.dim() == {a.dim()}"] + [f"x{k}.size({d}) == {n}" for d, n in enumerate(a.shape)]
-            args = ", ".join(f"x{k}" for k in range(arity))
-            body.append(f"    if {' and '.join(tests)}:\n        return self._ganc_{method}_{i}({args})")
-        shapes = "; ".join(_describe_call(c) + ("" if c.training else " in eval mode") for _, c in mine)
-        body.append(f"    raise RuntimeError({('ganc: this network was traced at ' + shapes)!r})")
-        traced.define(f"def {method}(self, {params}):\n" + "\n".join(body) + "\n")
 
 
 def _graphs(traced, methods):
@@ -241,10 +225,10 @@ def _run(fn, args, training, module, seed):
 def _agreement(module, traced, call, args) -> float:
     """How far the trace's outputs are from eager's on `args` (same torch seed, same state):
     _difference's, inf where the trace fails."""
-    want = _run(getattr(module, call.method), args, call.training, module, seed=7)
+    want = _run(eager_of(module, call), args, call.training, module, seed=7)
     try:
         traced.train(call.training)
-        got = _run(getattr(traced, call.method), args, call.training, module, seed=7)
+        got = _run(traced_of(traced, call), args, call.training, module, seed=7)
     except Exception:  # noqa: BLE001 - a trace that fails on other shapes fixed one of them
         return float("inf")
     return _difference(got, want)
@@ -264,7 +248,7 @@ def trace_module(module: nn.Module, path: str, probe: Probe, why: str):
                                    "make the module scriptable")
         raise ExportError(f"ganc.export: {hazard.path} ({hazard.where}): {hazard.construct} in a module that "
                           f"does not script ({why}): {advice}")
-    calls = probe.calls[path]
+    calls = forms(module, path, probe.calls[path])
     _check_arguments(module, path, calls)
     _check_hooks(module, path, why)
     training = module.training
@@ -296,13 +280,13 @@ def trace_module(module: nn.Module, path: str, probe: Probe, why: str):
             if difference > tolerance:
                 mode = "" if call.training else " in eval mode"
                 raise ExportError(f"ganc.export: {name}: its trace computes otherwise than eager {what} "
-                                  f"{_describe_call(Call(call.method, args, {}, call.training))}{mode}"
+                                  f"{describe(replace(call, args=args))}{mode}"
                                   f"{_by(difference)}: the trace fixed a value of its example input{hint}; "
                                   "make the module scriptable or compute the value with tensor operations")
     check_derivatives(module, traced, calls, methods, name, path, probe, tolerance, hint,
                       (precision, step) if precision else None)
     traced.train(training)
-    shapes = ", ".join(_describe_call(c) + ("" if c.training else " in eval mode") for c in calls)
+    shapes = ", ".join(describe(c) + ("" if c.training else " in eval mode") for c in calls)
     how = "one trace per call" if specialised else "traced"
     rounding = ""
     if worst > _EXACT:

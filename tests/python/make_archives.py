@@ -60,6 +60,9 @@ def main(out):
     gan, spec = zoo.build("stylegan2_ada")
     ganc.export(gan.double(), os.path.join(out, "stylegan2_ada_f64.pt"), dict(spec, dtype="float64"),
                 verbose=False)
+    # float64: the StyleGAN3-style model fused, against eager DDP on the reference compositions.
+    gan, spec = zoo.build("stylegan3")
+    ganc.export(gan.double(), os.path.join(out, "stylegan3_f64.pt"), dict(spec, dtype="float64"), verbose=False)
     # float64: the parity comparison at 3 ranks, where float32 sums in a different order
     # than DDP's buckets and Adam amplifies the last-bit differences.
     gan, spec = zoo.build("dcgan32")

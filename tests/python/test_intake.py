@@ -102,6 +102,51 @@ def test_stylegan2_ada_style_code_trains_like_eager_ddp(ganc_bin, digits16, tmp_
         assert err <= 1e-9, f"final {name} differs by {err:.3g}"
 
 
+def test_stylegan3_style_code_trains_fused_like_eager_ddp(ganc_bin, digits16, tmp_path):
+    """StyleGAN3-T as NVIDIA writes it (filtered_lrelu's reference path: separable filters in
+    two passes, pads then crops; `update_emas=True` by keyword in Dmain), every resampling and
+    bias + activation fused, against eager DDP on the reference compositions at 2 ranks, float64
+    (float32 rounds the fused filters' sums otherwise and Adam amplifies it): every all-reduced
+    gradient and the final parameters within 1e-9, the magnitude EMAs Dmain updates included."""
+    model = archive("stylegan3_f64")
+    spec = ganc.load_spec(model)
+    out = train_two_ranks(ganc_bin, model, digits16, str(tmp_path))
+    for phase in ("Gmain", "Dmain", "Dreg"):
+        assert re.search(rf"phase '{phase}': fused [1-9]\d* resampling\(s\) as ganc::upfirdn2d and [1-9]\d* bias", out), out
+    fused = explained(ganc_bin, str(tmp_path / "plan"))
+    assert all(p["not_fused"] == [] for p in fused.values()), {n: p["not_fused"] for n, p in fused.items()}
+    assert fused["Gmain"]["fused"]["upfirdn2d"] >= 10  # two passes per separable filter, ToRGB's too
+    oracle.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Dreg": "manual"},
+               eager_model=functools.partial(zoo.module, "stylegan3"))
+    worst = 0.0
+    for step, phase, got, ref in gradient_dumps(spec, STEPS, str(tmp_path / "dump"), str(tmp_path / "ddp")):
+        worst = max([worst] + [relative_error(got[name], ref[name]) for name in ref])
+    got = ganc.load_checkpoint(str(tmp_path / "dump" / "params_final.pt"))
+    ref = torch.load(str(tmp_path / "ddp" / "params_final.pt"))
+    assert set(got) == set(ref) and any("magnitude_ema" in name for name in ref)
+    worst = max([worst] + [relative_error(got[name], ref[name]) for name in ref])
+    print(f"fused StyleGAN3-style float64 against eager DDP: {worst:.3g} relative at worst")
+    assert worst <= 1e-9, worst
+
+
+def test_stylegan3_style_code_unfused_trains_bit_for_bit_like_eager_ddp(ganc_bin, digits16, tmp_path):
+    """The float32 archive with --fusion off: the traced variants per keyword value and the
+    crops as written train bit for bit like eager DDP (gradients of every phase run, final
+    parameters and buffers)."""
+    model = archive("stylegan3")
+    spec = ganc.load_spec(model)
+    train_two_ranks(ganc_bin, model, digits16, str(tmp_path), "--fusion", "off")
+    oracle.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Dreg": "manual"})
+    phases = set()
+    for step, phase, got, ref in gradient_dumps(spec, STEPS, str(tmp_path / "dump"), str(tmp_path / "ddp")):
+        phases.add(phase)
+        assert all(torch.equal(got[name], ref[name]) for name in ref), (step, phase)
+    assert phases == {"Gmain", "Dmain", "Dreg"}
+    got = ganc.load_checkpoint(str(tmp_path / "dump" / "params_final.pt"))
+    ref = torch.load(str(tmp_path / "ddp" / "params_final.pt"))
+    assert set(got) == set(ref) and all(torch.equal(got[name], ref[name]) for name in ref)
+
+
 def largest_difference(spec, got_dir, ref_dir, exact):
     """The largest relative difference of the all-reduced gradients of every phase run and of
     the final parameters; with `exact`, asserts each is bitwise equal."""
@@ -567,9 +612,16 @@ def test_traced_network_takes_a_gradient_penalty_like_eager(tmp_path):
     gan = TinyGAN(Doubled())
     path = str(tmp_path / "m.pt")
     ganc.export(gan, path, tiny_spec(), verbose=False)
-    loaded = torch.jit.load(path)
+    phases_match_eager(gan, torch.jit.load(path), ("phase_d", "phase_dreg", "phase_g"))
+
+
+def phases_match_eager(gan, loaded, methods, after=None):
+    """Each of tiny_spec's phase `methods` of the loaded archive against the eager module's on
+    the same inputs: the loss bit for bit, every parameter's gradient to 1e-6 relative;
+    `after(method)` checks more after each."""
     real, z = torch.randn(8, 4), torch.randn(8, 2)
-    for method, args in (("phase_d", (real, z)), ("phase_dreg", (real,)), ("phase_g", (z,))):
+    for method in methods:
+        args = (real, z) if method == "phase_d" else (real,) if method == "phase_dreg" else (z,)
         want = getattr(gan, method)(*args)
         got = getattr(loaded, method)(*args)
         assert torch.equal(want, got), method
@@ -578,6 +630,8 @@ def test_traced_network_takes_a_gradient_penalty_like_eager(tmp_path):
         for a, b in zip(want_grads, got_grads):
             assert (a is None) == (b is None)
             assert a is None or torch.allclose(a, b, rtol=1e-6, atol=0), method
+        if after:
+            after(method)
 
 
 class NoiseInput(nn.Module):
@@ -603,15 +657,107 @@ def test_traced_noise_follows_the_device_of_its_input(tmp_path):
     assert out.device.type == "meta" and out.shape == (8, 1)
 
 
-class CalledWithKeywords(TinyGAN):
+class Scaled(nn.Module):
+    """Does not script (**kwargs); takes constants as StyleGAN's layers do (`update_emas`,
+    `noise_mode`, a gain) beside its tensor, and updates a buffer when told to."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+        self.register_buffer("magnitude", torch.ones([]))
+
+    def forward(self, x, gain=1.0, mode="sum", update_emas=False, **kwargs):
+        if update_emas:
+            self.magnitude.copy_(x.detach().square().mean().lerp(self.magnitude, 0.9))
+        y = self.fc(x * self.magnitude.rsqrt()) * gain
+        return y if mode == "sum" else y.abs()
+
+
+class CalledWithConstants(TinyGAN):
+    """Phases that pass constants by keyword and by position, through a helper whose
+    unannotated default says its type (`def run_d(self, x, update_emas=False)`)."""
+
+    def __init__(self):
+        super().__init__(nn.Identity())
+        self.discriminator = Scaled()
+
+    def run_d(self, x, update_emas=False):
+        return self.discriminator(x, 2.0, update_emas=update_emas)
+
+    def phase_d(self, real, z):
+        fake = self.generator(z).detach()
+        return F.softplus(self.run_d(fake, update_emas=True)).mean() + F.softplus(-self.run_d(real)).mean()
+
     def phase_g(self, z):
-        return F.softplus(-self.discriminator(self.generator(z), scale=2)).mean()
+        return F.softplus(-self.discriminator(self.generator(z), mode="abs")).mean()
 
 
-def test_keyword_calls_into_a_traced_network_are_refused(tmp_path):
-    with pytest.raises(ganc.ExportError, match=r"^ganc.export: discriminator \(KwargsNet, .*test_intake.py:\d+\) "
-                                               r"does not script and is called with keyword arguments \(scale\)"):
-        ganc.export(CalledWithKeywords(nn.Identity()), str(tmp_path / "m.pt"), tiny_spec(), verbose=False)
+def test_keywords_and_constants_reach_a_traced_network_per_value(tmp_path, capsys):
+    """Each distinct set of constants a traced network is called with is a trace of its own,
+    and the network's forward a dispatch with its own parameter names: the loaded archive's
+    phases equal eager's: losses and the buffer the keyword updates bit for bit, gradients to
+    rounding (autograd differentiates the trace's recorded operations)."""
+    torch.manual_seed(0)
+    gan = CalledWithConstants()
+    path = str(tmp_path / "m.pt")
+    ganc.export(gan, path, tiny_spec())
+    out = capsys.readouterr().out
+    assert re.search(r"discriminator: traced at forward\(\[8, 4\], gain=2.0, update_emas=True\), "
+                     r"forward\(\[8, 4\], gain=2.0, update_emas=False\), .*forward\(\[8, 4\], mode='abs'\)", out), out
+    loaded = torch.jit.load(path)
+
+    def same_buffer(method):
+        assert torch.equal(gan.discriminator.magnitude, loaded.discriminator.magnitude), method
+    phases_match_eager(gan, loaded, ("phase_d", "phase_dreg", "phase_g", "phase_d"), after=same_buffer)
+    assert gan.discriminator.magnitude.item() != 1.0  # phase_d's update_emas=True ran, twice
+
+
+class AlreadyScripted(TinyGAN):
+    """Networks the user scripted and traced before handing them to ganc (as the docs once
+    advised): taken as they are."""
+
+    def __init__(self):
+        super().__init__(nn.Identity())
+        self.generator = torch.jit.script(nn.Linear(2, 4))
+        self.discriminator = torch.jit.trace(nn.Sequential(nn.Linear(4, 4), nn.LeakyReLU(0.2), nn.Linear(4, 1)),
+                                             torch.randn(3, 4))
+
+
+def test_networks_already_scripted_or_traced_are_taken_as_they_are(tmp_path, capsys):
+    """A regression: the probe's hooks were registered on ScriptModules too, which refuse
+    them ("register_forward_pre_hook is not supported on ScriptModules")."""
+    torch.manual_seed(0)
+    gan = AlreadyScripted()
+    path = str(tmp_path / "m.pt")
+    ganc.export(gan, path, tiny_spec())
+    assert "ganc.export: scripted: generator, discriminator" in capsys.readouterr().out
+    phases_match_eager(gan, torch.jit.load(path), ("phase_d", "phase_dreg", "phase_g"))
+
+
+class ListConstant(TinyGAN):
+    def phase_g(self, z):
+        return F.softplus(-self.discriminator(self.generator(z), sizes=[1, 2])).mean()
+
+
+class TensorOrConstant(TinyGAN):
+    def phase_g(self, z):
+        return F.softplus(-self.discriminator(self.generator(z), gain=torch.ones([]))).mean()
+
+    def phase_dreg(self, real):
+        x = real.detach().requires_grad_(True)
+        g = torch.autograd.grad([self.discriminator(x, gain=2.0).sum()], [x], create_graph=True)[0]
+        assert g is not None
+        return g.square().sum(1).mean()
+
+
+def test_calls_a_trace_cannot_take_are_refused_naming_the_parameter(tmp_path):
+    message = refusal(ListConstant(nn.Identity()), tmp_path)
+    assert re.search(r"^ganc.export: discriminator \(KwargsNet, .*test_intake.py:\d+\) does not script and its "
+                     r"forward is called with sizes=\[1, 2\] \(list\): a traced network takes tensors and "
+                     r"constants", message), message
+    message = refusal(TensorOrConstant(nn.Identity()), tmp_path)
+    assert re.search(r"^ganc.export: discriminator \(KwargsNet, .*\) does not script and its forward's gain is a "
+                     r"(constant|tensor) in phase '\w+' \(forward\(.*\)\) and a (tensor|constant) in phase", message), message
 
 
 class ShapeFromInput(nn.Module):

@@ -155,6 +155,83 @@ TEST(Fusion, ALearnedFilterIsLeftAloneAndSaidWhy) {
   jit::testing::FileCheck().check("aten::conv2d")->check_not("ganc::upfirdn2d")->run(*graph);
 }
 
+TEST(Fusion, StyleGAN3sCropAndSeparableFilterBecomeTwoResamplings) {
+  // StyleGAN3's reference upfirdn2d: a pad, a crop by slices whose ends are the padded size
+  // less a constant (negative padding), then a 1-D filter as two depthwise passes (a row,
+  // then a column) and a strided slice. Each pass becomes one resampling, the crop taken as
+  // negative padding by the first, the stride by the second.
+  auto graph = parse("graph(%x : Tensor):", R"IR(
+  %c : int = aten::size(%x, %c1)
+  %pads : int[] = prim::ListConstruct(%c3, %c0, %c2, %c1)
+  %xp : Tensor = aten::pad(%x, %pads, %mode, %none)
+  %hp : int = aten::size(%xp, %c2)
+  %hp_t : Tensor = prim::NumToTensor(%hp)
+  %hend_t : Tensor = aten::sub(%hp_t, %c2, %c1)
+  %hend : int = aten::Int(%hend_t)
+  %wp : int = aten::size(%xp, %c3)
+  %wp_t : Tensor = prim::NumToTensor(%wp)
+  %wend_t : Tensor = aten::sub(%wp_t, %c1, %c1)
+  %wend : int = aten::Int(%wend_t)
+  %s0 : Tensor = aten::slice(%xp, %c0, %c0, %big, %c1)
+  %s1 : Tensor = aten::slice(%s0, %c1, %c0, %big, %c1)
+  %s2 : Tensor = aten::slice(%s1, %c2, %c0, %hend, %c1)
+  %s3 : Tensor = aten::slice(%s2, %c3, %c1, %wend, %c1)
+  %taps : int = prim::Constant[value=5]()
+  %ramp1 : Tensor = aten::arange(%taps, %c6, %none, %none, %none)
+  %g0 : Tensor = aten::unsqueeze(%ramp1, %c0)
+  %g1 : Tensor = aten::unsqueeze(%g0, %c1)
+  %reps : int[] = prim::ListConstruct(%c, %c1, %c1)
+  %g : Tensor = aten::repeat(%g1, %reps)
+  %row : Tensor = aten::unsqueeze(%g, %c2)
+  %y0 : Tensor = aten::conv2d(%s3, %row, %none, %l1, %l0, %l1, %c3)
+  %column : Tensor = aten::unsqueeze(%g, %c3)
+  %y1 : Tensor = aten::conv2d(%y0, %column, %none, %l1, %l0, %l1, %c3)
+  %d0 : Tensor = aten::slice(%y1, %c2, %c0, %big, %c2)
+  %y : Tensor = aten::slice(%d0, %c3, %c0, %big, %c2)
+  return (%y))IR");
+  auto original = graph->copy();
+  const auto report = ganc::frontend::fuse(*graph, never);
+  EXPECT_EQ(report.resamplings, 2);
+  EXPECT_TRUE(report.nearMisses.empty());
+  // The crop (x0 1, x1 1, y1 2) less the pad (3, 0, 2, 1): padding [2, -1, 2, -1].
+  jit::testing::FileCheck()
+      .check("prim::Constant[value=[2, -1, 2, -1]]")
+      ->check("ganc::upfirdn2d(%x, ")
+      ->check("ganc::upfirdn2d(")
+      ->check_not("aten::conv2d")
+      ->check_not("aten::slice")
+      ->check_not("aten::pad")
+      ->run(*graph);
+  const std::vector<c10::IValue> inputs{torch::randn({2, 3, 9, 8})};
+  expectClose(run(graph, inputs), run(original, inputs));
+}
+
+TEST(Fusion, AFilterMadeOnItsInputsDeviceIsConstant) {
+  // torch.ones([1, 1], device=x.device) (StyleGAN3's upfirdn2d without a filter): where a
+  // value is, not what it holds; the input it reads is computed from parameters.
+  auto graph = parse("graph(%x : Tensor, %p : Tensor):", R"IR(
+  %xw : Tensor = aten::mul(%x, %p)
+  %c : int = aten::size(%xw, %c1)
+  %dev : Device = prim::device(%xw)
+  %shape : int[] = prim::ListConstruct(%c1, %c1)
+  %ones : Tensor = aten::ones(%shape, %c6, %none, %dev, %none)
+  %g0 : Tensor = aten::unsqueeze(%ones, %c0)
+  %g1 : Tensor = aten::unsqueeze(%g0, %c1)
+  %reps : int[] = prim::ListConstruct(%c, %c1, %c1, %c1)
+  %weight : Tensor = aten::repeat(%g1, %reps)
+  %pads : int[] = prim::ListConstruct(%c1, %c1, %c0, %c0)
+  %xp : Tensor = aten::pad(%xw, %pads, %mode, %none)
+  %y : Tensor = aten::conv2d(%xp, %weight, %none, %l1, %l0, %l1, %c3)
+  return (%y))IR");
+  const jit::Value *p = graph->inputs()[1];
+  auto original = graph->copy();
+  const auto report = ganc::frontend::fuse(*graph, [&](const jit::Value *v) { return v == p; });
+  EXPECT_EQ(report.resamplings, 1);
+  EXPECT_TRUE(report.nearMisses.empty());
+  const std::vector<c10::IValue> inputs{torch::randn({2, 3, 4, 5}), torch::randn({1})};
+  expectClose(run(graph, inputs), run(original, inputs));
+}
+
 TEST(Fusion, BiasActivationGainAndClampBecomeOneOp) {
   // bias_act's reference: x + b.reshape([1, -1, 1, 1]), leaky ReLU, * gain, clamp; and a
   // leaky ReLU times a gain without a bias. A bias added alone is left as it is.
