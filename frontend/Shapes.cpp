@@ -4,6 +4,7 @@
 #include "support/torch/Dtypes.h"
 #include "support/torch/TorchError.h"
 
+#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
 #include <algorithm>
@@ -76,8 +77,26 @@ Status checkValues(const c10::impl::GenericDict &values, const PhaseSpec &phase)
   return Status::ok();
 }
 
+/// Whether the method (with what it calls) takes a gradient: torch.autograd.grad or backward.
+bool differentiates(const std::shared_ptr<jit::Graph> &graph) {
+  auto inlined = graph->copy();
+  jit::Inline(*inlined);
+  std::vector<jit::Block *> blocks = {inlined->block()};
+  while (!blocks.empty()) {
+    jit::Block *block = blocks.back();
+    blocks.pop_back();
+    for (jit::Node *n : block->nodes()) {
+      if (n->kind() == c10::aten::grad || n->kind() == c10::aten::backward)
+        return true;
+      for (jit::Block *inner : n->blocks())
+        blocks.push_back(inner);
+    }
+  }
+  return false;
+}
+
 /// The phase's method run once on example inputs (values taken from earlier phases as they
-/// compute them), without recording gradients.
+/// compute them), without recording gradients unless it differentiates.
 Expected<c10::IValue> runOnExamples(Archive &archive, const PhaseSpec &phase) {
   std::vector<c10::IValue> args;
   for (const InputSpec &in : phase.inputs) {
@@ -90,7 +109,9 @@ Expected<c10::IValue> runOnExamples(Archive &archive, const PhaseSpec &phase) {
       return taken.status();
     args.emplace_back(taken.take());
   }
-  torch::NoGradGuard noGrad;
+  // Without gradients, unless the method differentiates (a gradient penalty beside the values
+  // it hands on: its autograd.grad needs the graph).
+  c10::AutoGradMode gradients(differentiates(archive.module.get_method(phase.method).graph()));
   try {
     return archive.module.get_method(phase.method)(args);
   } catch (const std::exception &e) {

@@ -170,11 +170,20 @@ struct LrScheduleSpec {
 struct OptimizerSpec {
   /// Paths of the submodules and parameters it steps ("params"; by default its own key).
   std::vector<std::string> params;
-  std::string type; // adam, adamw, sgd
+  std::string type; // adam, adamw, sgd, rmsprop
   double lr = 2e-4;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double weightDecay = 0.0;
   double momentum = 0.0;
+  bool amsgrad = false;   // adam, adamw
+  bool nesterov = false;  // sgd
+  double dampening = 0.0; // sgd
+  double alpha = 0.99;    // rmsprop
+  bool centered = false;  // rmsprop
+  /// After each step, the parameters stepped clamped to [-c, c] ("clamp_weights").
+  std::optional<double> clampWeights;
+  /// Whether it takes betas (Adam and AdamW).
+  bool hasBetas() const { return type == "adam" || type == "adamw"; }
   /// Clip the gradients this optimizer steps over (before it steps).
   std::optional<ClipSpec> clip;
   /// The learning rate's schedule ("lr_schedule"); none: lr stays as it is.

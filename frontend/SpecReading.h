@@ -52,6 +52,10 @@ Expected<Precision> parsePrecision(const json &j, const std::string &where);
 /// A path in `updates` or `params`: dotted attribute names ("discriminator.head").
 bool isPath(const std::string &path);
 
+/// The optimizer groups ('optimizers'). Checks what needs no module: each group's paths lie
+/// within, or hold, a path some phase updates. loadArchive resolves the paths against the
+/// module and adds the default groups.
+Status parseOptimizers(const json &optimizers, Spec &spec);
 /// One phase: name, method, interval, what it trains, its inputs and outputs, its
 /// training-step fields. `hasStages`: whether the spec declares stages.
 Status parsePhase(const json &p, const Spec &spec, bool hasStages, PhaseSpec &phase);

@@ -35,6 +35,14 @@ bool isView(const std::string &op) {
   return ops.count(op) > 0;
 }
 
+bool writesContainer(const std::string &op) {
+  static const std::set<std::string> ops = {
+#define GANC_OP_CONTAINER_WRITE(name) name,
+#include "passes/OpTraits.def"
+  };
+  return ops.count(op) > 0;
+}
+
 bool isInPlace(const std::string &op) {
   return op.rfind("aten::", 0) == 0 && endsWith(op, "_") && !endsWith(op, "__");
 }

@@ -19,6 +19,10 @@ bool isView(const std::string &op);
 /// It writes into its first operand: "aten::add_", but not dunder methods ("aten::__and__").
 bool isInPlace(const std::string &op);
 
+/// It puts its other operands into the list or dict that is its first operand
+/// (aten::append, aten::_set_item, ...).
+bool writesContainer(const std::string &op);
+
 /// The operands the backward formula of `op` reads when the gradient flows through its
 /// operand `through` (for y = x * w, the gradient reaching x is computed from w). Null for
 /// an op without a row: assume every operand.

@@ -7,7 +7,10 @@
 // carried values depend on their initial value and on what the body yields, to a fixpoint.
 // In-place ops that survived the frontend's mutation removal write into their first operand:
 // every value aliasing that operand (through views or earlier in-place ops) then also depends
-// on the op's other operands. Parameters reachable backwards from the loss are used.
+// on the op's other operands. Writes into a list or dict (append, extend, insert, item
+// assignment, dict.update) are such writes too: an element read back (__getitem__, unpacking:
+// views of the container) or a value computed from the container sees what was written. Parameters
+// reachable backwards from the loss are used.
 //
 // torch.autograd.grad (aten::grad) inside a phase (gradient penalties: R1, WGAN-GP, path
 // length) yields the gradient of `outputs` with respect to `inputs`. That gradient is computed
@@ -60,10 +63,14 @@ public:
     for (const auto &op : block.ops) {
       for (const Block &region : op->regions)
         build(region);
-      if (isView(op->name) || isInPlace(op->name))
+      if (isView(op->name) || isInPlace(op->name) || writesContainer(op->name))
         for (const Value *r : op->results)
           if (!op->operands.empty())
             unite(r, op->operands[0]);
+      // A container holds what it is given as it is, gradient history and all, even when the
+      // write runs under no_grad.
+      if (writesContainer(op->name))
+        inPlace_.push_back(op.get());
       if (op->noGrad || isNonDifferentiable(op->name))
         continue;
       if (op->name == "prim::If") {

@@ -1,4 +1,4 @@
-// torch.optim's Adam / AdamW / SGD (single-tensor code paths, as used on CPU) in C++.
+// torch.optim's Adam / AdamW / SGD / RMSprop (single-tensor code paths, as used on CPU) in C++.
 #include "runtime/Optimizer.h"
 
 #include "backend/Reducer.h"
@@ -74,37 +74,64 @@ void Optimizer::step(const std::vector<std::string> &names,
                      const std::vector<at::Tensor> &grads, const at::Tensor &foundInf) {
   torch::NoGradGuard noGrad;
   if (!parameters.empty() && parameters.front().is_cuda()) {
-    fusedStep(names, parameters, grads, foundInf);
+    if (spec_.type == "rmsprop")
+      rmspropStep(names, parameters, grads, foundInf);
+    else
+      fusedStep(names, parameters, grads, foundInf);
+    clampStepped(parameters, grads);
     return;
   }
-  if (foundInf.defined() && foundInf.item<float>() != 0)
-    return; // GradScaler skips the step: inf/NaN in the scaled gradients
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    if (!grads[i].defined())
-      continue;
-    ParamState &state = state_[names[i]];
-    if (spec_.type == "sgd")
-      sgd(parameters[i], grads[i], state);
-    else
-      adam(parameters[i], grads[i], state);
+  // GradScaler skips the step where the scaled gradients hold inf/NaN; the clamp after it
+  // still runs, as the code that calls optimizer.step() runs it.
+  if (!foundInf.defined() || foundInf.item<float>() == 0) {
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      if (!grads[i].defined())
+        continue;
+      ParamState &state = state_[names[i]];
+      if (spec_.type == "sgd")
+        sgd(parameters[i], grads[i], state);
+      else if (spec_.type == "rmsprop")
+        rmsprop(parameters[i], grads[i], state, lr_);
+      else
+        adam(parameters[i], grads[i], state);
+    }
   }
+  clampStepped(parameters, grads);
+}
+
+void Optimizer::clampStepped(const std::vector<at::Tensor> &parameters,
+                             const std::vector<at::Tensor> &grads) {
+  if (!spec_.clampWeights)
+    return;
+  // `p.data.clamp_(-c, c)` after optimizer.step(), for the parameters it stepped.
+  std::vector<at::Tensor> stepped;
+  for (size_t i = 0; i < parameters.size(); ++i)
+    if (grads[i].defined())
+      stepped.push_back(parameters[i]);
+  if (stepped.empty())
+    return;
+  at::_foreach_clamp_min_(stepped, -*spec_.clampWeights);
+  at::_foreach_clamp_max_(stepped, *spec_.clampWeights);
 }
 
 int64_t Optimizer::stateBytes() const {
   int64_t bytes = 0;
   for (const auto &[name, s] : state_)
-    for (const at::Tensor *t : {&s.deviceStep, &s.expAvg, &s.expAvgSq, &s.momentum})
+    for (const at::Tensor *t :
+         {&s.deviceStep, &s.expAvg, &s.expAvgSq, &s.maxExpAvgSq, &s.momentum, &s.gradAvg})
       if (t->defined())
         bytes += static_cast<int64_t>(t->nbytes());
   return bytes + static_cast<int64_t>(state_.size() * sizeof(float)) * !device_.is_cuda();
 }
 
 void Optimizer::adam(const at::Tensor &param, at::Tensor grad, ParamState &state) {
-  // torch/optim/adam.py::_single_tensor_adam (amsgrad=False, maximize=False).
+  // torch/optim/adam.py::_single_tensor_adam (maximize=False).
   at::Tensor p = param;
   if (!state.expAvg.defined()) {
     state.expAvg = torch::zeros_like(p, at::MemoryFormat::Preserve);
     state.expAvgSq = torch::zeros_like(p, at::MemoryFormat::Preserve);
+    if (spec_.amsgrad)
+      state.maxExpAvgSq = torch::zeros_like(p, at::MemoryFormat::Preserve);
   }
   state.step += 1;
   if (spec_.weightDecay != 0) {
@@ -119,12 +146,17 @@ void Optimizer::adam(const at::Tensor &param, at::Tensor grad, ParamState &state
   double biasCorrection2 = 1 - std::pow(spec_.beta2, state.step);
   double stepSize = lr_ / biasCorrection1;
   double biasCorrection2Sqrt = std::sqrt(biasCorrection2);
-  at::Tensor denom = (state.expAvgSq.sqrt() / biasCorrection2Sqrt).add_(spec_.eps);
+  at::Tensor second = state.expAvgSq;
+  if (spec_.amsgrad) { // the largest second moment so far
+    at::maximum_out(state.maxExpAvgSq, state.maxExpAvgSq, state.expAvgSq);
+    second = state.maxExpAvgSq;
+  }
+  at::Tensor denom = (second.sqrt() / biasCorrection2Sqrt).add_(spec_.eps);
   p.addcdiv_(state.expAvg, denom, -stepSize);
 }
 
 void Optimizer::sgd(const at::Tensor &param, at::Tensor grad, ParamState &state) {
-  // torch/optim/sgd.py::_single_tensor_sgd (dampening=0, nesterov=False).
+  // torch/optim/sgd.py::_single_tensor_sgd (maximize=False).
   at::Tensor p = param;
   if (spec_.weightDecay != 0)
     grad = grad.add(p, spec_.weightDecay);
@@ -132,17 +164,92 @@ void Optimizer::sgd(const at::Tensor &param, at::Tensor grad, ParamState &state)
     if (!state.momentum.defined())
       state.momentum = grad.clone().detach();
     else
-      state.momentum.mul_(spec_.momentum).add_(grad);
-    grad = state.momentum;
+      state.momentum.mul_(spec_.momentum).add_(grad, 1 - spec_.dampening);
+    grad = spec_.nesterov ? grad.add(state.momentum, spec_.momentum) : state.momentum;
   }
   state.step += 1;
   p.add_(grad, -lr_);
 }
 
+void Optimizer::rmsprop(const at::Tensor &param, at::Tensor grad, ParamState &state,
+                        const c10::Scalar &lr) {
+  // torch/optim/rmsprop.py::_single_tensor_rmsprop (maximize=False). With a learning rate on
+  // the device (CUDA, scheduled), as its capturable path does with a tensor lr.
+  at::Tensor p = param;
+  if (!state.expAvgSq.defined()) {
+    state.expAvgSq = torch::zeros_like(p, at::MemoryFormat::Preserve); // square_avg
+    if (spec_.momentum > 0)
+      state.momentum = torch::zeros_like(p, at::MemoryFormat::Preserve);
+    if (spec_.centered)
+      state.gradAvg = torch::zeros_like(p, at::MemoryFormat::Preserve);
+  }
+  if (state.deviceStep.defined())
+    state.deviceStep.add_(1);
+  else
+    state.step += 1;
+  if (spec_.weightDecay != 0)
+    grad = grad.add(p, spec_.weightDecay);
+  state.expAvgSq.mul_(spec_.alpha).addcmul_(grad, grad, 1 - spec_.alpha);
+  at::Tensor avg;
+  if (spec_.centered) {
+    state.gradAvg.lerp_(grad, 1 - spec_.alpha);
+    avg = state.expAvgSq.addcmul(state.gradAvg, state.gradAvg, -1).sqrt_();
+  } else {
+    avg = state.expAvgSq.sqrt();
+  }
+  avg.add_(spec_.eps);
+  const bool onDevice = lrTensor_.defined();
+  if (spec_.momentum > 0) {
+    state.momentum.mul_(spec_.momentum).addcdiv_(grad, avg);
+    if (onDevice)
+      p.add_(state.momentum * -lrTensor_);
+    else
+      p.add_(state.momentum, -lr.toDouble());
+  } else if (onDevice) {
+    p.addcdiv_(grad, avg.div_(-lrTensor_));
+  } else {
+    p.addcdiv_(grad, avg, -lr.toDouble());
+  }
+}
+
+void Optimizer::rmspropStep(const std::vector<std::string> &names,
+                            const std::vector<at::Tensor> &parameters,
+                            const std::vector<at::Tensor> &grads, const at::Tensor &foundInf) {
+  // CUDA has no fused RMSprop: its single-tensor arithmetic, every step count on the device and
+  // no host synchronisation, so a captured graph holds it. A loss scaler's flag skips it
+  // elementwise: the step is computed and kept where the flag is clear.
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    if (!grads[i].defined())
+      continue;
+    ParamState &state = state_[names[i]];
+    if (!state.deviceStep.defined())
+      state.deviceStep =
+          torch::full({}, state.step, parameters[i].options().dtype(torch::kFloat32));
+    if (!foundInf.defined()) {
+      rmsprop(parameters[i], grads[i], state, lr_);
+      continue;
+    }
+    ParamState before = state;
+    for (at::Tensor *t : {&before.expAvgSq, &before.momentum, &before.gradAvg, &before.deviceStep})
+      if (t->defined())
+        *t = t->clone();
+    const at::Tensor previous = parameters[i].clone();
+    rmsprop(parameters[i], grads[i], state, lr_);
+    const at::Tensor skip = foundInf != 0;
+    parameters[i].copy_(at::where(skip, previous, parameters[i]));
+    for (auto [now, old] :
+         {std::pair{&state.expAvgSq, &before.expAvgSq},
+          std::pair{&state.momentum, &before.momentum}, std::pair{&state.gradAvg, &before.gradAvg},
+          std::pair{&state.deviceStep, &before.deviceStep}})
+      if (now->defined() && old->defined())
+        now->copy_(at::where(skip, *old, *now));
+  }
+}
+
 void Optimizer::fusedStep(const std::vector<std::string> &names,
                           const std::vector<at::Tensor> &parameters,
                           const std::vector<at::Tensor> &gradients, const at::Tensor &foundInf) {
-  std::vector<at::Tensor> params, grads, expAvgs, expAvgSqs, momenta, steps;
+  std::vector<at::Tensor> params, grads, expAvgs, expAvgSqs, maxExpAvgSqs, momenta, steps;
   bool firstSgdStep = false;
   for (size_t i = 0; i < parameters.size(); ++i) {
     const at::Tensor &p = parameters[i];
@@ -164,9 +271,13 @@ void Optimizer::fusedStep(const std::vector<std::string> &names,
     if (!state.expAvg.defined()) {
       state.expAvg = torch::zeros_like(p, at::MemoryFormat::Preserve);
       state.expAvgSq = torch::zeros_like(p, at::MemoryFormat::Preserve);
+      if (spec_.amsgrad)
+        state.maxExpAvgSq = torch::zeros_like(p, at::MemoryFormat::Preserve);
     }
     expAvgs.push_back(state.expAvg);
     expAvgSqs.push_back(state.expAvgSq);
+    if (spec_.amsgrad)
+      maxExpAvgSqs.push_back(state.maxExpAvgSq);
   }
   if (params.empty())
     return;
@@ -182,14 +293,16 @@ void Optimizer::fusedStep(const std::vector<std::string> &names,
       // buffer; later steps (the captured ones) update it.
       at::_fused_sgd_(params, grads,
                       spec_.momentum != 0 ? at::TensorList(momenta) : at::TensorList(),
-                      spec_.weightDecay, spec_.momentum, lr, 0.0, false, false, firstSgdStep,
-                      std::nullopt, found);
+                      spec_.weightDecay, spec_.momentum, lr, spec_.dampening, spec_.nesterov, false,
+                      firstSgdStep, std::nullopt, found);
     } else if (spec_.type == "adamw") {
-      at::_fused_adamw_(params, grads, expAvgs, expAvgSqs, {}, steps, lr, spec_.beta1, spec_.beta2,
-                        spec_.weightDecay, spec_.eps, false, false, std::nullopt, found);
+      at::_fused_adamw_(params, grads, expAvgs, expAvgSqs, maxExpAvgSqs, steps, lr, spec_.beta1,
+                        spec_.beta2, spec_.weightDecay, spec_.eps, spec_.amsgrad, false,
+                        std::nullopt, found);
     } else {
-      at::_fused_adam_(params, grads, expAvgs, expAvgSqs, {}, steps, lr, spec_.beta1, spec_.beta2,
-                       spec_.weightDecay, spec_.eps, false, false, std::nullopt, found);
+      at::_fused_adam_(params, grads, expAvgs, expAvgSqs, maxExpAvgSqs, steps, lr, spec_.beta1,
+                       spec_.beta2, spec_.weightDecay, spec_.eps, spec_.amsgrad, false,
+                       std::nullopt, found);
     }
   };
   if (lrTensor_.defined())
@@ -206,10 +319,15 @@ c10::impl::GenericDict Optimizer::stateDict() const {
     c10::impl::GenericDict entry = makeDict();
     entry.insert("step", s.deviceStep.defined() ? s.deviceStep.cpu()
                                                 : torch::tensor(s.step, torch::kFloat32));
-    if (s.expAvg.defined()) {
+    // torch.optim's names: RMSprop's second moment is its square_avg.
+    if (s.expAvg.defined())
       entry.insert("exp_avg", s.expAvg.cpu());
-      entry.insert("exp_avg_sq", s.expAvgSq.cpu());
-    }
+    if (s.expAvgSq.defined())
+      entry.insert(spec_.type == "rmsprop" ? "square_avg" : "exp_avg_sq", s.expAvgSq.cpu());
+    if (s.maxExpAvgSq.defined())
+      entry.insert("max_exp_avg_sq", s.maxExpAvgSq.cpu());
+    if (s.gradAvg.defined())
+      entry.insert("grad_avg", s.gradAvg.cpu());
     if (s.momentum.defined())
       entry.insert("momentum_buffer", s.momentum.cpu());
     perParam.insert(name, entry);
@@ -222,6 +340,11 @@ c10::impl::GenericDict Optimizer::stateDict() const {
   hyper.insert("eps", spec_.eps);
   hyper.insert("weight_decay", spec_.weightDecay);
   hyper.insert("momentum", spec_.momentum);
+  hyper.insert("amsgrad", spec_.amsgrad);
+  hyper.insert("nesterov", spec_.nesterov);
+  hyper.insert("dampening", spec_.dampening);
+  hyper.insert("alpha", spec_.alpha);
+  hyper.insert("centered", spec_.centered);
   c10::impl::GenericDict out = makeDict();
   out.insert("state", perParam);
   out.insert("hyper", hyper);
@@ -237,12 +360,16 @@ void Optimizer::loadStateDict(const c10::impl::GenericDict &dict) {
     const c10::Device device = device_;
     if (device.is_cuda())
       s.deviceStep = torch::full({}, s.step, at::TensorOptions(device).dtype(torch::kFloat32));
-    if (entry.contains("exp_avg")) {
-      s.expAvg = entry.at("exp_avg").toTensor().to(device);
-      s.expAvgSq = entry.at("exp_avg_sq").toTensor().to(device);
-    }
-    if (entry.contains("momentum_buffer"))
-      s.momentum = entry.at("momentum_buffer").toTensor().to(device);
+    const auto take = [&](const char *key, at::Tensor &into) {
+      if (entry.contains(key))
+        into = entry.at(key).toTensor().to(device);
+    };
+    take("exp_avg", s.expAvg);
+    take("exp_avg_sq", s.expAvgSq);
+    take("square_avg", s.expAvgSq);
+    take("max_exp_avg_sq", s.maxExpAvgSq);
+    take("grad_avg", s.gradAvg);
+    take("momentum_buffer", s.momentum);
     state_[item.key().toStringRef()] = s;
   }
 }
@@ -291,7 +418,8 @@ void Optimizer::keepPieces(const std::map<std::string, at::Tensor> &parameters, 
   for (auto &[name, state] : state_) {
     const at::Tensor &p = parameters.at(name);
     const ir::Piece piece = ir::pieceOf(p.numel(), ranks, rank);
-    for (at::Tensor *t : {&state.expAvg, &state.expAvgSq, &state.momentum}) {
+    for (at::Tensor *t :
+         {&state.expAvg, &state.expAvgSq, &state.maxExpAvgSq, &state.momentum, &state.gradAvg}) {
       if (!t->defined())
         continue;
       // In the parameter's memory order, as the pieces are cut.

@@ -1,4 +1,5 @@
-// Adam, AdamW and SGD with momentum: torch.optim's math and state, one optimizer per
+// Adam and AdamW (with AMSGrad), SGD (momentum, dampening, Nesterov) and RMSprop (momentum,
+// centred): torch.optim's math and state, one optimizer per
 // optimizer group, stepping only over the parameters a phase used; learning-rate schedules.
 #pragma once
 
@@ -71,10 +72,18 @@ private:
   struct ParamState {
     double step = 0;       // CPU: torch.optim keeps this as a float tensor; it only counts
     at::Tensor deviceStep; // CUDA: the same count, on the device
-    at::Tensor expAvg, expAvgSq, momentum;
+    // expAvgSq is RMSprop's square_avg; maxExpAvgSq AMSGrad's; gradAvg centred RMSprop's.
+    at::Tensor expAvg, expAvgSq, maxExpAvgSq, momentum, gradAvg;
   };
   void adam(const at::Tensor &param, at::Tensor grad, ParamState &state);
   void sgd(const at::Tensor &param, at::Tensor grad, ParamState &state);
+  void rmsprop(const at::Tensor &param, at::Tensor grad, ParamState &state, const c10::Scalar &lr);
+  /// RMSprop on CUDA (no fused kernel): the single-tensor arithmetic, capturable.
+  void rmspropStep(const std::vector<std::string> &names, const std::vector<at::Tensor> &params,
+                   const std::vector<at::Tensor> &grads, const at::Tensor &foundInf);
+  /// The weight clamp ("clamp_weights") over the parameters a step stepped.
+  void clampStepped(const std::vector<at::Tensor> &parameters,
+                    const std::vector<at::Tensor> &grads);
   void fusedStep(const std::vector<std::string> &names, const std::vector<at::Tensor> &params,
                  const std::vector<at::Tensor> &grads, const at::Tensor &foundInf);
 

@@ -237,10 +237,10 @@ Status overrideGroups(frontend::Spec &spec, const TrainOptions &o) {
     GANC_TRY(groups("--betas", key, targets));
     size_t adam = 0;
     for (frontend::OptimizerSpec *g : targets) {
-      if (g->type == "sgd" && !key.empty())
-        return Status::error("--betas " + key + "=: group '" + key +
-                             "' uses sgd, which has no betas");
-      if (g->type == "sgd")
+      if (!g->hasBetas() && !key.empty())
+        return Status::error("--betas " + key + "=: group '" + key + "' uses " + g->type +
+                             ", which has no betas");
+      if (!g->hasBetas())
         continue;
       g->beta1 = betas.first;
       g->beta2 = betas.second;
@@ -332,7 +332,7 @@ nlohmann::json effectiveSpec(const frontend::Spec &spec) {
     json &j = effective["optimizers"][name];
     j["type"] = g.type;
     j["lr"] = g.lr;
-    if (g.type != "sgd")
+    if (g.hasBetas())
       j["betas"] = {g.beta1, g.beta2};
     if (g.clip)
       j["clip_grad_norm"] = {
@@ -394,7 +394,7 @@ std::map<std::string, std::string> trainingSettings(const frontend::Spec &spec,
   };
   for (const auto &[name, g] : spec.optimizers) {
     settings["--lr " + name] = number(g.lr);
-    if (g.type != "sgd")
+    if (g.hasBetas())
       settings["--betas " + name] = number(g.beta1) + "," + number(g.beta2);
     settings["--clip " + name] =
         g.clip ? number(g.clip->maxNorm) + "," + number(g.clip->normType) : "off";

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -63,9 +64,18 @@ def _run(args: list[str], echo: bool) -> str:
         t.start()
     try:
         code = proc.wait()
-    except BaseException:  # KeyboardInterrupt in a notebook: stop the ranks, then re-raise
-        proc.terminate()
+    except BaseException as e:  # KeyboardInterrupt in a notebook: stop the run, then re-raise
+        # A Ctrl-C goes on as SIGINT, so that the run names the signal the user sent (from its
+        # parent, it is never taken for a second Ctrl-C); anything else stops it as SIGTERM.
+        if isinstance(e, KeyboardInterrupt):
+            proc.send_signal(signal.SIGINT)
+        else:
+            proc.terminate()
         proc.wait()
+        for t in threads:
+            t.join(timeout=10)
+        if not echo:  # where it stopped and its checkpoint, said even when quiet
+            sys.stderr.write("".join(err))
         raise
     for t in threads:
         t.join()

@@ -162,12 +162,17 @@ def _export(gan, path, spec, trace, verbose, op_libraries) -> dict:
     scripts = not trace and all(script_error(child) is None for child in model.children())
     ops = oplibs.Recorder() if libraries else contextlib.nullcontext()
     with ops:
-        probe = _probe(model, spec, batch=2 if scripts else None)
+        probe = _probe(model, spec, batch=2 if scripts else None, whole=trace)
     _restore(model, state)
     lines = functions.check_all(probe.functions.applied.values())
     names = [p["method"] for p in spec["phases"]]
     names += [spec["sample"]["method"]] if "method" in spec.get("sample", {}) else []  # the grid's
     if trace:
+        for hazard in probe.hazards:
+            advice = hazard.advice or ("a trace would freeze it, the same every step; draw random numbers with "
+                                       "torch and keep tensor values in tensors, or export without trace=True")
+            raise ExportError(f"ganc.export: {hazard.path or type(gan).__name__} ({hazard.where}): "
+                              f"{hazard.construct} in a phase traced whole (trace=True): {advice}")
         scripted = _trace_whole(model, spec, names)
     else:
         scripted, lines = _script_stitched(model, gan, probe, names, lines)
@@ -221,12 +226,14 @@ def _script_stitched(model, gan, probe, names, lines):
     return scripted, lines
 
 
-def _probe(model: torch.nn.Module, spec: dict, batch: int | None = None) -> Probe:
+def _probe(model: torch.nn.Module, spec: dict, batch: int | None = None, whole: bool = False) -> Probe:
     """Runs every phase once at the spec's shapes (at `batch` instead of the spec's batch,
     when given), and the sample grid's call in eval mode, under the probe's hooks; checks
     that each phase returns a scalar loss."""
     probe = Probe(model)
-    with probe.recording(), rng_kept():
+    if whole:  # trace=True traces the phase methods too: what they do is watched as a network's is
+        probe.stack.append("")
+    with rng_kept(), probe.recording():
         torch.manual_seed(0)
         for phase, _, out in run_phases(model, spec, batch, before=probe.begin_phase):
             if phase["updates"]:

@@ -57,16 +57,15 @@ def _optimizer(params, spec, cuda=False, zero=False):
     `zero`: wrapped in torch.distributed.optim.ZeroRedundancyOptimizer (each rank keeps the
     state of, and steps, its share of the parameters, then broadcasts them)."""
     kind = spec["type"]
-    impl = {"fused": True} if cuda else {"foreach": False}
-    if kind == "sgd":
-        cls = torch.optim.SGD
-        settings = dict(lr=spec["lr"], momentum=spec.get("momentum", 0.0),
-                        weight_decay=spec.get("weight_decay", 0.0), **impl)
-    else:
-        cls = torch.optim.Adam if kind == "adam" else torch.optim.AdamW
-        settings = dict(lr=spec["lr"], betas=tuple(float(b) for b in spec.get("betas", (0.9, 0.999))),
-                        eps=spec.get("eps", 1e-8),
-                        weight_decay=spec.get("weight_decay", 0.0 if kind == "adam" else 1e-2), **impl)
+    # RMSprop has no fused kernel: ganc's CUDA step is its single-tensor arithmetic.
+    impl = {"fused": True} if cuda and kind != "rmsprop" else {"foreach": False}
+    cls = {"sgd": torch.optim.SGD, "rmsprop": torch.optim.RMSprop, "adam": torch.optim.Adam}.get(kind, torch.optim.AdamW)
+    names = {"sgd": ("momentum", "dampening", "nesterov", "weight_decay"),
+             "rmsprop": ("alpha", "eps", "weight_decay", "momentum", "centered")}.get(
+        kind, ("betas", "eps", "amsgrad", "weight_decay"))
+    settings = dict(lr=spec["lr"], **{n: spec[n] for n in names if n in spec}, **impl)
+    if "betas" in settings:
+        settings["betas"] = tuple(float(b) for b in settings["betas"])
     if zero:
         from torch.distributed.optim import ZeroRedundancyOptimizer
         return ZeroRedundancyOptimizer(params, optimizer_class=cls, **settings)
@@ -471,6 +470,13 @@ class _EagerTraining:
                 scaler.step(self.optimizers[g])  # skipped on inf/NaN
             elif g not in skipped:
                 self.optimizers[g].step()
+            else:
+                continue
+            clamp = self.settings[g].get("clamp_weights")
+            if clamp is not None:  # WGAN's weight clipping, over the parameters stepped
+                for n in groups[g]:
+                    if params[n].grad is not None:
+                        params[n].data.clamp_(-clamp, clamp)
         if scaler:
             scaler.update()
 

@@ -26,7 +26,10 @@ V2_PHASE_FIELDS = tuple(_FIELDS["version"].get("phase", {}))
 V2_OPTIMIZER_FIELDS = tuple(_FIELDS["version"].get("optimizer", {}))
 PRECISIONS = ("float32", "bfloat16", "float16")
 SOURCES = ("data", "labels", "normal", "uniform", "categorical", "fade", "output", "controller")
-OPTIMIZERS = ("adam", "adamw", "sgd")
+OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
+# The settings of one optimizer type; another type refuses them.
+VARIANT_SETTINGS = {"amsgrad": ("adam", "adamw"), "nesterov": ("sgd",), "dampening": ("sgd",),
+                    "alpha": ("rmsprop",), "centered": ("rmsprop",)}
 BUFFER_POLICIES = ("broadcast", "local")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 
@@ -76,6 +79,25 @@ def within(name: str, path: str) -> bool:
     return name == path or name.startswith(path + ".")
 
 
+def _validate_variant(opt: dict, where: str) -> None:
+    """amsgrad; nesterov and dampening; alpha and centered: each only for its type, as the C++
+    reader checks them; clamp_weights for any."""
+    for key, types in VARIANT_SETTINGS.items():
+        _require(key not in opt or opt["type"] in types,
+                 f"{where}: {key!r} is a setting of {' and '.join(types)}, not of {opt['type']}")
+    for key in ("amsgrad", "nesterov", "centered"):
+        _require(isinstance(opt.get(key, False), bool), f"{where}: {key!r} must be true or false")
+    _numbers(opt, ("dampening", "alpha", "clamp_weights"), f"{where}: ")
+    _require(0 <= opt.get("dampening", 0) <= 1, f"{where}: dampening must be in [0, 1]")
+    _require(0 <= opt.get("alpha", 0.99) < 1, f"{where}: alpha must be in [0, 1)")
+    _require(not opt.get("nesterov") or (opt.get("momentum", 0) > 0 and opt.get("dampening", 0) == 0),
+             f"{where}: nesterov needs momentum > 0 and dampening 0 (as torch.optim.SGD)")
+    _require(opt.get("clamp_weights", 1) > 0, f"{where}: clamp_weights must be positive")
+    if opt["type"] == "rmsprop":
+        opt.setdefault("alpha", 0.99)
+        opt.setdefault("eps", 1e-8)
+
+
 def _normalise_optimizer(group: str, opt: dict) -> dict:
     """Checks one optimizer group's settings and fills in torch.optim's defaults."""
     where = f"spec: optimizer of {group!r}"
@@ -90,7 +112,7 @@ def _normalise_optimizer(group: str, opt: dict) -> dict:
     _require(opt.get("lr", 1) > 0, f"{where}: lr must be positive")
     for field in ("eps", "weight_decay", "momentum"):
         _require(opt.get(field, 0) >= 0, f"{where}: {field} must be >= 0")
-    opt.setdefault("lr", 2e-4 if opt["type"] != "sgd" else 1e-2)
+    opt.setdefault("lr", 2e-4 if opt["type"] in ("adam", "adamw") else 1e-2)
     if opt["type"] in ("adam", "adamw"):
         opt.setdefault("betas", [0.9, 0.999])
         opt.setdefault("eps", 1e-8)
@@ -98,6 +120,7 @@ def _normalise_optimizer(group: str, opt: dict) -> dict:
     else:
         opt.setdefault("momentum", 0.0)
         opt.setdefault("weight_decay", 0.0)
+    _validate_variant(opt, where)
     if "clip_grad_norm" in opt:
         _validate_clip(opt["clip_grad_norm"], where)
     if "lr_schedule" in opt:

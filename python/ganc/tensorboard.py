@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 import struct
 import threading
@@ -127,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ganc: warning: no TensorBoard events ({e}; pip install tensorboard)", file=sys.stderr)
         return 0
     if args.follow:
+        # Beside a run it stops when the run closes its stdin: a Ctrl-C at the terminal, which
+        # reaches every process of the group, is the run's to handle (it checkpoints and then
+        # closes the pipe), not a KeyboardInterrupt traceback here.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         done = threading.Event()
 
         def wait_for_eof():

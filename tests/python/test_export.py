@@ -3,6 +3,7 @@ scriptable equivalents with the same state_dict names and the same numbers, trac
 checked for training before they are written, and the user's model left as it was."""
 import json
 import os
+import random
 import subprocess
 import warnings
 
@@ -149,6 +150,47 @@ def test_a_traced_archive_that_cannot_train_is_refused(tmp_path):
     with pytest.raises(ganc.ExportError, match=r"phase 'd': the traced archive cannot train: RuntimeError: "
                                                r".*modified by an inplace operation"):
         ganc.export(CannotTrain(), str(path), spec, trace=True)
+    assert not path.exists()
+
+
+class DrawsInItsPhase(torch.nn.Module):
+    """A Python draw in a phase method and one in a network: a whole trace would freeze both."""
+
+    def __init__(self, in_network):
+        super().__init__()
+        self.generator = nn.Linear(2, 2)
+        self.discriminator = nn.Sequential(nn.Linear(2, 1), Flips()) if in_network else nn.Linear(2, 1)
+
+    def phase_d(self, real):
+        return F.softplus(-self.discriminator(real)).mean()
+
+    def phase_g(self, z):
+        scale = 2.0 if random.random() < 0.5 else 1.0  # the phase's draw
+        return F.softplus(-self.discriminator(self.generator(z) * scale)).mean()
+
+
+class Flips(nn.Module):
+    def forward(self, x):
+        return -x if random.random() < 0.5 else x  # the network's draw
+
+
+@pytest.mark.parametrize("in_network", [False, True])
+def test_a_whole_trace_refuses_what_it_would_freeze(tmp_path, in_network):
+    """trace=True runs the same hazard checks as the hybrid export, over the phase methods too
+    (it used to freeze `random.random()` into the archive)."""
+    spec = {"ganc_spec": 1, "name": "probe", "batch_size": 4, "data": {"shape": [2]},
+            "phases": [{"name": "d", "method": "phase_d", "updates": ["discriminator"],
+                        "inputs": [{"name": "real", "source": "data"}]},
+                       {"name": "g", "method": "phase_g", "updates": ["generator"],
+                        "inputs": [{"name": "z", "source": "normal", "shape": [2]}]}]}
+    path = tmp_path / "probe.pt"
+    where = "the network's draw" if in_network else "the phase's draw"
+    with pytest.raises(ganc.ExportError) as info:
+        ganc.export(DrawsInItsPhase(in_network), str(path), spec, trace=True)
+    line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if where in text)
+    who = "discriminator.1" if in_network else "DrawsInItsPhase"
+    assert str(info.value).startswith(f"ganc.export: {who} (") and f"test_export.py:{line}): random.random() " \
+        "(Python randomness) in a phase traced whole (trace=True)" in str(info.value), str(info.value)
     assert not path.exists()
 
 

@@ -211,6 +211,43 @@ def test_ctrl_c_checkpoints_the_step_reached_and_resume_continues_exactly(ganc_b
             assert torch.equal(a[sub][name], t), f"{sub}.{name} differs after the stop and resume"
 
 
+def test_ctrl_c_stops_cleanly_beside_the_tensorboard_writer_and_through_the_python_api(ganc_bin, datasets,
+                                                                                        tmp_path):
+    """Ctrl-C at a terminal (SIGINT to the whole process group) while the TensorBoard writer
+    follows the run: the stop line names SIGINT and nothing else is said (the writer printed a
+    KeyboardInterrupt traceback and "Fatal Python error: _enter_buffered_busy"). Through
+    `ganc.train` the same Ctrl-C reaches Python too, which passed it on as SIGTERM: the run
+    named SIGTERM for a SIGINT."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    out = str(tmp_path / "o")
+    proc = subprocess.Popen([ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], out, 10**6,
+                                                          "--checkpoint-every", "100000")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    started_ranks(proc, 1)  # the writer, its child
+    time.sleep(2)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err
+    assert re.fullmatch(r"ganc: SIGINT: stopped after step \d+ of 1000000[^\n]*\n", err), err
+
+    script = tmp_path / "train.py"
+    script.write_text(f"import ganc\nganc.train({plan!r}, model={archive('mlp')!r}, data={datasets['ring']!r}, "
+                      f"out={str(tmp_path / 'api')!r}, steps=10**6, sample_every=0, checkpoint_every=100000, "
+                      "quiet=True)\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, env=dict(os.environ))
+    launcher = started_ranks(proc, 1)[0]
+    deadline = time.time() + 60
+    while time.time() < deadline and not subprocess.run(["pgrep", "-P", str(launcher)],
+                                                        capture_output=True).stdout:
+        time.sleep(0.2)
+    time.sleep(2)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=90)
+    assert "SIGINT: stopped after step" in err and "SIGTERM" not in err, err
+    assert "Fatal Python error" not in err and err.count("Traceback") <= 1, err  # Python's own KeyboardInterrupt
+
+
 @pytest.mark.parametrize("log_every,says", [
     ("1", "step 1: the loss is"),  # caught when the losses are read
     ("1000", "step 1: the loss is"),  # caught when a checkpoint writes the losses since the log

@@ -474,3 +474,47 @@ def test_a_controller_reading_a_value_its_phase_does_not_log_is_refused(ganc_bin
     assert done.returncode == 2, done.stderr
     assert "controller 'augment_p' reads 'signs_fake', which method 'phase_d' does not log" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+class PenaltyHandsOn(nn.Module):
+    """A D step with R1 that hands its fake on to the G step (as a loop that computes the fake
+    once per step does), and a G step that pulls its new fake towards the one D saw."""
+
+    def __init__(self):
+        super().__init__()
+        self.generator = nn.Sequential(nn.Linear(2, 16), nn.LeakyReLU(0.2), nn.Linear(16, 2))
+        self.discriminator = nn.Sequential(nn.Linear(2, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+
+    def phase_d(self, real, z):
+        fake = self.generator(z)
+        x = real.detach().requires_grad_(True)
+        logits = self.discriminator(x)
+        grads = torch.autograd.grad([logits.sum()], [x], create_graph=True)[0]
+        assert grads is not None
+        loss = F.softplus(self.discriminator(fake.detach())).mean() + F.softplus(-logits).mean()
+        return loss + grads.square().sum(1).mean(), {"fake": fake}
+
+    def phase_g(self, z, seen):
+        fake = self.generator(z)
+        return F.softplus(-self.discriminator(fake)).mean() + (fake - seen).square().mean()
+
+
+def test_a_phase_with_a_gradient_penalty_hands_values_on(ganc_bin, datasets, tmp_path):
+    """`ganc compile` runs a phase that hands values on to get them for the phases that take
+    them: with gradients where the phase differentiates (it ran under no_grad, so R1's
+    autograd.grad failed: "element 0 of tensors does not require grad"). It compiles and trains
+    at 2 ranks like eager DDP."""
+    z = {"name": "z", "source": "normal", "shape": [2]}
+    spec = {"ganc_spec": 2, "name": "penalty_hands_on", "batch_size": 8, "data": {"shape": [2]},
+            "phases": [{"name": "d", "method": "phase_d", "updates": ["discriminator"], "outputs": ["fake"],
+                        "inputs": [{"name": "real", "source": "data"}, z]},
+                       {"name": "g", "method": "phase_g", "updates": ["generator"],
+                        "inputs": [z, {"name": "seen", "source": "output", "output": "d.fake"}]}],
+            "optimizers": {"generator": {"type": "adam", "lr": 1e-3}, "discriminator": {"type": "adam", "lr": 1e-3}}}
+    torch.manual_seed(0)
+    path = str(tmp_path / "penalty.pt")
+    ganc.export(PenaltyHandsOn(), path, spec, verbose=False)
+    got_dir = run_ganc(ganc_bin, None, datasets["ring"], 2, str(tmp_path), path=path)
+    ref_dir = str(tmp_path / "ddp")
+    oracle.run(path, datasets["ring"], 2, STEPS, SEED, out_dir=ref_dir, reducer={"d": "manual"})
+    compare(None, got_dir, ref_dir, path=path)

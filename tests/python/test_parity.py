@@ -510,3 +510,88 @@ def test_the_python_class_reference_trains_like_the_archive(datasets, tmp_path):
     assert set(python) == set(scripted) and all(torch.equal(python[p], scripted[p]) for p in scripted)
     with pytest.raises(ValueError, match="'sync_batch_norm'.*global_batch=True or eager_model="):
         oracle.run(archive("dcgan32_syncbn_f64"), datasets["digits"], 2, 1, SEED, out_dir=str(tmp_path / "x"))
+
+
+# torch.optim's other optimizers and options, and WGAN's weight clipping: (discriminator's
+# group, generator's group) on the MLP GAN.
+OPTIMIZER_PAIRS = {
+    "rmsprop_clamp": ({"type": "rmsprop", "lr": 5e-4, "clamp_weights": 0.05},
+                      {"type": "rmsprop", "lr": 5e-4, "alpha": 0.9, "momentum": 0.5, "centered": True,
+                       "weight_decay": 1e-4}),
+    "nesterov_amsgrad": ({"type": "sgd", "lr": 0.01, "momentum": 0.9, "nesterov": True},
+                         {"type": "adam", "lr": 1e-3, "betas": [0.5, 0.999], "amsgrad": True}),
+    "dampening_adamw_amsgrad": ({"type": "adamw", "lr": 1e-3, "amsgrad": True, "weight_decay": 1e-2},
+                                {"type": "sgd", "lr": 0.01, "momentum": 0.9, "dampening": 0.1,
+                                 "weight_decay": 1e-4}),
+}
+
+
+def optimizer_archive(tmp_path, pair):
+    import zoo
+    gan, spec = zoo.build("mlp")
+    d, g = OPTIMIZER_PAIRS[pair]
+    spec = dict(spec, ganc_spec=2, optimizers={"discriminator": d, "generator": g})
+    path = str(tmp_path / f"{pair}.pt")
+    ganc.export(gan, path, spec, verbose=False)
+    return path
+
+
+@pytest.mark.parametrize("pair", sorted(OPTIMIZER_PAIRS))
+def test_optimizers_and_the_weight_clamp_equal_torch_optim(ganc_bin, datasets, tmp_path, pair):
+    """RMSprop (momentum, centred, weight decay), SGD with Nesterov momentum or dampening,
+    Adam and AdamW with AMSGrad, and `clamp_weights` after the critic's step (WGAN's
+    `p.data.clamp_(-c, c)`): bit for bit torch.optim under eager DDP, 2 ranks, every gradient
+    and the final parameters."""
+    path = optimizer_archive(tmp_path, pair)
+    got_dir = run_ganc(ganc_bin, None, datasets["ring"], 2, str(tmp_path), path=path)
+    ref_dir = str(tmp_path / "ddp")
+    oracle.run(path, datasets["ring"], 2, STEPS, SEED, out_dir=ref_dir)
+    compare_bitwise(path, got_dir, ref_dir)
+    clamp = OPTIMIZER_PAIRS[pair][0].get("clamp_weights")
+    if clamp:
+        final = ganc.load_checkpoint(os.path.join(got_dir, "params_final.pt"))
+        critic = [t for n, t in final.items() if n.startswith("discriminator.")]
+        limit = torch.tensor(clamp).item()  # 0.05 as float32 holds it
+        assert all(t.abs().max().item() <= limit for t in critic)
+        assert any(t.abs().max().item() == limit for t in critic)  # the clamp acted
+
+
+def test_the_new_optimizer_states_resume_exactly(ganc_bin, datasets, tmp_path):
+    """RMSprop's square_avg, grad_avg and momentum buffer and AMSGrad's max_exp_avg_sq go into
+    the checkpoint and come back: a run stopped at step 4 and resumed ends bit for bit where
+    a straight run does."""
+    held = set()
+    for model in (optimizer_archive(tmp_path, "rmsprop_clamp"), optimizer_archive(tmp_path, "nesterov_amsgrad")):
+        plan = model + ".plan"
+        subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
+        common = [ganc_bin, "train", plan, "--model", model, "--data", datasets["ring"], "--seed", str(SEED),
+                  "--sample-every", "0", "--tensorboard", "off"]
+        subprocess.run(common + ["--steps", "9", "--out", model + ".straight", "--checkpoint-every", "9"],
+                       check=True, capture_output=True)
+        subprocess.run(common + ["--steps", "4", "--out", model + ".resumed", "--checkpoint-every", "4"],
+                       check=True, capture_output=True)
+        subprocess.run(common + ["--steps", "9", "--out", model + ".resumed", "--checkpoint-every", "9",
+                                 "--resume", "auto"], check=True, capture_output=True)
+        straight = ganc.load_checkpoint(model + ".straight/checkpoint.pt")
+        resumed = ganc.load_checkpoint(model + ".resumed/checkpoint.pt")
+        assert straight["step"] == resumed["step"] == 9
+        for key in ("discriminator", "generator", "optimizers"):
+            assert_same(straight[key], resumed[key], key)
+        states = {group: next(iter(o["state"].values())) for group, o in straight["optimizers"].items()}
+        held.update(key for state in states.values() for key in state)
+    assert {"square_avg", "grad_avg", "momentum_buffer", "max_exp_avg_sq"} <= held, held
+
+
+def assert_same(a, b, where):
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert set(a) == set(b), where
+        for k in a:
+            assert_same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
