@@ -163,6 +163,12 @@ def _export(gan, path, spec, trace, verbose, op_libraries) -> dict:
     ops = oplibs.Recorder() if libraries else contextlib.nullcontext()
     with ops:
         probe = _probe(model, spec, batch=2 if scripts else None, whole=trace)
+        if scripts and any(_methods_called(probe, name) and script_error(child, _methods_called(probe, name))
+                           for name, child in model.named_children()):
+            # A method a phase calls (besides forward) does not script: that network is traced,
+            # at the calls of the spec's batch.
+            _restore(model, state)
+            probe = _probe(model, spec, whole=trace)
     _restore(model, state)
     lines = functions.check_all(probe.functions.applied.values())
     names = [p["method"] for p in spec["phases"]]
@@ -224,6 +230,11 @@ def _script_stitched(model, gan, probe, names, lines):
         for name, m in scripted.named_modules():
             m.training = modes[name]
     return scripted, lines
+
+
+def _methods_called(probe, path: str) -> list:
+    """The methods besides forward the phases call on submodule `path`."""
+    return sorted({c.method for c in probe.calls.get(path, []) if c.method != "forward"})
 
 
 def _probe(model: torch.nn.Module, spec: dict, batch: int | None = None, whole: bool = False) -> Probe:

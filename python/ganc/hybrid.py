@@ -435,19 +435,36 @@ def fresh_types_on_failure():
         raise
 
 
-def script_error(module: nn.Module):
-    """None if `module` scripts, else TorchScript's reason in one line."""
-    failure = _script_failure(module)
+@contextlib.contextmanager
+def _exported(klass, methods):
+    """`klass`'s `methods` marked for scripting (torch.jit.export) for the duration of the block."""
+    from torch._jit_internal import FunctionModifiers
+    marked = [fn for fn in (getattr(klass, m, None) for m in methods)
+              if inspect.isfunction(fn) and "_torchscript_modifier" not in fn.__dict__]
+    for fn in marked:
+        fn._torchscript_modifier = FunctionModifiers.EXPORT
+    try:
+        yield
+    finally:
+        for fn in marked:
+            fn.__dict__.pop("_torchscript_modifier", None)
+
+
+def script_error(module: nn.Module, methods=()):
+    """None if `module` scripts (with `methods` besides forward), else TorchScript's reason in
+    one line."""
+    failure = _script_failure(module, methods)
     return None if failure is None else failure[0]
 
 
-def _script_failure(module: nn.Module):
-    """None if `module` scripts, else (TorchScript's reason in one line, whether the code that
-    failed is the module's own rather than a submodule's)."""
+def _script_failure(module: nn.Module, methods=()):
+    """None if `module` scripts, with `methods` (besides forward: those a phase calls on it),
+    else (TorchScript's reason in one line, whether the code that failed is the module's own
+    rather than a submodule's)."""
     if isinstance(module, torch.jit.ScriptModule):
         return None
     try:
-        with warnings.catch_warnings(), fresh_types_on_failure():
+        with warnings.catch_warnings(), fresh_types_on_failure(), _exported(type(module), methods):
             warnings.simplefilter("ignore")
             modes = {name: m.training for name, m in module.named_modules()}
             module.eval()  # scripting reads properties: no spectral-norm power iteration now
@@ -518,7 +535,10 @@ class Resolver:
         resolved if need be), its trace if something calls it, a container if nothing does.
         Returns (replacement, decisions, refusal); replacement None with the refusal where it
         can only go in as part of a traced parent."""
-        failure = _script_failure(module)
+        # The methods the phases call besides forward (a discriminator's compute_loss) must
+        # script too, else the module is traced at its calls, those methods included.
+        called = sorted({c.method for c in self.probe.calls.get(path, []) if c.method != "forward"})
+        failure = _script_failure(module, called)
         if failure is None:
             return module, [Decision(path, "scripted")], None
         error, own = failure
