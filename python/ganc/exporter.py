@@ -11,7 +11,7 @@ import warnings
 import torch
 
 from . import functions, oplibs
-from .hybrid import Probe, Resolver, script_error, fresh_types_on_failure, script_failure
+from .hybrid import Probe, Resolver, script_error, fresh_types_on_failure, python_call, script_failure
 from .script_types import constants_typed
 from .trace_derivatives import rng_kept
 from .scriptable import ExportError, make_scriptable, sync_batch_norm_paths
@@ -229,6 +229,10 @@ def _script_stitched(model, gan, probe, names, lines):
                 m.training = modes[name]
         for name, m in scripted.named_modules():
             m.training = modes[name]
+    call = python_call(scripted)
+    if call is not None:
+        raise ExportError(f"ganc.export: {type(gan).__name__} (the phases): {call[0]}; call it from a "
+                          "submodule's forward (ganc traces it there) or make it scriptable")
     return scripted, lines
 
 

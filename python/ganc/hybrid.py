@@ -469,13 +469,36 @@ def _script_failure(module: nn.Module, methods=()):
             modes = {name: m.training for name, m in module.named_modules()}
             module.eval()  # scripting reads properties: no spectral-norm power iteration now
             try:
-                torch.jit.script(module)
+                scripted = torch.jit.script(module)
             finally:
                 for name, m in module.named_modules():
                     m.training = modes[name]
-        return None
+        call = python_call(scripted)
+        if call is None:
+            return None
+        # Scripting kept a call of a Python function (@torch.jit.ignore): saving would fail.
+        return call[0], _in_own_code(module, call[1])
     except Exception as e:  # noqa: BLE001 - any failure means: not scriptable as it is
         return script_failure(e), _in_own_code(module, str(e))
+
+
+def python_call(scripted):
+    """(what, TorchScript's source text) of the first call of a Python function a scripted
+    module kept (prim::PythonOp: a @torch.jit.ignore'd function, which runs in Python and which
+    torch.jit.save refuses: "Could not export Python function call"), or None."""
+    for sub in scripted.modules():
+        for name in sub._c._method_names():
+            blocks = [sub._c._get_method(name).graph]
+            while blocks:
+                for node in blocks.pop().nodes():
+                    if node.kind() == "prim::PythonOp":
+                        text = str(node.sourceRange())
+                        found = re.search(r'File "([^"]+)", line (\d+)', text)
+                        where = f" ({_location(found.group(1), int(found.group(2)))})" if found else ""
+                        return (f"it calls the Python function {node.pyname()!r}{where}, which runs in Python "
+                                "and which an archive cannot hold"), text
+                    blocks.extend(node.blocks())
+    return None
 
 
 def _in_own_code(module: nn.Module, text: str) -> bool:

@@ -778,6 +778,55 @@ def test_a_submodule_method_that_does_not_script_is_traced_at_its_calls(tmp_path
     phases_match_eager(gan, torch.jit.load(path), ("phase_d", "phase_dreg", "phase_g"))
 
 
+class Doubles(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+@torch.jit.ignore
+def doubled(x: torch.Tensor) -> torch.Tensor:
+    return Doubles.apply(x)
+
+
+class CallsPython(nn.Module):
+    """Scripts, but keeps a call of a Python function (@torch.jit.ignore), which torch.jit.save
+    refuses ("Could not export Python function call")."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.fc(doubled(x))
+
+
+class PhaseCallsPython(TinyGAN):
+    def phase_g(self, z):
+        return F.softplus(-self.discriminator(doubled(self.generator(z)))).mean()
+
+
+def test_a_scripted_module_that_calls_python_is_traced_like_one_that_does_not_script(tmp_path, capsys):
+    torch.manual_seed(0)
+    gan = TinyGAN(nn.Identity())
+    gan.discriminator = CallsPython()
+    path = str(tmp_path / "m.pt")
+    ganc.export(gan, path, tiny_spec())
+    out = capsys.readouterr().out
+    assert re.search(r"discriminator: traced at forward\(\[8, 4\]\): it calls the Python function 'doubled' "
+                     r"\(.*test_intake.py:\d+\), which runs in Python", out), out
+    phases_match_eager(gan, torch.jit.load(path), ("phase_d", "phase_dreg", "phase_g"))
+    # In a phase method itself, one line naming the function (not TorchScript's save error).
+    (tmp_path / "phase").mkdir()
+    message = refusal(PhaseCallsPython(nn.Identity()), tmp_path / "phase")
+    assert re.search(r"^ganc.export: PhaseCallsPython \(the phases\): it calls the Python function 'doubled' "
+                     r"\(.*test_intake.py:\d+\)", message), message
+
+
 class ListConstant(TinyGAN):
     def phase_g(self, z):
         return F.softplus(-self.discriminator(self.generator(z), sizes=[1, 2])).mean()
