@@ -11,10 +11,10 @@ import warnings
 import torch
 
 from . import functions, oplibs
-from .hybrid import Probe, Resolver, script_error, fresh_types_on_failure, python_call, script_failure
+from .hybrid import Probe, Resolver, script_error, fresh_types_on_failure, script_failure
 from .script_types import constants_typed
 from .trace_derivatives import rng_kept
-from .scriptable import ExportError, make_scriptable, sync_batch_norm_paths
+from .scriptable import ExportError, make_scriptable, python_call, sync_batch_norm_paths
 from .spec import SPEC_VERSION, SpecError, dumps, sample_shape, validate
 
 __all__ = ["export", "load_spec", "load_checkpoint", "example_inputs", "run_phases", "phase_methods_scripted"]

@@ -43,7 +43,7 @@ import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
 from . import functions
-from .scriptable import ExportError
+from .scriptable import ExportError, _location, python_call
 
 __all__ = ["Probe", "Resolver", "Decision", "script_error", "script_failure", "where_of"]
 
@@ -104,15 +104,6 @@ def _user_frame(frame):
             return frame
         frame = frame.f_back
     return None
-
-
-def _location(filename: str, line: int) -> str:
-    try:
-        rel = os.path.relpath(filename)
-        filename = rel if not rel.startswith("..") else filename
-    except ValueError:
-        pass
-    return f"{filename}:{line}"
 
 
 def where_of(obj) -> str:
@@ -480,25 +471,6 @@ def _script_failure(module: nn.Module, methods=()):
         return call[0], _in_own_code(module, call[1])
     except Exception as e:  # noqa: BLE001 - any failure means: not scriptable as it is
         return script_failure(e), _in_own_code(module, str(e))
-
-
-def python_call(scripted):
-    """(what, TorchScript's source text) of the first call of a Python function a scripted
-    module kept (prim::PythonOp: a @torch.jit.ignore'd function, which runs in Python and which
-    torch.jit.save refuses: "Could not export Python function call"), or None."""
-    for sub in scripted.modules():
-        for name in sub._c._method_names():
-            blocks = [sub._c._get_method(name).graph]
-            while blocks:
-                for node in blocks.pop().nodes():
-                    if node.kind() == "prim::PythonOp":
-                        text = str(node.sourceRange())
-                        found = re.search(r'File "([^"]+)", line (\d+)', text)
-                        where = f" ({_location(found.group(1), int(found.group(2)))})" if found else ""
-                        return (f"it calls the Python function {node.pyname()!r}{where}, which runs in Python "
-                                "and which an archive cannot hold"), text
-                    blocks.extend(node.blocks())
-    return None
 
 
 def _in_own_code(module: nn.Module, text: str) -> bool:

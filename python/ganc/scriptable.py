@@ -27,6 +27,8 @@ ganc runs over the ranks.
 from __future__ import annotations
 
 import copy
+import os
+import re
 from typing import List
 
 import torch
@@ -265,3 +267,31 @@ def make_scriptable(module: nn.Module) -> nn.Module:
         else:
             _convert_hook(path, sub)
     return module
+
+
+def _location(filename: str, line: int) -> str:
+    try:
+        rel = os.path.relpath(filename)
+        filename = rel if not rel.startswith("..") else filename
+    except ValueError:
+        pass
+    return f"{filename}:{line}"
+
+
+def python_call(scripted):
+    """(what, TorchScript's source text) of the first call of a Python function a scripted
+    module kept (prim::PythonOp: a @torch.jit.ignore'd function, which runs in Python and which
+    torch.jit.save refuses: "Could not export Python function call"), or None."""
+    for sub in scripted.modules():
+        for name in sub._c._method_names():
+            blocks = [sub._c._get_method(name).graph]
+            while blocks:
+                for node in blocks.pop().nodes():
+                    if node.kind() == "prim::PythonOp":
+                        text = str(node.sourceRange())
+                        found = re.search(r'File "([^"]+)", line (\d+)', text)
+                        where = f" ({_location(found.group(1), int(found.group(2)))})" if found else ""
+                        return (f"it calls the Python function {node.pyname()!r}{where}, which runs in Python "
+                                "and which an archive cannot hold"), text
+                    blocks.extend(node.blocks())
+    return None
