@@ -94,3 +94,20 @@ def started_ranks(launcher, n):
     assert len(children) == n, "the ranks did not start"
     time.sleep(3)  # let training get going
     return children
+
+
+def assert_equal(a, b, where):
+    """`a` and `b` equal all the way down (tensors bit for bit); `where` names the place that differs."""
+    import torch
+    if isinstance(a, dict):
+        assert set(a) == set(b), where
+        for k in a:
+            assert_equal(a[k], b[k], f"{where}/{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_equal(x, y, f"{where}/{i}")
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+    else:
+        assert a == b, where

@@ -27,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ganc
 from ganc import oracle
-from conftest import ROOT, archive
+from conftest import ROOT, archive, assert_equal
 from test_parity import compare, run_ganc, STEPS, SEED
 
 sys.path.insert(0, os.path.join(ROOT, "models"))
@@ -294,21 +294,6 @@ def test_a_resumed_cyclegan_continues_its_pools_exactly(ganc_bin, pairs, tmp_pat
     assert set(straight) == set(resumed)
     for key in set(straight) - {"format", "version", "identity", "spec"}:
         assert_equal(straight[key], resumed[key], key)
-
-
-def assert_equal(a, b, where):
-    if isinstance(a, dict):
-        assert set(a) == set(b), where
-        for k in a:
-            assert_equal(a[k], b[k], f"{where}/{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_equal(x, y, f"{where}/{i}")
-    elif isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), where
-    else:
-        assert a == b, where
 
 
 def test_pix2pix_samples_show_input_output_and_target_rows(ganc_bin, pairs, tmp_path):

@@ -17,7 +17,7 @@ import torch
 
 import ganc
 from ganc import oracle
-from conftest import archive, gradient_dumps
+from conftest import archive, assert_equal, gradient_dumps
 
 WORLDS = [1, 2, 3]
 MODELS = [
@@ -576,22 +576,7 @@ def test_the_new_optimizer_states_resume_exactly(ganc_bin, datasets, tmp_path):
         resumed = ganc.load_checkpoint(model + ".resumed/checkpoint.pt")
         assert straight["step"] == resumed["step"] == 9
         for key in ("discriminator", "generator", "optimizers"):
-            assert_same(straight[key], resumed[key], key)
+            assert_equal(straight[key], resumed[key], key)
         states = {group: next(iter(o["state"].values())) for group, o in straight["optimizers"].items()}
         held.update(key for state in states.values() for key in state)
     assert {"square_avg", "grad_avg", "momentum_buffer", "max_exp_avg_sq"} <= held, held
-
-
-def assert_same(a, b, where):
-    if isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert set(a) == set(b), where
-        for k in a:
-            assert_same(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, where
