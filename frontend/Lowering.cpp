@@ -8,6 +8,7 @@
 #include "frontend/Shapes.h"
 #include "frontend/SpecSchema.h"
 #include "frontend/SyncBatchNorm.h"
+#include "ir/Recipe.h"
 #include "support/torch/Dtypes.h"
 #include "support/torch/TorchError.h"
 
@@ -269,20 +270,11 @@ private:
       phase->stage = archive_.spec.stages->list[static_cast<size_t>(stage_)].name;
     phase->method = spec_.method;
     phase->updates = spec_.updates;
-    phase->interval = spec_.interval;
-    phase->accumulate = spec_.accumulate;
+    ir::setRecipe(
+        *phase, {spec_.interval, spec_.accumulate, ir::autocastOf(precisionName(spec_.precision))});
     phase->lossScaler = spec_.lossScaler;
     phase->through = through_;
     phase->outputs = spec_.outputs;
-    if (spec_.precision != Precision::Float32)
-      phase->autocast = spec_.precision == Precision::BFloat16 ? "bf16" : "f16";
-    // The clipped optimizer groups that step a parameter this phase trains.
-    for (const auto &[group, optimizer] : archive_.spec.optimizers)
-      if (optimizer.clip && std::any_of(archive_.groupOf.begin(), archive_.groupOf.end(),
-                                        [&, &g = group](const auto &entry) {
-                                          return entry.second == g && phase->trains(entry.first);
-                                        }))
-        phase->clips.push_back({group, optimizer.clip->maxNorm, optimizer.clip->normType});
     for (size_t i = 0; i < spec_.inputs.size(); ++i) {
       jit::Value *in = graph.inputs()[i + 1];
       ir::PhaseInput input;
@@ -518,6 +510,11 @@ Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive, bool fusion) {
       synchronised.insert(lowering.syncRewritten_.begin(), lowering.syncRewritten_.end());
     }
   }
+  // The clipped optimizer groups, in each phase that trains a parameter they step.
+  for (const auto &[group, optimizer] : archive.spec.optimizers)
+    if (optimizer.clip)
+      ir::setClip(*module, group,
+                  ir::ClipGradNorm{group, optimizer.clip->maxNorm, optimizer.clip->normType});
   GANC_TRY(checkControllersLogged(archive).inFile(archive.path));
   for (const std::string &sub : archive.spec.syncBatchNorm)
     if (!synchronised.count(sub))

@@ -44,6 +44,13 @@ const char *precisionName(Precision precision) {
   return "?";
 }
 
+Precision precisionOf(const std::string &name) {
+  for (const auto &[p, spelled] : kPrecisions)
+    if (name == spelled)
+      return p;
+  return Precision::Float32;
+}
+
 const char *inputSourceName(InputSource source) {
   for (const auto &[s, name] : kSources)
     if (s == source)

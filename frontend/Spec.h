@@ -23,6 +23,9 @@ enum class Precision { Float32, BFloat16, Float16 };
 
 /// The spec's name of a precision ("float32", "bfloat16", "float16").
 const char *precisionName(Precision precision);
+/// The precision a spec name means ("float32" for a name that is none: the spec's reader has
+/// refused those).
+Precision precisionOf(const std::string &name);
 
 /// One input of a phase method, in argument order.
 /// Where a phase input comes from.

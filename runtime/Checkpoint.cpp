@@ -246,7 +246,7 @@ Expected<std::vector<char>> checkpointBytes(Session &s, PhaseInputs &inputs, int
   if (!s.logInterval.empty())
     ckpt.insert("log_interval", s.logInterval);
   c10::Dict<std::string, std::string> settings;
-  for (const auto &[key, value] : trainingSettings(s.spec(), inputs.dataDigest()))
+  for (const auto &[key, value] : trainingSettings(s.spec(), *s.plan, inputs.dataDigest()))
     settings.insert(key, value);
   ckpt.insert("settings", settings);
   return sealZipArchive(torch::pickle_save(ckpt));
@@ -413,7 +413,7 @@ Status compareSettings(Session &s, PhaseInputs &inputs, const c10::impl::Generic
   for (const auto &entry : ckpt.at("settings").toGenericDict())
     if (entry.key().isString() && entry.value().isString())
       then[entry.key().toStringRef()] = entry.value().toStringRef();
-  const std::map<std::string, std::string> now = trainingSettings(s.spec(), inputs.dataDigest());
+  const std::map<std::string, std::string> now = trainingSettings(s.spec(), *s.plan, inputs.dataDigest());
   std::string said;
   auto differs = [&](const std::string &key, const std::string &mine, const std::string &run) {
     if (mine == run)

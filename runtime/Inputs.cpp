@@ -168,7 +168,7 @@ Expected<std::unique_ptr<PhaseInputs>> PhaseInputs::create(const Session &sessio
     int64_t micro = 1;
     for (const frontend::PhaseSpec &p : spec.phases)
       if (readsData(p))
-        micro = std::max(micro, p.accumulate);
+        micro = std::max(micro, session.recipe(p).accumulate);
     GANC_TRY(checkStagingFits(o.data, shape, in->data_.element_size(), micro));
     const bool copyStream = session.options.uploadStream == UploadStream::Copy;
     for (int64_t j = 0; j < micro; ++j) {
@@ -192,7 +192,7 @@ int64_t PhaseInputs::prepare(const frontend::PhaseSpec &phase) {
   if (!readsData(phase))
     return 0;
   int64_t images = 0;
-  for (; staged_ < static_cast<size_t>(phase.accumulate); ++staged_) {
+  for (; staged_ < static_cast<size_t>(session_.recipe(phase).accumulate); ++staged_) {
     at::Tensor indices = batches_->next();
     batch_[staged_]->stage(data_, indices);
     if (!labelBatch_.empty())

@@ -1,6 +1,8 @@
 // The run directory: claiming it, --resume auto, run.json, checkpoint rotation.
 #include "runtime/RunDir.h"
 
+#include "ir/Plan.h"
+#include "runtime/Overrides.h"
 #include "runtime/Setup.h"
 #include "support/Files.h"
 
@@ -32,10 +34,13 @@ namespace {
 bool isRunFile(const std::string &name) {
   static const std::regex pattern(
       R"((checkpoint(-\d+|-best|-replaced)?\.pt|loss_history\.csv|stats\.jsonl|metrics\.jsonl|run\.json|)"
-      R"(timing\.json|)"
+      R"(timing\.json|plan\.ganc|)"
       R"(summary\.json|samples(_step\d+)?\.png|events\.out\.tfevents\..*))");
   return std::regex_match(name, pattern);
 }
+
+/// The plan the run trains, written at its start (and at each resume).
+constexpr const char *kTrainedPlan = "plan.ganc";
 
 /// Where --force keeps the replaced run's latest checkpoint until the new run writes one.
 constexpr const char *kReplacedCheckpoint = "checkpoint-replaced.pt";
@@ -208,156 +213,6 @@ Status truncateHistory(const std::string &outDir, int64_t step) {
 
 namespace {
 
-/// The command line's optimizer-group overrides: --lr, --betas, --clip.
-Status overrideGroups(frontend::Spec &spec, const TrainOptions &o) {
-  auto groupNames = [&] {
-    std::vector<std::string> names;
-    for (const auto &[name, group] : spec.optimizers)
-      names.push_back(name);
-    return join(names);
-  };
-  auto groups = [&](const std::string &flag, const std::string &key,
-                    std::vector<frontend::OptimizerSpec *> &out) -> Status {
-    for (auto &[name, group] : spec.optimizers)
-      if (key.empty() || key == name)
-        out.push_back(&group);
-    if (out.empty())
-      return Status::error(flag + " " + key + "=: the spec has no optimizer group '" + key +
-                           "' (groups: " + groupNames() + ")");
-    return Status::ok();
-  };
-  for (const auto &[key, lr] : o.lr) {
-    std::vector<frontend::OptimizerSpec *> targets;
-    GANC_TRY(groups("--lr", key, targets));
-    for (frontend::OptimizerSpec *g : targets)
-      g->lr = lr;
-  }
-  for (const auto &[key, betas] : o.betas) {
-    std::vector<frontend::OptimizerSpec *> targets;
-    GANC_TRY(groups("--betas", key, targets));
-    size_t adam = 0;
-    for (frontend::OptimizerSpec *g : targets) {
-      if (!g->hasBetas() && !key.empty())
-        return Status::error("--betas " + key + "=: group '" + key + "' uses " + g->type +
-                             ", which has no betas");
-      if (!g->hasBetas())
-        continue;
-      g->beta1 = betas.first;
-      g->beta2 = betas.second;
-      ++adam;
-    }
-    if (adam == 0)
-      return Status::error("--betas: no optimizer group uses Adam (groups: " + groupNames() + ")");
-  }
-  for (const auto &[key, limit] : o.clip) {
-    std::vector<frontend::OptimizerSpec *> targets;
-    GANC_TRY(groups("--clip", key, targets));
-    for (frontend::OptimizerSpec *g : targets)
-      g->clip =
-          limit.first > 0
-              ? std::optional<frontend::ClipSpec>(frontend::ClipSpec{limit.first, limit.second})
-              : std::nullopt;
-  }
-  return Status::ok();
-}
-
-/// The command line's per-phase overrides: --precision, --accumulate, --interval.
-Status overridePhases(frontend::Spec &spec, const TrainOptions &o) {
-  auto phaseNamed = [&](const std::string &flag,
-                        const std::string &name) -> Expected<frontend::PhaseSpec *> {
-    for (frontend::PhaseSpec &p : spec.phases)
-      if (p.name == name)
-        return &p;
-    std::vector<std::string> names;
-    for (const frontend::PhaseSpec &p : spec.phases)
-      names.push_back(p.name);
-    return Status::error(flag + " " + name + "=: the spec has no phase '" + name +
-                         "' (phases: " + join(names) + ")");
-  };
-  for (const auto &[name, text] : o.precision) {
-    const frontend::Precision precision = text == "bfloat16"  ? frontend::Precision::BFloat16
-                                          : text == "float16" ? frontend::Precision::Float16
-                                                              : frontend::Precision::Float32;
-    if (name.empty()) {
-      spec.precision = precision;
-      for (frontend::PhaseSpec &p : spec.phases)
-        p.precision = precision;
-      continue;
-    }
-    auto phase = phaseNamed("--precision", name);
-    if (!phase)
-      return phase.status();
-    (*phase)->precision = precision;
-  }
-  for (const auto &[name, k] : o.accumulate) {
-    auto phase = phaseNamed("--accumulate", name);
-    if (!phase)
-      return phase.status();
-    (*phase)->accumulate = k;
-  }
-  for (const auto &[name, interval] : o.intervals) {
-    auto phase = phaseNamed("--interval", name);
-    if (!phase)
-      return phase.status();
-    (*phase)->interval = interval;
-  }
-  return Status::ok();
-}
-
-} // namespace
-
-Status applyOverrides(frontend::Spec &spec, const TrainOptions &o) {
-  GANC_TRY(overrideGroups(spec, o));
-  if (o.batchSize > 0)
-    spec.batchSize = o.batchSize;
-  if (o.emaHalfLifeImages >= 0) {
-    if (!spec.ema)
-      return Status::error("--ema-half-life-images: the spec has no 'ema' (no G_ema to average)");
-    spec.ema->halfLifeImages = o.emaHalfLifeImages;
-    // 0 is "no averaging" (G_ema follows G), as documented; in the spec a half-life of 0
-    // means "use 'beta'", which the option does not set.
-    if (o.emaHalfLifeImages == 0)
-      spec.ema->beta = 0;
-  }
-  return overridePhases(spec, o);
-}
-
-namespace {
-
-/// The effective spec: the archive's, with what the command line changed.
-nlohmann::json effectiveSpec(const frontend::Spec &spec) {
-  using nlohmann::json;
-  json effective = json::parse(spec.text);
-  for (const auto &[name, g] : spec.optimizers) {
-    json &j = effective["optimizers"][name];
-    j["type"] = g.type;
-    j["lr"] = g.lr;
-    if (g.hasBetas())
-      j["betas"] = {g.beta1, g.beta2};
-    if (g.clip)
-      j["clip_grad_norm"] = {
-          {"max_norm", g.clip->maxNorm},
-          {"norm_type", std::isinf(g.clip->normType) ? json("inf") : json(g.clip->normType)}};
-    else
-      j.erase("clip_grad_norm");
-  }
-  for (json &phase : effective["phases"])
-    for (const frontend::PhaseSpec &p : spec.phases)
-      if (phase.value("name", "") == p.name) {
-        phase["interval"] = p.interval;
-        phase["accumulate"] = p.accumulate;
-        phase["precision"] = frontend::precisionName(p.precision);
-        if (!p.lossScaler.empty())
-          phase["loss_scaler"] = p.lossScaler;
-      }
-  if (spec.ema) {
-    effective["ema"]["half_life_images"] = spec.ema->halfLifeImages;
-    effective["ema"]["beta"] = spec.ema->beta;
-  }
-  effective["batch_size"] = spec.batchSize;
-  return effective;
-}
-
 /// What the command line changed of the spec, as it said it.
 nlohmann::json overridesOf(const TrainOptions &o) {
   using nlohmann::json;
@@ -383,38 +238,6 @@ nlohmann::json overridesOf(const TrainOptions &o) {
 }
 
 } // namespace
-
-std::map<std::string, std::string> trainingSettings(const frontend::Spec &spec,
-                                                    uint64_t dataDigest) {
-  std::map<std::string, std::string> settings;
-  auto number = [](double v) {
-    char text[32];
-    std::snprintf(text, sizeof(text), "%.9g", v);
-    return std::string(text);
-  };
-  for (const auto &[name, g] : spec.optimizers) {
-    settings["--lr " + name] = number(g.lr);
-    if (g.hasBetas())
-      settings["--betas " + name] = number(g.beta1) + "," + number(g.beta2);
-    settings["--clip " + name] =
-        g.clip ? number(g.clip->maxNorm) + "," + number(g.clip->normType) : "off";
-  }
-  for (const frontend::PhaseSpec &p : spec.phases) {
-    settings["--accumulate " + p.name] = std::to_string(p.accumulate);
-    settings["--precision " + p.name] = frontend::precisionName(p.precision);
-    settings["--interval " + p.name] = std::to_string(p.interval);
-  }
-  if (spec.ema)
-    settings["--ema-half-life-images"] =
-        number(spec.ema->halfLifeImages) + " (beta " + number(spec.ema->beta) + ")";
-  if (dataDigest) {
-    char digest[32];
-    std::snprintf(digest, sizeof(digest), "digest %016llx",
-                  static_cast<unsigned long long>(dataDigest));
-    settings["--data"] = digest;
-  }
-  return settings;
-}
 
 namespace {
 
@@ -481,7 +304,7 @@ Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &re
   if (!continued) {
     record = segment;
     record.erase("changes");
-    record["spec"] = effectiveSpec(s.spec());
+    record["spec"] = effectiveSpec(s.spec(), *s.plan);
   }
   if (!record.contains("segments") || !record["segments"].is_array()) {
     json first = record;
@@ -491,6 +314,8 @@ Status writeRunRecord(const Session &s, int64_t firstStep, const std::string &re
   }
   if (continued)
     record["segments"].push_back(segment);
+  GANC_TRY(writeFileAtomically(s.options.outDir + "/" + kTrainedPlan,
+                               ir::stampPlan(ir::print(*s.plan))));
   return writeFileAtomically(path, record.dump(2) + "\n");
 }
 

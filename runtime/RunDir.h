@@ -34,19 +34,10 @@ std::string resolveResume(const TrainOptions &options, bool say);
 /// duplicates.
 Status truncateHistory(const std::string &outDir, int64_t step);
 
-/// The command line's hyper-parameters (--lr, --betas, --interval, --batch-size) over
-/// `spec`'s, checked against its groups and phases.
-Status applyOverrides(frontend::Spec &spec, const TrainOptions &options);
-
-/// The settings that shape what a run trains, keyed by the option that sets each ("--lr G",
-/// "--betas G", "--clip G", "--accumulate d", "--precision d", "--interval d",
-/// "--ema-half-life-images", "--data"), as text: a checkpoint keeps them, and a resume with
-/// others is refused unless --accept-changes.
-std::map<std::string, std::string> trainingSettings(const frontend::Spec &spec,
-                                                    uint64_t dataDigest);
-
 /// Rank 0 writes --out/run.json: the options, world size, device, where the run starts,
-/// and the effective spec (the archive's, with the command line's overrides).
+/// and the effective spec (the archive's, with the command line's overrides); and
+/// --out/plan.ganc, the plan this segment trains (the command line's recipes in it), which
+/// `ganc explain OUT` reads.
 /// A resumed run keeps the run.json it continues (the first segment's settings stay at its
 /// top level) and appends a segment: when and where it started, its options, and `changes`,
 /// the settings it changed with --accept-changes (session.acceptedChanges).

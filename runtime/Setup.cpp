@@ -4,6 +4,7 @@
 #include "backend/Device.h"
 #include "backend/DoubleBackward.h"
 #include "backend/SyncBatchNorm.h"
+#include "frontend/SpecSchema.h"
 #include "ir/Plan.h"
 #include "passes/Pass.h"
 #include "runtime/RunDir.h"
@@ -144,64 +145,6 @@ Status checkPhaseMethods(const ir::Module &plan, const frontend::Archive &archiv
   return Status::ok();
 }
 
-/// The plan is what trains (a plan edited and checked in again with `ganc-opt -o` trains as
-/// edited): each spec phase takes its interval, micro-batches, autocast and loss scaler from
-/// the plan's phase of that name, and each optimizer group its clipping; the rest of the spec
-/// (optimizers, data, sampling, EMA, stages) is the plan's `spec`, which holds none of those.
-void adoptPlanFacts(const ir::Module &plan, frontend::Spec &spec) {
-  for (frontend::PhaseSpec &p : spec.phases) {
-    const auto phase = std::find_if(plan.phases.begin(), plan.phases.end(),
-                                    [&](const auto &planned) { return planned->name == p.name; });
-    if (phase == plan.phases.end())
-      continue;
-    const ir::Phase &planned = **phase;
-    p.interval = planned.interval;
-    p.accumulate = planned.accumulate;
-    p.precision = planned.autocast == "bf16"  ? frontend::Precision::BFloat16
-                  : planned.autocast == "f16" ? frontend::Precision::Float16
-                                              : frontend::Precision::Float32;
-    p.lossScaler = planned.lossScaler;
-  }
-  for (auto &[group, optimizer] : spec.optimizers) {
-    optimizer.clip.reset();
-    for (const auto &phase : plan.phases)
-      for (const ir::ClipGradNorm &clip : phase->clips)
-        if (clip.group == group)
-          optimizer.clip = frontend::ClipSpec{clip.maxNorm, clip.normType};
-  }
-}
-
-/// The plan's training-step facts again from the spec as the command line changed it
-/// (--precision, --accumulate, --clip): what lowering derives from the spec, so a plan needs no
-/// new export or compile to train in bfloat16 or with another recipe.
-Status replanRecipe(Session &s) {
-  const TrainOptions &o = s.options;
-  if (o.precision.empty() && o.accumulate.empty() && o.clip.empty() && o.intervals.empty())
-    return Status::ok();
-  const frontend::Spec &spec = s.spec();
-  for (auto &phase : s.plan->phases) {
-    const frontend::PhaseSpec *ps = nullptr;
-    for (const frontend::PhaseSpec &p : spec.phases)
-      if (p.name == phase->name)
-        ps = &p;
-    if (ps == nullptr)
-      continue;
-    phase->interval = ps->interval;
-    phase->accumulate = ps->accumulate;
-    phase->autocast = ps->precision == frontend::Precision::Float32    ? ""
-                      : ps->precision == frontend::Precision::BFloat16 ? "bf16"
-                                                                       : "f16";
-    phase->clips.clear();
-    for (const auto &[group, optimizer] : spec.optimizers)
-      if (optimizer.clip && std::any_of(s.archive->groupOf.begin(), s.archive->groupOf.end(),
-                                        [&, &g = group](const auto &entry) {
-                                          return entry.second == g && phase->trains(entry.first);
-                                        }))
-        phase->clips.push_back({group, optimizer.clip->maxNorm, optimizer.clip->normType});
-  }
-  return ir::verifyInvariants(*s.plan).withContext("the recipe given to ganc train");
-}
-
 /// The start-up line of a phase whose graph ganc rewrote: what it fused, how many grouped
 /// convolutions take ganc's double backward.
 void tellRewrites(const std::string &phase, const frontend::FusionReport *fusion, size_t rewritten,
@@ -249,7 +192,7 @@ Status createExecutor(Session &s) {
           spec.stages ? ir::phaseKey(phase.name, spec.stages->list[stage].name) : phase.name;
       const ir::Phase *compiled = s.plan->findPhase(key);
       const bool plain = phase.isSection() || !phase.throughSections().empty();
-      const bool fuses = s.options.fusion && !plain && compiled &&
+      const bool fuses = !plain && compiled &&
                          compiled->fusedResamplings + compiled->fusedBiasActs > 0;
       const bool needed = spec.stages || !spec.syncBatchNorm.empty();
       if (!needed && !fuses && (!ownDoubleBackward || plain))
@@ -330,9 +273,9 @@ const std::vector<Session::StepGroup> &Session::stepGroups(const std::string &ph
 bool Session::skipsNonFinite(const std::string &phaseName) const {
   if (options.nonFinite == "skip")
     return true;
-  for (const frontend::PhaseSpec &p : spec().phases)
-    if (p.name == phaseName)
-      return !p.lossScaler.empty();
+  for (const auto &phase : plan->phases)
+    if (phase->name == phaseName)
+      return !phase->lossScaler.empty();
   return false;
 }
 
@@ -518,8 +461,10 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
     return archive.status();
   s->archive = std::make_unique<frontend::Archive>(archive.take());
   GANC_TRY(checkPhaseMethods(*s->plan, *s->archive));
-  adoptPlanFacts(*s->plan, s->archive->spec);
-  GANC_TRY(applyOverrides(s->archive->spec, options));
+  GANC_TRY(applyOverrides(s->archive->spec, *s->plan, options));
+  // The plan's spec as it trains (--lr, --batch-size ...): the plan a run directory keeps is
+  // the whole of what it trained.
+  s->plan->spec = frontend::planSpecText(effectiveSpec(s->archive->spec, *s->plan).dump());
   if (s->archive->identity != s->plan->identity)
     return Status::error(options.plan + " was compiled from another model (identity " +
                          s->plan->identity + "), not " + options.model + " (identity " +
@@ -527,7 +472,6 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
   s->inputType = frontend::inputScalarType(s->spec());
   GANC_TRY(setUpDevice(*s));
   GANC_TRY(planShards(*s));
-  GANC_TRY(replanRecipe(*s));
   for (const ir::LossScaler &l : s->plan->lossScalers)
     s->lossScalers.emplace(l.name, LossScaler(l, s->device));
   for (const auto &[name, c] : s->spec().controllers)

@@ -9,6 +9,7 @@
 #include "runtime/Distributed.h"
 #include "runtime/LossScaler.h"
 #include "runtime/Optimizer.h"
+#include "runtime/Overrides.h"
 #include "runtime/Trainer.h"
 
 #include <map>
@@ -70,6 +71,10 @@ struct Session {
   uint64_t resumedDigest = 0;
 
   const frontend::Spec &spec() const { return archive->spec; }
+  /// How a phase of the spec trains (runtime::recipeOf of the plan).
+  PhaseRecipe recipe(const frontend::PhaseSpec &phase, const std::string &stage = "") const {
+    return recipeOf(phase, *plan, stage);
+  }
   torch::jit::Module &module() { return archive->module; }
   bool isRankZero() const { return rank.rank == 0; }
   /// Optimizer state is sharded across the ranks (a zero stage, more than one rank).

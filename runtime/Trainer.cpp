@@ -79,7 +79,7 @@ public:
       std::vector<const frontend::PhaseSpec *> due;
       std::vector<std::string> keys; // of the due phases that are not sections
       for (const frontend::PhaseSpec &phase : s_.spec().phases)
-        if (step % phase.interval == 0) {
+        if (step % s_.recipe(phase, stage).interval == 0) {
           due.push_back(&phase);
           if (!phase.isSection())
             keys.push_back(ir::phaseKey(phase.name, stage));
@@ -278,12 +278,12 @@ private:
           taker = s_.plan->findPhase(phase->name);
     backend::SectionCall call;
     call.method = section.method;
-    if (section.precision != frontend::Precision::Float32)
-      call.autocast = section.precision == frontend::Precision::BFloat16 ? "bf16" : "f16";
+    const PhaseRecipe recipe = s_.recipe(section);
+    call.autocast = recipe.autocast;
     if (taker)
       call.records = [taker](const std::string &name) { return taker->trains(name); };
     try {
-      for (int64_t micro = 0; micro < section.accumulate; ++micro)
+      for (int64_t micro = 0; micro < recipe.accumulate; ++micro)
         inputs_.keepValues(section, micro,
                            s_.executor->runSection(
                                call, [&](int64_t m) { return inputs_.make(section, m); }, micro));

@@ -36,8 +36,9 @@ commands:
   compile MODEL.pt -o PLAN [options]   lower a TorchScript GAN archive (with its ganc.json
                                        spec) to the ganc IR, find the parameters each phase
                                        trains, bucket their all-reduces, write the plan
-  explain PLAN [--json]                per phase: used and unused parameters, buckets,
-                                       all-reduce order and bytes per step
+  explain PLAN|RUN_DIR [--json]        per phase: used and unused parameters, buckets,
+                                       all-reduce order and bytes per step (of a run
+                                       directory: the plan the run trained)
   train PLAN --model MODEL.pt [options]
                                        one rank; reads RANK, WORLD_SIZE, LOCAL_RANK,
                                        MASTER_ADDR, MASTER_PORT like torchrun
@@ -235,17 +236,19 @@ struct ExplainArgs {
 const Command<ExplainArgs> &explainTable() {
   static const Command<ExplainArgs> command = {
       {"ganc explain",
-       {"PLAN [--json]"},
+       {"PLAN [--json]", "RUN_DIR [--json]"},
        "Per phase: how it is replayed, the used, unused, conditional and frozen parameters with "
        "sizes, the optimizer groups it steps, its training-step features, and its buckets in "
-       "all-reduce order with the bytes per step.",
+       "all-reduce order with the bytes per step. Given a run directory (ganc train's --out), "
+       "the plan that run trained, the command line's --precision, --accumulate, --interval "
+       "and --clip in it.",
        {},
        ""},
       {{"--json", "", "the same plan as JSON (what compile --emit json prints)",
         storeTrue(&ExplainArgs::json)}},
       [](const std::string &argument, ExplainArgs &e) {
         if (!e.plan.empty())
-          throw OptionError("usage: ganc explain PLAN [--json]");
+          throw OptionError("usage: ganc explain PLAN|RUN_DIR [--json]");
         e.plan = argument;
       }};
   return command;
@@ -260,7 +263,16 @@ int explainCommand(const std::vector<std::string> &args) {
     return 0;
   }
   if (e.plan.empty())
-    return fail("explain: usage: ganc explain PLAN [--json]");
+    return fail("explain: usage: ganc explain PLAN|RUN_DIR [--json]");
+  std::error_code ec;
+  if (std::filesystem::is_directory(e.plan, ec)) {
+    const std::string trained = (std::filesystem::path(e.plan) / "plan.ganc").string();
+    if (!std::filesystem::exists(trained, ec))
+      return fail("explain: " + e.plan +
+                  " is a directory without plan.ganc: not the --out of a ganc train run "
+                  "(or of one older than the plan record)");
+    e.plan = trained;
+  }
   auto plan = ir::readPlan(e.plan);
   if (!plan)
     return fail(plan.status().message());

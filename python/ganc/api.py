@@ -232,8 +232,8 @@ def train(plan: Plan | str, model: str | None = None, data=None, *, nproc: int =
     {"images": tensor, "labels": int64 tensor [N]} for conditional models.
     Every other keyword is a `ganc train` option: steps=2000, seed=1, log_every=100,
     resume="auto", force=True, lr=2e-4, betas=(0.0, 0.99), zero=2, device="cuda",
-    cuda_graphs=False (or "step"), and the recipe, re-planned at start-up without a new
-    export: precision="bfloat16" (or {"Dmain": "float16"}), accumulate={"Dmain": 2},
+    cuda_graphs=False (or "step"), and the recipe, set in the plan at start-up without a new
+    export (the run directory keeps the plan it trained, OUT/plan.ganc): precision="bfloat16" (or {"Dmain": "float16"}), accumulate={"Dmain": 2},
     clip={"generator": (1.0, 2)}, non_finite="skip", ema_half_life_images=10000, ...
     `quiet` stops the progress lines being echoed.
     `op_libraries=[path, ...]`: the operator libraries the archive was exported with.

@@ -230,9 +230,10 @@ def test_hyper_parameter_overrides_match_eager_ddp_with_that_spec(ganc_bin, data
 
 def test_the_recipe_given_at_train_time_matches_eager_ddp_with_that_spec(ganc_bin, datasets, tmp_path):
     """An archive exported in float32 with no training-step features trains with
-    ganc.train(precision="bfloat16", accumulate=..., clip=...) (the plan re-planned in memory
-    at start-up, no new export or compile) exactly as eager DDP trains an archive whose spec
-    holds those values; run.json records them. Bad values are refused in one line."""
+    ganc.train(precision="bfloat16", accumulate=..., clip=...) (set in the plan in memory at
+    start-up, no new export or compile) exactly as eager DDP trains an archive whose spec holds
+    those values; run.json records them, the run directory keeps the plan it trained (ganc
+    explain reads it; it trains the same again). Bad values are refused in one line."""
     import zoo
     from ganc import oracle
     gan, spec = zoo.build("mlp")
@@ -262,6 +263,26 @@ def test_the_recipe_given_at_train_time_matches_eager_ddp_with_that_spec(ganc_bi
     phases = {p["name"]: p for p in record["spec"]["phases"]}
     assert phases["d"]["accumulate"] == 2 and phases["g"]["precision"] == "bfloat16"
     assert record["spec"]["optimizers"]["generator"]["clip_grad_norm"]["max_norm"] == 0.05
+
+    # The run directory keeps the plan it trained: `ganc explain` reads it, and it trains as
+    # that run did with no option given.
+    explained = run_ganc(ganc_bin, "explain", str(tmp_path / "run"))
+    assert explained.returncode == 0, explained.stderr
+    assert "autocast: forward in bf16" in explained.stdout and "accumulate: 2 micro-batches" in explained.stdout
+    assert "clip_grad_norm: generator to 0.05 (2.0-norm" in explained.stdout
+    trained = json.loads(run_ganc(ganc_bin, "explain", str(tmp_path / "run"), "--json").stdout)
+    assert {p["name"]: (p["autocast"], p["accumulate"]) for p in trained["phases"]} == {
+        "d": ("bf16", 2), "g": ("bf16", 1)}
+    again = str(tmp_path / "again")
+    r = run_ganc(ganc_bin, "run", "--nproc", "2", str(tmp_path / "run" / "plan.ganc"), "--model", base, "--data",
+                 datasets["ring"], "--steps", "6", "--out", str(tmp_path / "run2"), "--sample-every", "0",
+                 "--dump-grads", again)
+    assert r.returncode == 0, r.stderr
+    rerun = ganc.load_checkpoint(os.path.join(again, "params_final.pt"))
+    for k in theirs:
+        assert torch.equal(rerun[k], theirs[k]), k
+    r = run_ganc(ganc_bin, "explain", str(tmp_path))
+    assert r.returncode == 2 and "without plan.ganc: not the --out of a ganc train run" in r.stderr, r.stderr
 
     for bad, words in ((["--precision", "fp8"], "--precision takes [PHASE=]float32, bfloat16 or float16"),
                        (["--precision", "x=bfloat16"], "--precision x=: the spec has no phase 'x'"),

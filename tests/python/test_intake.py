@@ -134,10 +134,16 @@ def test_stylegan3_style_code_trains_fused_like_eager_ddp(ganc_bin, digits16, tm
 def test_stylegan3_style_code_unfused_trains_bit_for_bit_like_eager_ddp(ganc_bin, digits16, tmp_path):
     """The float32 archive with --fusion off: the traced variants per keyword value and the
     crops as written train bit for bit like eager DDP (gradients of every phase run, final
-    parameters and buffers)."""
+    parameters and buffers). The plan compiled with fusion records it; the plan the run
+    trained (its run directory's) fuses nothing."""
     model = archive("stylegan3")
     spec = ganc.load_spec(model)
     train_two_ranks(ganc_bin, model, digits16, str(tmp_path), "--fusion", "off")
+    fused = {tuple(p["fused"].values()) for p in json.loads(subprocess.run(
+        [ganc_bin, "explain", str(tmp_path / "plan"), "--json"], check=True, capture_output=True).stdout)["phases"]}
+    trained = {tuple(p["fused"].values()) for p in json.loads(subprocess.run(
+        [ganc_bin, "explain", str(tmp_path / "train"), "--json"], check=True, capture_output=True).stdout)["phases"]}
+    assert (0, 0) not in fused and trained == {(0, 0)}, (fused, trained)
     oracle.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Dreg": "manual"})
     phases = set()
     for step, phase, got, ref in gradient_dumps(spec, STEPS, str(tmp_path / "dump"), str(tmp_path / "ddp")):

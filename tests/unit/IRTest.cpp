@@ -1,6 +1,7 @@
 // The IR's C++ API: building, printing, parsing back, verifying.
 #include "ir/Module.h"
 #include "ir/PhaseAttrs.h"
+#include "ir/Recipe.h"
 #include "passes/Pass.h"
 
 #include <gtest/gtest.h>
@@ -229,4 +230,48 @@ TEST(IRTest, PhaseAttributeRulesAreTheVerifiers) {
   EXPECT_NE(status.message().find("accumulate must be at least 1, got 0"), std::string::npos)
       << status.message();
   EXPECT_EQ(status.location().phase, "d");
+}
+
+TEST(IRTest, RecipeReachesEveryStageOfAPhaseAndClipsOnlyWhatTrainsTheGroup) {
+  auto m = twoLayerModule();
+  // A second stage's specialisation of "d", and a phase "g" that trains nothing of group d.
+  for (const char *stage : {"s1", "s2"}) {
+    auto copy = ir::parse(ir::print(*twoLayerModule()));
+    ASSERT_TRUE(copy.isOk());
+    std::unique_ptr<ir::Phase> phase = std::move((*copy)->phases[0]);
+    phase->stage = stage;
+    m->phases.push_back(std::move(phase));
+  }
+  m->phases[0]->name = "g";
+  m->phases[0]->updates = {"g"};
+  m->phases[0]->stage = "s1";
+  m->stages = {{"s1", {}}, {"s2", {}}};
+  m->parameters.push_back({"g.w", ir::Type::tensor("f32", {1}), "g", "g"});
+
+  ir::Recipe recipe;
+  recipe.interval = 4;
+  recipe.autocast = ir::autocastOf("bfloat16");
+  EXPECT_EQ(ir::setRecipe(*m, "d", recipe), 2u);
+  for (const auto &phase : m->phases) {
+    EXPECT_EQ(phase->interval, phase->name == "d" ? 4 : 1) << phase->key();
+    EXPECT_EQ(phase->autocast, phase->name == "d" ? "bf16" : "") << phase->key();
+    EXPECT_EQ(phase->accumulate, 1) << phase->key();
+  }
+  EXPECT_EQ(ir::setRecipe(*m, "nothing", recipe), 0u);
+  EXPECT_EQ(ir::precisionOf(ir::autocastOf("float16")), "float16");
+  EXPECT_EQ(ir::autocastOf("float32"), "");
+
+  ir::setClip(*m, "d", ir::ClipGradNorm{"d", 1.5, INFINITY});
+  for (const auto &phase : m->phases) {
+    ASSERT_EQ(phase->clips.size(), phase->name == "d" ? 1u : 0u) << phase->key();
+    if (phase->name == "d")
+      EXPECT_EQ(phase->clips[0].maxNorm, 1.5);
+  }
+  ir::setClip(*m, "d", ir::ClipGradNorm{"d", 0.5, 2.0}); // replaces, never adds a second
+  EXPECT_EQ(m->phases[1]->clips.size(), 1u);
+  EXPECT_EQ(m->phases[1]->clips[0].maxNorm, 0.5);
+  EXPECT_TRUE(ir::verifyInvariants(*m).isOk()) << ir::verifyInvariants(*m).message();
+  ir::setClip(*m, "d", std::nullopt);
+  for (const auto &phase : m->phases)
+    EXPECT_TRUE(phase->clips.empty()) << phase->key();
 }
