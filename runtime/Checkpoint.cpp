@@ -413,7 +413,8 @@ Status compareSettings(Session &s, PhaseInputs &inputs, const c10::impl::Generic
   for (const auto &entry : ckpt.at("settings").toGenericDict())
     if (entry.key().isString() && entry.value().isString())
       then[entry.key().toStringRef()] = entry.value().toStringRef();
-  const std::map<std::string, std::string> now = trainingSettings(s.spec(), *s.plan, inputs.dataDigest());
+  const std::map<std::string, std::string> now =
+      trainingSettings(s.spec(), *s.plan, inputs.dataDigest());
   std::string said;
   auto differs = [&](const std::string &key, const std::string &mine, const std::string &run) {
     if (mine == run)

@@ -192,8 +192,8 @@ Status createExecutor(Session &s) {
           spec.stages ? ir::phaseKey(phase.name, spec.stages->list[stage].name) : phase.name;
       const ir::Phase *compiled = s.plan->findPhase(key);
       const bool plain = phase.isSection() || !phase.throughSections().empty();
-      const bool fuses = !plain && compiled &&
-                         compiled->fusedResamplings + compiled->fusedBiasActs > 0;
+      const bool fuses =
+          !plain && compiled && compiled->fusedResamplings + compiled->fusedBiasActs > 0;
       const bool needed = spec.stages || !spec.syncBatchNorm.empty();
       if (!needed && !fuses && (!ownDoubleBackward || plain))
         continue;

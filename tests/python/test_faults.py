@@ -366,7 +366,7 @@ def test_a_full_disk_fails_the_write_and_keeps_the_last_checkpoint(ganc_bin, dat
         assert "checkpoint-0000004.pt (No space left on device)" in result.stderr, result.stderr
         # No temporary file left; the run directory's lock file stays (it holds no lock now).
         assert sorted(os.listdir(disk)) == [".ganc-lock", "checkpoint-0000002.pt", "checkpoint.pt", "loss_history.csv",
-                                            "run.json", "stats.jsonl"]
+                                            "plan.ganc", "run.json", "stats.jsonl"]
         import ganc
         assert ganc.load_checkpoint(str(disk / "checkpoint.pt"))["step"] == 2
     finally:
