@@ -21,7 +21,7 @@ import torch.distributed.nn.functional as dist_nn
 
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ganc.oracle import autocast
+from ganc.reference import autocast
 
 
 class CollectiveBatchNorm(torch.nn.Module):
@@ -100,7 +100,7 @@ def iteration(gan, spec, subs, inputs, optimizers, style, world, methods=None, s
     names the phases the ``ddp`` style runs without DDP. The spec's training-step features
     run the way each style's users write them: micro-batches under no_sync() but the last
     (``flat``: one all-reduce after the last), each loss divided by their number, the forward
-    under torch.autocast, GradScaler (`scalers`, from ganc.oracle.grad_scalers()) around backward and
+    under torch.autocast, GradScaler (`scalers`, from ganc.reference.grad_scalers()) around backward and
     step, clip_grad_norm_ after the all-reduce (and the unscale)."""
     batches = []
     for phase in spec["phases"]:

@@ -27,9 +27,8 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, os.path.join(ROOT, "python"))
-sys.path.insert(0, os.path.join(ROOT, "models"))
+import results  # noqa: E402  (first: the repository's python/ and models/ on sys.path)
+from results import GANC, ROOT  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -37,14 +36,11 @@ import torch.multiprocessing as mp  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import ganc  # noqa: E402
-import results  # noqa: E402
-from ganc.oracle import Inputs, free_port, grad_scalers, _optimizer  # noqa: E402
+from ganc.reference import Inputs, free_port, grad_scalers, make_optimizer  # noqa: E402
 import zoo  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import baselines  # noqa: E402
 
-GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
 
 
 def _state_bytes(optimizer):
@@ -66,7 +62,7 @@ def _baseline_worker(rank, world, port, model, data_path, steps, warmup, style, 
     data = (data["images"] if isinstance(data, dict) else data).float()
     inputs = Inputs(spec, data, rank, world, seed=0)
     subs = sorted({u for p in spec["phases"] for u in p["updates"]})
-    optimizers = {s: _optimizer(list(getattr(gan, s).parameters()), spec["optimizers"][s], zero=zero)
+    optimizers = {s: make_optimizer(list(getattr(gan, s).parameters()), spec["optimizers"][s], zero=zero)
                   for s in subs}
     if style == "ddp":
         wrapped = {s: DDP(getattr(gan, s), find_unused_parameters=True, broadcast_buffers=False) for s in subs}

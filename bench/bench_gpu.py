@@ -66,9 +66,7 @@ import tempfile
 import time
 import traceback
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, os.path.join(ROOT, "python"))
-sys.path.insert(0, os.path.join(ROOT, "models"))
+from results import GANC, ROOT  # noqa: E402  (first: python/ and models/ on sys.path)
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -76,13 +74,11 @@ import torch.multiprocessing as mp  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import ganc  # noqa: E402
-from ganc.oracle import Inputs, _optimizer, autocast, free_port, to_channels_last  # noqa: E402
+from ganc.reference import Inputs, make_optimizer, autocast, free_port, to_channels_last  # noqa: E402
 import zoo  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import baselines  # noqa: E402
 
-GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
 # --sides: the rows, in the table's order.
 SIDES = ["ddp", "ddp_cl", "flat", "tuned", "captured", "compile", "compile_max", "ganc_eager", "ganc_nchw", "ganc_side", "ganc_memsets", "ganc_upload",
          "ganc_step", "ganc"]
@@ -244,7 +240,7 @@ def _baseline(rank, port, model, style, data_path, iters, warmup, result_path, t
         inputs = Inputs(spec, data, 0, 1, seed=0, device="cuda")
         inputs.channels_last = channels_last
         subs = sorted({u for p in spec["phases"] for u in p["updates"]})
-        opts = {s: _optimizer(list(getattr(gan, s).parameters()), spec["optimizers"][s], cuda=True)
+        opts = {s: make_optimizer(list(getattr(gan, s).parameters()), spec["optimizers"][s], cuda=True)
                 for s in subs}
         if style == "ddp":
             for s in subs:
@@ -410,7 +406,58 @@ def fmt_row(name, r, ref):
             f"{'n/a' if r['busy'] is None else format(r['busy'] * 100, '8.1f') + '%':>9}{spread}")
 
 
-def main():
+def table_lines(measured, runs, rows, g) -> list:
+    """A model's rows (each side's runs combined into `rows`), where the GPU time goes for
+    torch.compile and ganc, and ganc's graph nodes and host time per replay."""
+    lines = []
+    for _, name, _ in measured:
+        rows[name] = combine(runs[name])
+        lines.append(fmt_row(name, rows[name], g))
+    # Where the GPU time goes, for the sides whose kernels differ most: torch.compile's
+    # fused kernels against ganc's (eager DDP runs ganc's kernels, unfused, slower).
+    for key, name, _ in measured:
+        if key in ("compile", "ganc") and rows[name].get("top"):
+            lines.extend(fmt_top(name, rows[name]["top"], rows[name].get("idle_gaps")))
+    if g.get("graph_nodes"):
+        lines.append("captured graphs' nodes (what each launch submits): "
+                     f"{fmt_nodes(g['graph_nodes'], g['graph_branches'])}; made kernels: memset nodes "
+                     f"{g.get('graph_memsets_as_kernels')}, copy nodes {g.get('graph_copies_as_kernels')}")
+    if g.get("host_per_replay") is not None:
+        lines.append(f"in the timed run above: {g['host_per_replay'] * 1e6:.1f} us median, "
+                     f"{g['host_per_replay_p90'] * 1e6:.1f} us p90, of which the graph launch "
+                     f"{g['launch_per_replay'] * 1e6:.1f} us (a launch also waits for queue space "
+                     f"when the GPU is the bottleneck)")
+    return lines
+
+
+def host_timings(model, data, args, tmp, wanted, rows) -> None:
+    """Host time from runs that wait for the GPU after every step (--log-every 1), so no
+    launch waits for launch-queue space; per replayed phase, and with one launch per step that
+    launch shared by the step's phases. One run for each ganc side measured."""
+    for side, graphs, comm, memsets, what in (("ganc", "on", "auto", "kernel", "phase graphs"),
+                                              ("ganc_step", "step", "auto", "kernel", "one launch per step"),
+                                              ("ganc_side", "on", "side", "kernel",
+                                               "collectives on a side stream"),
+                                              ("ganc_memsets", "on", "auto", "keep",
+                                               "memset and copy nodes kept")):
+        if side not in wanted:
+            continue
+        host = rows[f"ganc host timing, {what} (--log-every 1)"] = run_ganc(
+            model, data, args.iters, args.warmup, tmp, graphs, log_every=1, comm=comm, memsets=memsets)
+        if host.get("host_per_replay") is not None:
+            print(f"ganc host time per replayed phase, {what}: "
+                  f"{host['host_per_replay_mean'] * 1e6:.1f} us mean, "
+                  f"{host['host_per_replay'] * 1e6:.1f} us median, "
+                  f"{host['host_per_replay_p90'] * 1e6:.1f} us p90; graph launches "
+                  f"{host['launch_per_replay_mean'] * 1e6:.1f} us per phase "
+                  f"(a run waiting for the GPU after every step)", flush=True)
+        elif "error" in host:
+            print(f"ganc host timing run ({what}) fails: {host['error']}", flush=True)
+        if (comm == "side" or memsets == "keep") and host.get("graph_nodes"):
+            print(f"  its graphs: {fmt_nodes(host['graph_nodes'], host['graph_branches'])}", flush=True)
+
+
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iters", type=int, default=320, help="measured steps (a multiple of 16)")
     parser.add_argument("--warmup", type=int, default=64, help="steps before measuring (every phase "
@@ -431,8 +478,7 @@ def main():
                         "as Chrome traces (MODEL_compile.json from torch.profiler, MODEL_ganc_on_auto.json "
                         "from ganc run --kernel-trace)")
     args = parser.parse_args()
-    wanted = args.sides.split(",")
-    unknown = [w for w in wanted if w not in SIDES]
+    unknown = [w for w in args.sides.split(",") if w not in SIDES]
     if unknown:
         parser.error(f"--sides: unknown side {unknown[0]!r} (known: {', '.join(SIDES)})")
     once = [w for w in args.once.split(",") if w and w not in SIDES]
@@ -440,6 +486,12 @@ def main():
         parser.error(f"--once: unknown side {once[0]!r}")
     if args.repeat < 1:
         parser.error("--repeat: at least 1")
+    return args
+
+
+def main():
+    args = parse_args()
+    wanted = args.sides.split(",")
     if not torch.cuda.is_available():
         sys.exit("bench_gpu.py needs a CUDA GPU")
     if args.traces:
@@ -512,49 +564,10 @@ def main():
                           flush=True)  # progress survives a time limit
             if "ganc" in wanted:
                 g = combine(runs["ganc (CUDA Graph replay)"])
-            for _, name, _ in measured:
-                rows[name] = combine(runs[name])
-                lines.append(fmt_row(name, rows[name], g))
-            # Where the GPU time goes, for the sides whose kernels differ most: torch.compile's
-            # fused kernels against ganc's (eager DDP runs ganc's kernels, unfused, slower).
-            for key, name, _ in measured:
-                if key in ("compile", "ganc") and rows[name].get("top"):
-                    lines.extend(fmt_top(name, rows[name]["top"], rows[name].get("idle_gaps")))
-            if g.get("graph_nodes"):
-                lines.append("captured graphs' nodes (what each launch submits): "
-                             f"{fmt_nodes(g['graph_nodes'], g['graph_branches'])}; made kernels: memset nodes "
-                             f"{g.get('graph_memsets_as_kernels')}, copy nodes {g.get('graph_copies_as_kernels')}")
-            if g.get("host_per_replay") is not None:
-                lines.append(f"in the timed run above: {g['host_per_replay'] * 1e6:.1f} us median, "
-                             f"{g['host_per_replay_p90'] * 1e6:.1f} us p90, of which the graph launch "
-                             f"{g['launch_per_replay'] * 1e6:.1f} us (a launch also waits for queue space "
-                             f"when the GPU is the bottleneck)")
+            lines.extend(table_lines(measured, runs, rows, g))
             print("\n".join(lines), flush=True)
             write_json()
-            # Host time from runs that wait for the GPU after every step (--log-every 1), so no
-            # launch waits for launch-queue space; per replayed phase, and with one launch per
-            # step that launch shared by the step's phases. One run for each ganc side measured.
-            for side, graphs, comm, memsets, what in (("ganc", "on", "auto", "kernel", "phase graphs"),
-                                                      ("ganc_step", "step", "auto", "kernel", "one launch per step"),
-                                                      ("ganc_side", "on", "side", "kernel",
-                                                       "collectives on a side stream"),
-                                                      ("ganc_memsets", "on", "auto", "keep",
-                                                       "memset and copy nodes kept")):
-                if side not in wanted:
-                    continue
-                host = rows[f"ganc host timing, {what} (--log-every 1)"] = run_ganc(
-                    model, data, args.iters, args.warmup, tmp, graphs, log_every=1, comm=comm, memsets=memsets)
-                if host.get("host_per_replay") is not None:
-                    print(f"ganc host time per replayed phase, {what}: "
-                          f"{host['host_per_replay_mean'] * 1e6:.1f} us mean, "
-                          f"{host['host_per_replay'] * 1e6:.1f} us median, "
-                          f"{host['host_per_replay_p90'] * 1e6:.1f} us p90; graph launches "
-                          f"{host['launch_per_replay_mean'] * 1e6:.1f} us per phase "
-                          f"(a run waiting for the GPU after every step)", flush=True)
-                elif "error" in host:
-                    print(f"ganc host timing run ({what}) fails: {host['error']}", flush=True)
-                if (comm == "side" or memsets == "keep") and host.get("graph_nodes"):
-                    print(f"  its graphs: {fmt_nodes(host['graph_nodes'], host['graph_branches'])}", flush=True)
+            host_timings(model, data, args, tmp, wanted, rows)
             write_json()
 
 

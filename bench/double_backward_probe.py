@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 
 import results  # bench/results.py
+from results import HERE
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 _conv2d, _conv_transpose2d = F.conv2d, F.conv_transpose2d
 
 
@@ -181,7 +181,24 @@ def timed(step, cuda: bool) -> float:
     return start.elapsed_time(end) / 1000
 
 
-def main():
+def profile_dreg(model, real, row, batch, cuda) -> None:
+    """The top kernels of one R1 step, natively and with wgrad for the grouped convolutions."""
+    activity = torch.profiler.ProfilerActivity.CUDA if cuda else torch.profiler.ProfilerActivity.CPU
+    spent = (lambda e: e.device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
+    for name in ("native", "grouped"):
+        with formulation(name), torch.profiler.profile(activities=[activity]) as prof:
+            model.phase_dreg(real).backward()
+            if cuda:
+                torch.cuda.synchronize()
+        kernels = sorted(prof.key_averages(), key=spent, reverse=True)[:8]
+        row[f"Dreg_{name}_top_kernels"] = [{"name": e.key, "calls": e.count, "seconds": spent(e) / 1e6}
+                                           for e in kernels]
+        print(f"  batch {batch} Dreg, {name}: top kernels", flush=True)
+        for e in row[f"Dreg_{name}_top_kernels"]:
+            print(f"    {e['seconds'] * 1000:9.2f} ms {e['calls']:5d}x  {e['name'][:100]}", flush=True)
+
+
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", required=True, help="a checkout of NVlabs/stylegan3")
     parser.add_argument("--batches", default="4,32")
@@ -191,7 +208,11 @@ def main():
     parser.add_argument("--cbase", type=int, default=16384)
     parser.add_argument("--device", default="cuda", help="cuda; cpu runs the same steps there (a smoke run)")
     parser.add_argument("--json", default=os.path.join(HERE, "results", "double_backward_probe.json"))
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main():
+    args = parse_args()
     difference = float64_check()
     print(f"double_backward_probe: float64 R1 gradients, native against wgrad: {difference:.1e} relative", flush=True)
     if difference > 1e-10:
@@ -251,19 +272,7 @@ def main():
                 line += (f", {name} {row[f'{phase}_{name}_seconds'] * 1000:.1f} ms "
                          f"({row[f'{phase}_{name}_speedup']:.2f}x, gradients {row[f'{phase}_{name}_gradient_difference']:.1e} apart)")
             print(line, flush=True)
-        activity = torch.profiler.ProfilerActivity.CUDA if cuda else torch.profiler.ProfilerActivity.CPU
-        spent = (lambda e: e.device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
-        for name in ("native", "grouped"):
-            with formulation(name), torch.profiler.profile(activities=[activity]) as prof:
-                model.phase_dreg(real).backward()
-                if cuda:
-                    torch.cuda.synchronize()
-            kernels = sorted(prof.key_averages(), key=spent, reverse=True)[:8]
-            row[f"Dreg_{name}_top_kernels"] = [{"name": e.key, "calls": e.count, "seconds": spent(e) / 1e6}
-                                               for e in kernels]
-            print(f"  batch {batch} Dreg, {name}: top kernels", flush=True)
-            for e in row[f"Dreg_{name}_top_kernels"]:
-                print(f"    {e['seconds'] * 1000:9.2f} ms {e['calls']:5d}x  {e['name'][:100]}", flush=True)
+        profile_dreg(model, real, row, batch, cuda)
         del model
         if cuda:
             torch.cuda.empty_cache()

@@ -36,11 +36,10 @@ import numpy as np
 import scipy.linalg
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(ROOT, "python"), os.path.join(ROOT, "models"), os.path.join(ROOT, "bench"),
-                os.path.join(ROOT, "tests", "python")]
+import results  # noqa: E402  (first: the repository's python/ and models/ on sys.path)
+from results import ROOT  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 import ganc  # noqa: E402
-import results  # noqa: E402
 import zoo  # noqa: E402
 
 NOISE_SEED = 0x6a09e667  # runtime/Metrics.cpp: block b of the images is drawn from seed + b

@@ -25,16 +25,13 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, os.path.join(ROOT, "python"))
-sys.path.insert(0, os.path.join(ROOT, "models"))
+from results import GANC, ROOT  # noqa: E402  (first: python/ and models/ on sys.path)
 
 import torch  # noqa: E402
 
 import ganc  # noqa: E402
 import zoo  # noqa: E402
 
-GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
 
 
 def mib(nbytes):

@@ -30,13 +30,10 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, os.path.join(ROOT, "python"))
-sys.path.insert(0, os.path.join(ROOT, "models"))
+from results import GANC, ROOT  # noqa: E402  (first: python/ and models/ on sys.path)
 
 import scaling  # noqa: E402  (this folder: the link measurement and the profile reading)
 
-GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
 TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
 DATA = {"mlp": "ring", "dcgan32": "digits", "stylegan2": "digits"}
 # Steps per run, at least: StyleGAN2's R1 phase runs every 16 steps.

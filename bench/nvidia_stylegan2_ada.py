@@ -27,18 +27,15 @@ import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "python"))
+import results  # noqa: E402  (first: the repository's python/ and models/ on sys.path)
+from results import HERE, ROOT  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import ganc  # noqa: E402
-from ganc import oracle  # noqa: E402
+from ganc import reference  # noqa: E402
 
-sys.path.insert(0, HERE)
-import results  # noqa: E402
 
 REPO = os.environ.get("GANC_STYLEGAN2_ADA_REPO", "")
 if REPO:
@@ -128,7 +125,7 @@ def main():
                         os.path.join(tmp, "ganc")], check=True)
         # Both regularisers leave parameters without a gradient, which DDP refuses: those
         # phases' reference all-reduces by hand with DDP's arithmetic.
-        oracle.run(model, data, 2, args.steps, 3, os.path.join(tmp, "ddp"),
+        reference.run(model, data, 2, args.steps, 3, os.path.join(tmp, "ddp"),
                    reducer={"Gpl": "manual", "Dreg": "manual"}, eager_model=NvidiaStyleGAN2)
         worst, mismatched, final, tensors = results.gradient_parity(
             os.path.join(tmp, "ganc"), os.path.join(tmp, "ddp"), args.steps, spec()["phases"])

@@ -30,17 +30,14 @@ import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "python"))
-sys.path.insert(0, HERE)
+import results  # noqa: E402  (first: the repository's python/ and models/ on sys.path)
+from results import ROOT  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import ganc  # noqa: E402
-import results  # noqa: E402
-from ganc import oracle  # noqa: E402
+from ganc import reference  # noqa: E402
 
 REPO = os.environ.get("GANC_STYLEGAN3_REPO", "")
 if REPO:
@@ -142,7 +139,7 @@ def main():
         ganc.export(NvidiaStyleGAN3(args.cfg), model, spec())
         # R1 leaves parameters without a gradient, which DDP refuses: that phase's reference
         # all-reduces by hand with DDP's arithmetic.
-        oracle.run(model, data, 2, args.steps, 3, os.path.join(tmp, "ddp"), reducer={"Dreg": "manual"},
+        reference.run(model, data, 2, args.steps, 3, os.path.join(tmp, "ddp"), reducer={"Dreg": "manual"},
                    eager_model=NvidiaStyleGAN3)
         # Fused (the default), and as written: bit for bit expected there.
         by_fusion = {fusion: side(ganc_bin, model, data, tmp, args.steps, fusion) for fusion in ("on", "off")}

@@ -72,19 +72,14 @@ import json
 import math
 import os
 import platform
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import zipfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "python"))
+from results import HERE, ROOT, MemorySampler, read_jsonl, run_until  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -252,50 +247,6 @@ def dry_run_options(repo: str, data: str, batch: int, cbase: int, gamma: float) 
     return options
 
 
-class MemorySampler:
-    """The GPU's memory in use, sampled with nvidia-smi every 0.2 s while a side runs; the peak
-    above what was in use before it started."""
-
-    def __init__(self):
-        self.base = self._used()
-        self.peak = self.base
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    @staticmethod
-    def _used():
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=10).stdout
-            return int(out.split()[0])
-        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-            return None
-
-    def _loop(self):
-        while not self._stop.wait(0.2):
-            used = self._used()
-            if used is not None and (self.peak is None or used > self.peak):
-                self.peak = used
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-    def peak_gib(self):
-        if self.base is None or self.peak is None:
-            return None
-        return (self.peak - self.base) / 1024.0
-
-
-def read_jsonl(path: str) -> list:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def run_nvidia(repo: str, data: str, out: str, batch: int, kimg: int, cbase: int, gamma: float, limit: float,
                reference_ops: bool = False) -> dict:
     """train.py at one batch; with `reference_ops`, its bias_act and upfirdn2d on their reference
@@ -334,30 +285,6 @@ def run_nvidia(repo: str, data: str, out: str, batch: int, kimg: int, cbase: int
     })
     shutil.rmtree(out, ignore_errors=True)  # its network pickles
     return result
-
-
-def run_until(cmd: list, limit: float, log, **kwargs):
-    """Runs `cmd` for at most `limit` seconds: then SIGINT (ganc and train.py both stop cleanly on
-    it, ganc writing its timing.json with the phases' times), and SIGKILL 20 s later. Its exit
-    status, or "timeout"."""
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, **kwargs)
-
-    def stop(grace: float) -> None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-    try:
-        return proc.wait(timeout=limit)
-    except subprocess.TimeoutExpired:
-        stop(20)
-        return "timeout"
-    except KeyboardInterrupt:  # this script's own deadline: the run stops with it
-        stop(10)
-        raise
 
 
 # ganc's progress records: every LAZY_PERIOD steps, so each holds one R1 step (Dreg, every 16)
@@ -558,7 +485,7 @@ def write_result(result: dict, batches: list, path: str) -> None:
     os.replace(path + ".partial", path)
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", required=True, help="a checkout of NVlabs/stylegan3")
     parser.add_argument("--batches", default="4,32", help="per-GPU batch sizes")
@@ -586,7 +513,11 @@ def main():
                              f"{PROFILED_STEPS} steps and ganc simulate's prediction for them, beside StyleGAN3's "
                              "published 8-GPU efficiency")
     parser.add_argument("--build", default=os.environ.get("GANC_BUILD_DIR", os.path.join(ROOT, "build")))
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main():
+    args = parse_args()
     repo = os.path.abspath(args.repo)
     if not os.path.isfile(os.path.join(repo, "training", "networks_stylegan2.py")):
         raise SystemExit(f"{repo}: no training/networks_stylegan2.py (a NVlabs/stylegan3 checkout is needed)")

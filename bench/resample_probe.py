@@ -45,8 +45,8 @@ import torch
 import torch.nn.functional as F
 
 import results  # bench/results.py
+from results import HERE
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _pair(v) -> list:
@@ -268,7 +268,42 @@ def with_table(result: dict) -> dict:
     return result
 
 
-def main():
+def time_calls(calls, formulations, ref, device, iters):
+    """Each kind of recorded call once, by every formulation (checked against `ref`), its
+    seconds counted as many times as the call was made: (row, seconds per formulation, the
+    calls by kind)."""
+    unique = collections.Counter((shape, dtype, cl, tuple(f.shape), json.dumps(kw))
+                                 for shape, dtype, cl, f, kw in calls)
+    row = {"calls": len(calls), "unique_calls": len(unique), "seconds": {}, "max_difference": {}, "by_call": []}
+    totals = collections.defaultdict(float)
+    seen = set()
+    for shape, dtype, cl, f, kw in calls:
+        key = (shape, dtype, cl, tuple(f.shape), json.dumps(kw))
+        if key in seen:
+            continue
+        seen.add(key)
+        count = unique[key]
+        x = torch.randn(shape, dtype=dtype, device=device)
+        if cl:
+            x = x.contiguous(memory_format=torch.channels_last)
+        f = f.to(device)
+        want = ref(x, f, **kw).float()
+        entry = {"shape": list(shape), "dtype": str(dtype), "channels_last": cl, "filter": list(f.shape), **kw,
+                 "count": count, "seconds": {}}
+        for name, run in formulations.items():
+            got = run(x, f, **kw)
+            if got is None:
+                continue
+            diff = ((got.float() - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
+            row["max_difference"][name] = max(row["max_difference"].get(name, 0.0), diff)
+            entry["seconds"][name] = time_call(run, x, f, kw, iters)
+        for name in formulations:  # a call a formulation cannot express costs what ref costs
+            totals[name] += count * entry["seconds"].get(name, entry["seconds"]["ref"])
+        row["by_call"].append(entry)
+    return row, totals, unique
+
+
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", required=True, help="a checkout of NVlabs/stylegan3")
     parser.add_argument("--batches", default="32,4")
@@ -277,7 +312,11 @@ def main():
     parser.add_argument("--cbase", type=int, default=16384)
     parser.add_argument("--device", default="cuda", help="cuda; cpu runs the same steps there (a smoke run)")
     parser.add_argument("--json", default=os.path.join(HERE, "results", "resample_probe.json"))
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main():
+    args = parse_args()
     cuda = args.device == "cuda"
     if cuda and not torch.cuda.is_available():
         print(f"resample_probe: float64, every formulation against ref: {float64_check():.1e} relative")
@@ -320,34 +359,7 @@ def main():
         del model
         if cuda:
             torch.cuda.empty_cache()
-        unique = collections.Counter((shape, dtype, cl, tuple(f.shape), json.dumps(kw))
-                                     for shape, dtype, cl, f, kw in calls)
-        row = {"calls": len(calls), "unique_calls": len(unique), "seconds": {}, "max_difference": {}, "by_call": []}
-        totals = collections.defaultdict(float)
-        seen = set()
-        for shape, dtype, cl, f, kw in calls:
-            key = (shape, dtype, cl, tuple(f.shape), json.dumps(kw))
-            if key in seen:
-                continue
-            seen.add(key)
-            count = unique[key]
-            x = torch.randn(shape, dtype=dtype, device=args.device)
-            if cl:
-                x = x.contiguous(memory_format=torch.channels_last)
-            f = f.to(args.device)
-            want = module._upfirdn2d_ref(x, f, **kw).float()
-            entry = {"shape": list(shape), "dtype": str(dtype), "channels_last": cl, "filter": list(f.shape), **kw,
-                     "count": count, "seconds": {}}
-            for name, run in formulations.items():
-                got = run(x, f, **kw)
-                if got is None:
-                    continue
-                diff = ((got.float() - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
-                row["max_difference"][name] = max(row["max_difference"].get(name, 0.0), diff)
-                entry["seconds"][name] = time_call(run, x, f, kw, args.iters)
-            for name in formulations:  # a call a formulation cannot express costs what ref costs
-                totals[name] += count * entry["seconds"].get(name, entry["seconds"]["ref"])
-            row["by_call"].append(entry)
+        row, totals, unique = time_calls(calls, formulations, module._upfirdn2d_ref, args.device, args.iters)
         row["seconds"] = dict(totals)
         result["by_batch"][str(batch)] = row
         line = ", ".join(f"{name} {seconds * 1000:.1f} ms ({totals['ref'] / seconds:.2f}x)"

@@ -1,14 +1,24 @@
-"""Where the benchmarks' numbers go: bench/results/NAME.json, with the machine, the date and
-the command that measured them beside every number. docs/benchmarks.md is generated from these
-files (scripts/gen_docs.py)."""
+"""What every benchmark shares: its set-up (`import results` first puts the repository's
+python/ and models/ on sys.path, and gives ROOT and GANC, the built `ganc` or $GANC), running
+and watching the processes it measures, and where its numbers go: bench/results/NAME.json,
+with the machine, the date and the command that measured them beside every number.
+docs/benchmarks.md is generated from these files (scripts/gen_docs.py)."""
 
 import datetime
 import json
 import os
 import platform
+import signal
+import subprocess
 import sys
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
+for _path in (os.path.join(ROOT, "models"), os.path.join(ROOT, "python")):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 
 
 def machine():
@@ -55,7 +65,7 @@ def write(name, title, numbers, table=None):
 
 
 def gradient_parity(got_dir, ref_dir, steps, phases):
-    """ganc's --dump-grads files (got_dir) against an eager reference's (ref_dir, ganc.oracle's):
+    """ganc's --dump-grads files (got_dir) against an eager reference's (ref_dir, ganc.reference's):
     per phase the largest difference of the all-reduced gradients relative to each tensor's
     largest magnitude ({"first_step", "all_steps", "by_step"}), the phase runs whose
     parameters differ, the final parameters' largest difference and their count."""
@@ -83,3 +93,72 @@ def gradient_parity(got_dir, ref_dir, steps, phases):
     got = ganc.load_checkpoint(os.path.join(got_dir, "params_final.pt"))
     ref = torch.load(os.path.join(ref_dir, "params_final.pt"))
     return worst, mismatched, max(relative(got[k], ref[k]) for k in ref), len(ref)
+
+
+class MemorySampler:
+    """The GPU's memory in use, sampled with nvidia-smi every 0.2 s while a side runs; the peak
+    above what was in use before it started."""
+
+    def __init__(self):
+        self.base = self._used()
+        self.peak = self.base
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    @staticmethod
+    def _used():
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=10).stdout
+            return int(out.split()[0])
+        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+            return None
+
+    def _loop(self):
+        while not self._stop.wait(0.2):
+            used = self._used()
+            if used is not None and (self.peak is None or used > self.peak):
+                self.peak = used
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def peak_gib(self):
+        if self.base is None or self.peak is None:
+            return None
+        return (self.peak - self.base) / 1024.0
+
+
+def read_jsonl(path: str) -> list:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def run_until(cmd: list, limit: float, log, **kwargs):
+    """Runs `cmd` for at most `limit` seconds: then SIGINT (ganc and train.py both stop cleanly on
+    it, ganc writing its timing.json with the phases' times), and SIGKILL 20 s later. Its exit
+    status, or "timeout"."""
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, **kwargs)
+
+    def stop(grace: float) -> None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    try:
+        return proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        stop(20)
+        return "timeout"
+    except KeyboardInterrupt:  # this script's own deadline: the run stops with it
+        stop(10)
+        raise
+

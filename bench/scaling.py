@@ -25,20 +25,17 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, os.path.join(ROOT, "python"))
-sys.path.insert(0, os.path.join(ROOT, "models"))
+import results  # noqa: E402  (first: the repository's python/ and models/ on sys.path)
+from results import GANC, ROOT  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 import ganc  # noqa: E402
-import results  # noqa: E402
-from ganc.oracle import free_port  # noqa: E402
+from ganc.reference import free_port  # noqa: E402
 import zoo  # noqa: E402
 
-GANC = os.environ.get("GANC", os.path.join(ROOT, "build", "tools", "ganc"))
 SIZES = [4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 8 << 20]
 ROUNDS = 6
 DATA = {"mlp": "ring", "dcgan32": "digits"}

@@ -11,7 +11,8 @@ import warnings
 import torch
 
 from . import functions, oplibs
-from .hybrid import Probe, Resolver, script_error, fresh_types_on_failure, script_failure
+from .hybrid import Resolver, script_error, fresh_types_on_failure, script_failure
+from .probe import Probe
 from .script_types import constants_typed
 from .trace_derivatives import rng_kept
 from .scriptable import ExportError, make_scriptable, python_call, sync_batch_norm_paths

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch.autograd.function import Function
 
-from .scriptable import ExportError
+from .scriptable import ExportError, _location
 
 __all__ = ["Recorder", "derived", "check", "check_all"]
 
@@ -38,7 +38,6 @@ def _is_users(cls) -> bool:
 
 
 def _where(cls) -> str:
-    from .hybrid import _location
     try:
         fn = inspect.unwrap(cls.forward)
         return _location(inspect.getsourcefile(fn), inspect.getsourcelines(fn)[1])

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .hybrid import Call, where_of
+from .probe import Call, where_of
 from .scriptable import ExportError
 
 __all__ = ["Form", "forms", "describe", "eager_of", "traced_of", "define_dispatch"]

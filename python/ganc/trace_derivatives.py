@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .hybrid import _OWN_DIR, _TORCH_DIR, _clone, _location, _np
-from .scriptable import ExportError
+from .probe import _OWN_DIR, _TORCH_DIR, _clone, _np
+from .scriptable import ExportError, _location
 from .trace_calls import describe, eager_of, traced_of
 
 __all__ = ["check_derivatives", "rng_kept"]

@@ -15,8 +15,8 @@ import torch
 import torch.nn as nn
 
 from . import functions
-from .hybrid import Probe, _clone, _location, _np, where_of
-from .scriptable import ExportError
+from .probe import Probe, _clone, _np, where_of
+from .scriptable import ExportError, _location
 from .trace_calls import define_dispatch, describe, eager_of, forms, traced_of
 from .trace_derivatives import _EXACT, _by, _second_input, check_derivatives, rng_kept
 

@@ -34,7 +34,7 @@ import pytest
 import torch
 
 import ganc
-from ganc import oracle
+from ganc import reference
 from conftest import ROOT, TIMING_FIELDS, archive, gradient_dumps
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
@@ -323,7 +323,7 @@ def test_shared_values_on_cuda_match_eager_ddp(ganc_bin, tmp_path, model, captur
         assert "phase 'd' runs eagerly: aten::Int" in err, err
         assert "phase 'g' runs eagerly: phase 'd' of its step runs eagerly" in err, err
     ref = str(tmp_path / "ddp")
-    oracle.run(archive(model), pairs, 1, steps, SEED, out_dir=ref, device="cuda", deterministic=True,
+    reference.run(archive(model), pairs, 1, steps, SEED, out_dir=ref, device="cuda", deterministic=True,
                channels_last=True)
     grad, param, first = distances(got, ref, spec, steps)
     report(f"parity_deterministic/{model}/auto", {"grad": grad, "param": param, "first_difference": first})
@@ -358,7 +358,7 @@ def test_fir_filters_double_backward_on_cuda_matches_eager_ddp(ganc_bin, tmp_pat
     out = open(os.path.join(tmp_path, "ganc", "train", "run.json")).read()
     assert '"double_backward": "filters"' in out, out
     ref = str(tmp_path / "ddp")
-    oracle.run(archive(model), digits16, 1, steps, SEED, out_dir=ref, device="cuda", deterministic=True,
+    reference.run(archive(model), digits16, 1, steps, SEED, out_dir=ref, device="cuda", deterministic=True,
                reducer={"Gpl": "manual", "Dreg": "manual"})
     grad, param, first = distances(got, ref, ganc.load_spec(archive(model)), steps)
     report(f"parity_deterministic/{model}/filters", {"grad": grad, "param": param, "first_difference": first})
@@ -382,7 +382,7 @@ def test_fused_stylegan2_ada_on_cuda_matches_eager_ddp(ganc_bin, tmp_path):
         assert f"phase '{phase}': fused" in err, err
     assert "runs eagerly" not in err, err
     ref = str(tmp_path / "ddp")
-    oracle.run(archive(model), digits16, 1, steps, SEED, out_dir=ref, device="cuda", deterministic=True,
+    reference.run(archive(model), digits16, 1, steps, SEED, out_dir=ref, device="cuda", deterministic=True,
                reducer={"Gpl": "manual", "Dreg": "manual"})
     grad, param, first = distances(got, ref, ganc.load_spec(archive(model)), steps)
     report(f"parity_deterministic/{model}/fused", {"grad": grad, "param": param, "first_difference": first})
@@ -497,7 +497,7 @@ def test_parity_with_eager_ddp_on_nccl(ganc_bin, datasets, tmp_path, tmp_path_fa
         got, _ = train_cuda(ganc_bin, model, datasets[dataset], str(tmp_path / "ganc"), steps,
                             "--cuda-graphs", "on", "--warmup", "1", "--deterministic", "--memory-format", layout)
     ref = str(tmp_path / "ddp")
-    oracle.run(archive(model), datasets[dataset], 1, steps, SEED, out_dir=ref, device="cuda",
+    reference.run(archive(model), datasets[dataset], 1, steps, SEED, out_dir=ref, device="cuda",
                reducer=reducer, deterministic=True, channels_last=layout == "auto")
     grad, param, first = distances(got, ref, spec, steps)
     report(f"parity_deterministic/{model}/{layout}", {"grad": grad, "param": param, "first_difference": first})
@@ -514,7 +514,7 @@ def test_default_cudnn_spread_covers_ganc(ganc_bin, datasets, tmp_path):
     refs = []
     for i in range(2):
         refs.append(str(tmp_path / f"ddp{i}"))
-        oracle.run(archive(model), datasets[dataset], 1, steps, SEED, out_dir=refs[-1], device="cuda",
+        reference.run(archive(model), datasets[dataset], 1, steps, SEED, out_dir=refs[-1], device="cuda",
                    channels_last=True)
     spread = distances(refs[1], refs[0], spec, steps)[:2]
     ganc_vs = [distances(got, r, spec, steps)[:2] for r in refs]
@@ -574,7 +574,7 @@ def test_two_ranks_on_one_gpu_match_eager_ddp(ganc_bin, datasets, tmp_path, mode
     got, _ = train_cuda(ganc_bin, model, datasets[dataset], str(tmp_path / "ganc"), steps, *SHARED_GPU,
                         nproc=2)
     ref = str(tmp_path / "ddp")
-    oracle.run(archive(model), datasets[dataset], 2, steps, SEED, out_dir=ref, device="cuda", reducer=reducer,
+    reference.run(archive(model), datasets[dataset], 2, steps, SEED, out_dir=ref, device="cuda", reducer=reducer,
                deterministic=True, channels_last=True, shared_gpu=True)
     grad, param, first = distances(got, ref, spec, steps)
     report(f"two_ranks_one_gpu/{model}", {"grad": grad, "param": param, "first_difference": first})
@@ -601,7 +601,7 @@ def test_two_ranks_on_one_gpu_sync_batch_norm_matches_torch_syncbatchnorm(ganc_b
     spec = ganc.load_spec(archive(model))
     got, _ = train_cuda(ganc_bin, model, datasets["digits"], str(tmp_path / "ganc"), 10, *SHARED_GPU, nproc=2)
     ref = str(tmp_path / "syncbn")
-    oracle.run(archive(model), datasets["digits"], 2, 10, SEED, out_dir=ref, device="cuda", deterministic=True,
+    reference.run(archive(model), datasets["digits"], 2, 10, SEED, out_dir=ref, device="cuda", deterministic=True,
                channels_last=True, shared_gpu=True, eager_model=functools.partial(zoo.module, python_model))
     grad, param, first = distances(got, ref, spec, 10)
     report(f"torch_syncbn/{model}", {"grad": grad, "param": param, "first_difference": first})

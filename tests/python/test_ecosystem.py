@@ -187,7 +187,7 @@ def test_hyper_parameter_overrides_match_eager_ddp_with_that_spec(ganc_bin, data
     parameters after training equal eager PyTorch DDP on an archive exported with them; the
     effective spec is recorded in run.json. Overrides naming no group or phase are refused."""
     import zoo
-    from ganc import oracle
+    from ganc import reference
     gan, spec = zoo.build("mlp")
     base, changed = str(tmp_path / "base.pt"), str(tmp_path / "changed.pt")
     ganc.export(gan, base, spec)
@@ -207,7 +207,7 @@ def test_hyper_parameter_overrides_match_eager_ddp_with_that_spec(ganc_bin, data
                  "--batch-size", "32")
     assert r.returncode == 0, r.stderr
     ref = str(tmp_path / "ref")
-    oracle.run(changed, datasets["ring"], 2, 6, 0, ref)
+    reference.run(changed, datasets["ring"], 2, 6, 0, ref)
     mine = ganc.load_checkpoint(os.path.join(got, "params_final.pt"))
     theirs = torch.load(os.path.join(ref, "params_final.pt"))
     for k in theirs:
@@ -235,7 +235,7 @@ def test_the_recipe_given_at_train_time_matches_eager_ddp_with_that_spec(ganc_bi
     those values; run.json records them, the run directory keeps the plan it trained (ganc
     explain reads it; it trains the same again). Bad values are refused in one line."""
     import zoo
-    from ganc import oracle
+    from ganc import reference
     gan, spec = zoo.build("mlp")
     base, changed = str(tmp_path / "base.pt"), str(tmp_path / "changed.pt")
     ganc.export(gan, base, spec)
@@ -252,7 +252,7 @@ def test_the_recipe_given_at_train_time_matches_eager_ddp_with_that_spec(ganc_bi
                sample_every=0, dump_grads=got, precision="bfloat16", accumulate={"d": 2},
                clip={"generator": (0.05, 2)})
     ref = str(tmp_path / "ref")
-    oracle.run(changed, datasets["ring"], 2, 6, 0, ref)
+    reference.run(changed, datasets["ring"], 2, 6, 0, ref)
     mine = ganc.load_checkpoint(os.path.join(got, "params_final.pt"))
     theirs = torch.load(os.path.join(ref, "params_final.pt"))
     for k in theirs:
@@ -309,7 +309,7 @@ def test_torchrun_uses_its_agent_store_and_slurm_names_the_master(ganc_bin, data
     """Under torchrun the ranks join its agent's store (no second server binding the port,
     no error line); under SLURM without MASTER_ADDR the first host of the node list serves
     the store, and a node list ganc cannot read is refused in one line."""
-    from ganc.oracle import free_port
+    from ganc.reference import free_port
     plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "RANK", "WORLD_SIZE"))}
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
@@ -442,7 +442,7 @@ def test_xflip_doubles_the_set_like_the_eager_reference(ganc_bin, datasets, tmp_
     """data.xflip: the set doubled with mirrored images, in ganc and in the eager DDP
     reference the same way: gradients and parameters after 3 steps at 2 ranks are equal."""
     import zoo
-    from ganc import oracle
+    from ganc import reference
     gan, spec = zoo.build("dcgan32")
     spec["data"]["xflip"] = True
     model = str(tmp_path / "flip.pt")
@@ -453,7 +453,7 @@ def test_xflip_doubles_the_set_like_the_eager_reference(ganc_bin, datasets, tmp_
     r = run_ganc(ganc_bin, "run", "--nproc", "2", plan, "--model", model, "--data", datasets["digits"], "--steps", "3",
                  "--out", str(tmp_path / "run"), "--sample-every", "0", "--dump-grads", got)
     assert r.returncode == 0, r.stderr
-    oracle.run(model, datasets["digits"], 2, 3, 0, ref)
+    reference.run(model, datasets["digits"], 2, 3, 0, ref)
     mine = ganc.load_checkpoint(os.path.join(got, "params_final.pt"))
     theirs = torch.load(os.path.join(ref, "params_final.pt"))
     assert set(mine) == set(theirs)
@@ -464,7 +464,7 @@ def test_xflip_doubles_the_set_like_the_eager_reference(ganc_bin, datasets, tmp_
     spec["data"]["xflip"] = False
     ganc.export(gan, plain, spec)
     ref2 = str(tmp_path / "ref2")
-    oracle.run(plain, datasets["digits"], 2, 3, 0, ref2)
+    reference.run(plain, datasets["digits"], 2, 3, 0, ref2)
     other = torch.load(os.path.join(ref2, "params_final.pt"))
     assert any(not torch.equal(other[k], theirs[k]) for k in theirs)
 
@@ -488,7 +488,7 @@ def test_phases_log_values_besides_their_loss(ganc_bin, datasets, tmp_path, trac
     eager DDP; its values reach stats.jsonl averaged over ranks and the interval (the logged
     copy of the loss equals Loss/d), TensorBoard and the plot."""
     import zoo
-    from ganc import oracle
+    from ganc import reference
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     gan, spec = zoo.build("mlp_stats")
     model = str(tmp_path / "stats.pt")
@@ -499,7 +499,7 @@ def test_phases_log_values_besides_their_loss(ganc_bin, datasets, tmp_path, trac
     r = run_ganc(ganc_bin, "run", "--nproc", "2", plan, "--model", model, "--data", datasets["ring"], "--steps", "10",
                  "--out", str(out), "--sample-every", "0", "--log-every", "5", "--dump-grads", got)
     assert r.returncode == 0, r.stderr
-    oracle.run(model, datasets["ring"], 2, 10, 0, ref)
+    reference.run(model, datasets["ring"], 2, 10, 0, ref)
     mine = ganc.load_checkpoint(os.path.join(got, "params_final.pt"))
     theirs = torch.load(os.path.join(ref, "params_final.pt"))
     assert all(torch.equal(mine[k], theirs[k]) for k in theirs)

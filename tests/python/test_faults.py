@@ -277,7 +277,7 @@ def test_non_finite_training_stops_and_keeps_the_last_checkpoint(ganc_bin, datas
 def test_a_lone_rank_whose_peer_dies_exits_with_a_message(ganc_bin, datasets, tmp_path):
     """Under torchrun or SLURM nobody kills the survivors: the collective must fail, not hang."""
     plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))
-    from ganc.oracle import free_port
+    from ganc.reference import free_port
     env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     args = train_args(plan, "dcgan32", datasets["digits"], str(tmp_path / "o"), 100000,
                       "--checkpoint-every", "0", "--timeout-s", "20")

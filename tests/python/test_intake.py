@@ -23,7 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import ganc
-from ganc import oracle
+from ganc import reference
 from conftest import archive, gradient_dumps
 
 import zoo
@@ -79,7 +79,7 @@ def test_stylegan2_ada_style_code_trains_like_eager_ddp(ganc_bin, digits16, tmp_
         assert re.search(rf"phase '{phase}': fused [1-9]\d* resampling\(s\) as ganc::upfirdn2d and [1-9]\d* bias", out), out
     # Both regularisers leave parameters without a gradient, which DDP refuses: those phases'
     # reference all-reduces by hand with DDP's arithmetic (as for the zoo's StyleGAN2).
-    oracle.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"),
+    reference.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"),
                reducer={"Gpl": "manual", "Dreg": "manual"},
                eager_model=functools.partial(zoo.module, "stylegan2_ada"))  # made float64 by the oracle
     phases = set()
@@ -118,7 +118,7 @@ def test_stylegan3_style_code_trains_fused_like_eager_ddp(ganc_bin, digits16, tm
     assert fused["Gmain"]["fused"]["upfirdn2d"] >= 10  # two passes per separable filter, ToRGB's too
     # The per-value dispatch of the traced networks leaves every phase capturable on CUDA.
     assert all(p["eager_reason"] == "" for p in fused.values()), {n: p["eager_reason"] for n, p in fused.items()}
-    oracle.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Dreg": "manual"},
+    reference.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Dreg": "manual"},
                eager_model=functools.partial(zoo.module, "stylegan3"))
     worst = 0.0
     for step, phase, got, ref in gradient_dumps(spec, STEPS, str(tmp_path / "dump"), str(tmp_path / "ddp")):
@@ -144,7 +144,7 @@ def test_stylegan3_style_code_unfused_trains_bit_for_bit_like_eager_ddp(ganc_bin
     trained = {tuple(p["fused"].values()) for p in json.loads(subprocess.run(
         [ganc_bin, "explain", str(tmp_path / "train"), "--json"], check=True, capture_output=True).stdout)["phases"]}
     assert (0, 0) not in fused and trained == {(0, 0)}, (fused, trained)
-    oracle.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Dreg": "manual"})
+    reference.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Dreg": "manual"})
     phases = set()
     for step, phase, got, ref in gradient_dumps(spec, STEPS, str(tmp_path / "dump"), str(tmp_path / "ddp")):
         phases.add(phase)
@@ -191,7 +191,7 @@ def test_fir_filters_take_ganc_double_backward_bit_for_bit(ganc_bin, digits16, t
     # gradient) in path length.
     assert "phase 'Dreg': 4 grouped convolutions run as ganc::convolution" in out, out
     assert re.search(r"phase 'Gpl': \d+ grouped convolutions run as ganc::convolution", out), out
-    oracle.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Gpl": "manual", "Dreg": "manual"})
+    reference.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Gpl": "manual", "Dreg": "manual"})
     assert largest_difference(ganc.load_spec(model), str(tmp_path / "dump"), str(tmp_path / "ddp"), exact=True) == 0
 
 
@@ -208,7 +208,7 @@ def test_fused_stylegan2_ada_trains_like_eager_ddp_in_float32(ganc_bin, digits16
     model = archive("stylegan2_ada")
     spec = ganc.load_spec(model)
     train_two_ranks(ganc_bin, model, digits16, str(tmp_path))
-    oracle.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Gpl": "manual", "Dreg": "manual"})
+    reference.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Gpl": "manual", "Dreg": "manual"})
     first, worst = {}, 0.0
     for step, phase, got, ref in gradient_dumps(spec, STEPS, str(tmp_path / "dump"), str(tmp_path / "ddp")):
         err = max(relative_error(got[name], ref[name]) for name in ref)
@@ -229,7 +229,7 @@ def test_every_grouped_convolution_takes_ganc_double_backward_to_rounding(ganc_b
     model = archive("stylegan2_ada_f64")
     out = train_two_ranks(ganc_bin, model, digits16, str(tmp_path), "--double-backward", "grouped")
     assert "(--double-backward grouped)" in out, out
-    oracle.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Gpl": "manual", "Dreg": "manual"})
+    reference.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Gpl": "manual", "Dreg": "manual"})
     worst = largest_difference(ganc.load_spec(model), str(tmp_path / "dump"), str(tmp_path / "ddp"), exact=False)
     assert 0 < worst <= 1e-9, worst
 
@@ -972,7 +972,7 @@ def test_an_operator_library_exports_compiles_and_trains_like_eager_ddp(ganc_bin
         assert json.load(f)["op_libraries"] == [library]
     # R1's phase leaves the last layer's bias without a gradient, which DDP refuses: that
     # phase's reference all-reduces by hand with DDP's arithmetic.
-    oracle.run(model, datasets["ring"], 2, 6, SEED, out_dir=str(tmp_path / "ddp"),
+    reference.run(model, datasets["ring"], 2, 6, SEED, out_dir=str(tmp_path / "ddp"),
                reducer={"dreg": "manual"}, eager_model=make_op_gan, op_libraries=[library])
     loaded = ganc.load_spec(model)
     for step, phase, got, ref in gradient_dumps(loaded, 6, str(tmp_path / "ganc"), str(tmp_path / "ddp")):

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ganc
-from ganc import oracle
+from ganc import reference
 from conftest import ROOT, archive, assert_equal
 from test_parity import compare, run_ganc, STEPS, SEED
 
@@ -104,9 +104,9 @@ def start_rank(rank, world, port, path, data_path, model):
     model.load_state_dict(torch.jit.load(path).state_dict())
     model.train()
     spec = ganc.load_spec(path)
-    data, _ = oracle._load_data(data_path, spec)
-    torch.manual_seed(SEED + oracle.PHASE_SEED_OFFSET + rank)
-    return oracle.Inputs(spec, data, rank, world, SEED)
+    data, _ = reference.load_data(data_path, spec)
+    torch.manual_seed(SEED + reference.PHASE_SEED_OFFSET + rank)
+    return reference.Inputs(spec, data, rank, world, SEED)
 
 
 def finish_rank(rank, model, norms, out_dir):
@@ -161,7 +161,7 @@ def test_pix2pix_matches_its_reference_loop(ganc_bin, pairs, tmp_path, world):
     got_dir = run_ganc(ganc_bin, "pix2pix", pairs, world, str(tmp_path))
     ref_dir = str(tmp_path / "reference")
     os.makedirs(ref_dir)
-    mp.spawn(pix2pix_rank, args=(world, oracle.free_port(), archive("pix2pix"), pairs, ref_dir),
+    mp.spawn(pix2pix_rank, args=(world, reference.free_port(), archive("pix2pix"), pairs, ref_dir),
              nprocs=world, join=True)
     compare("pix2pix", got_dir, ref_dir)
     buffers = [n for n in torch.load(os.path.join(ref_dir, "params_final.pt")) if "running_mean" in n]
@@ -176,11 +176,11 @@ def test_pix2pix_matches_its_reference_loop(ganc_bin, pairs, tmp_path, world):
 
 
 def test_pix2pix_matches_the_eager_oracle(ganc_bin, pairs, tmp_path):
-    """ganc.oracle (the generic eager DDP reference) reads sections and handed-on values as
+    """ganc.reference (the generic eager DDP reference) reads sections and handed-on values as
     ganc does: the same numbers from the spec alone."""
     got_dir = run_ganc(ganc_bin, "pix2pix", pairs, 2, str(tmp_path))
     ref_dir = str(tmp_path / "ddp")
-    oracle.run(archive("pix2pix"), pairs, 2, STEPS, SEED, out_dir=ref_dir)
+    reference.run(archive("pix2pix"), pairs, 2, STEPS, SEED, out_dir=ref_dir)
     compare("pix2pix", got_dir, ref_dir)
 
 
@@ -266,7 +266,7 @@ def test_cyclegan_with_history_pools_matches_its_reference_loop(ganc_bin, pairs,
     got_dir = run_ganc(ganc_bin, "cyclegan_pool", pairs, 2, str(tmp_path))
     ref_dir = str(tmp_path / "reference")
     os.makedirs(ref_dir)
-    mp.spawn(cyclegan_rank, args=(2, oracle.free_port(), archive("cyclegan_pool"), pairs, ref_dir), nprocs=2,
+    mp.spawn(cyclegan_rank, args=(2, reference.free_port(), archive("cyclegan_pool"), pairs, ref_dir), nprocs=2,
              join=True)
     compare("cyclegan_pool", got_dir, ref_dir)
     final = torch.load(os.path.join(ref_dir, "params_final.pt"))
@@ -348,7 +348,7 @@ def side_by_side_images(fields, folder, count):
 
 def test_side_by_side_pairs_train_as_their_fields_mirrored_together(ganc_bin, pairs, tmp_path):
     """pix2pix's A|B images in a zip, split by `"layout": "side_by_side"` into the fields A
-    and B, the set doubled by xflip: ganc at 2 ranks trains as eager DDP (ganc.oracle) on a
+    and B, the set doubled by xflip: ganc at 2 ranks trains as eager DDP (ganc.reference) on a
     tensor file of the same fields, mirrored one by one. Loaded as one image, mirroring would
     swap A and B."""
     zip_path, quantised = side_by_side_images(torch.load(pairs), str(tmp_path), 64)
@@ -361,7 +361,7 @@ def test_side_by_side_pairs_train_as_their_fields_mirrored_together(ganc_bin, pa
     ganc.export(model, path, spec, verbose=False)
     got_dir = run_ganc(ganc_bin, "pix2pix", zip_path, 2, str(tmp_path), path=path)
     ref_dir = str(tmp_path / "ddp")
-    oracle.run(path, str(tmp_path / "fields.pt"), 2, STEPS, SEED, out_dir=ref_dir)
+    reference.run(path, str(tmp_path / "fields.pt"), 2, STEPS, SEED, out_dir=ref_dir)
     compare("pix2pix", got_dir, ref_dir, path=path)
 
 
@@ -428,7 +428,7 @@ def test_ada_p_follows_its_rule_and_resumes_exactly(ganc_bin, datasets, tmp_path
     # whole run from <dumps>/../train, has none to read.)
     straight = train(str(tmp_path / "run"), STEPS, "--dump-grads", str(tmp_path / "ganc"))
     ref_dir = str(tmp_path / "ddp")
-    oracle.run(archive("dcgan32_ada"), datasets["digits"], 2, STEPS, SEED, out_dir=ref_dir)
+    reference.run(archive("dcgan32_ada"), datasets["digits"], 2, STEPS, SEED, out_dir=ref_dir)
     compare("dcgan32_ada", str(tmp_path / "ganc"), ref_dir)
     with open(os.path.join(ref_dir, "controllers.json")) as f:
         expected = json.load(f)["augment_p"]
@@ -501,5 +501,5 @@ def test_a_phase_with_a_gradient_penalty_hands_values_on(ganc_bin, datasets, tmp
     ganc.export(PenaltyHandsOn(), path, spec, verbose=False)
     got_dir = run_ganc(ganc_bin, None, datasets["ring"], 2, str(tmp_path), path=path)
     ref_dir = str(tmp_path / "ddp")
-    oracle.run(path, datasets["ring"], 2, STEPS, SEED, out_dir=ref_dir, reducer={"d": "manual"})
+    reference.run(path, datasets["ring"], 2, STEPS, SEED, out_dir=ref_dir, reducer={"d": "manual"})
     compare(None, got_dir, ref_dir, path=path)

@@ -1,6 +1,7 @@
 """`pip install .` into a fresh virtual environment that already has torch: the build finds
 that torch through pip's isolated build environment, the `ganc` command runs the installed
-tools (not a build tree), and the Python API trains the MLP GAN from that environment."""
+tools (not a build tree), and the Python API trains the MLP GAN from that environment. And the
+package's layout: no module imports one that imports it."""
 import json
 import os
 import subprocess
@@ -60,3 +61,60 @@ print(json.dumps({{"used": plan.used("d"), "summary": summary}}))
     assert result["used"] and all(n.startswith("discriminator.") for n in result["used"])
     assert result["summary"]["steps"] == 10
     assert any(n.startswith("events.out.tfevents.") for n in os.listdir(tmp_path / "run"))
+
+
+def _package_imports():
+    """The package's own imports, module by module (each `from .x import` or `from . import x`,
+    at top level or inside a function): {module: {module it imports}}."""
+    import ast
+    root = os.path.join(ROOT, "python", "ganc")
+    modules = {}
+    for folder, _, files in os.walk(root):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                dotted = os.path.relpath(path, root)[:-3].replace(os.sep, ".")
+                modules[dotted.removesuffix(".__init__").removesuffix("__init__") or "ganc"] = path
+    graph = {}
+    for module, path in modules.items():
+        package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+        edges = set()
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.ImportFrom) and node.level > 0:
+                base = package.split(".") if package not in ("", "ganc") else []
+                base = base[:len(base) - (node.level - 1)] if node.level > 1 else base
+                target = ".".join(base + ([node.module] if node.module else []))
+                for alias in node.names if not node.module else [None]:
+                    name = ".".join(filter(None, [target, alias.name if alias else None]))
+                    if name in modules:
+                        edges.add(name)
+                    elif target in modules:
+                        edges.add(target)
+        graph[module] = edges - {module}
+    return graph
+
+
+def test_the_package_has_no_import_cycle():
+    """No module of python/ganc imports, directly or through others, a module that imports it
+    (deferred imports inside functions count): each imports alone, in any order."""
+    graph = _package_imports()
+    assert {"hybrid", "tracing", "functions", "probe", "reference", "reference.launch"} <= set(graph), sorted(graph)
+    assert "tracing" in graph["hybrid"] and "probe" in graph["tracing"], graph
+    state = {}
+
+    def visit(module, path):
+        if state.get(module) == "done":
+            return
+        assert state.get(module) != "open", "import cycle: " + " -> ".join(path + [module])
+        state[module] = "open"
+        for imported in sorted(graph[module]):
+            visit(imported, path + [module])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        visit(module, [])
+    # And the modules that once imported each other import alone in a fresh interpreter.
+    for module in ("functions", "hybrid", "tracing", "reference"):
+        r = subprocess.run([sys.executable, "-c", f"import ganc.{module}"], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+        assert r.returncode == 0, (module, r.stderr[-2000:])

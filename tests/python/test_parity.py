@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import ganc
-from ganc import oracle
+from ganc import reference
 from conftest import archive, assert_equal, gradient_dumps
 
 WORLDS = [1, 2, 3]
@@ -142,9 +142,9 @@ def test_gradients_and_parameters_match_eager_ddp(ganc_bin, datasets, tmp_path, 
     got_dir = run_ganc(ganc_bin, model, datasets[dataset], world, str(tmp_path))
     ref_dir = str(tmp_path / "ddp")
     if reducer == "global":
-        oracle.run(archive(model), datasets[dataset], world, STEPS, SEED, out_dir=ref_dir, global_batch=True)
+        reference.run(archive(model), datasets[dataset], world, STEPS, SEED, out_dir=ref_dir, global_batch=True)
     else:
-        oracle.run(archive(model), datasets[dataset], world, STEPS, SEED, out_dir=ref_dir, reducer=reducer)
+        reference.run(archive(model), datasets[dataset], world, STEPS, SEED, out_dir=ref_dir, reducer=reducer)
     compare(model, got_dir, ref_dir)
 
 
@@ -154,7 +154,7 @@ def test_channels_last_matches_eager_ddp_channels_last(ganc_bin, datasets, tmp_p
     got_dir = run_ganc(ganc_bin, "dcgan32", datasets["digits"], 2, str(tmp_path), "--memory-format",
                        "channels_last")
     ref_dir = str(tmp_path / "ddp")
-    oracle.run(archive("dcgan32"), datasets["digits"], 2, STEPS, SEED, out_dir=ref_dir, channels_last=True)
+    reference.run(archive("dcgan32"), datasets["digits"], 2, STEPS, SEED, out_dir=ref_dir, channels_last=True)
     compare("dcgan32", got_dir, ref_dir)
     final = ganc.load_checkpoint(os.path.join(got_dir, "params_final.pt"))
     convs = [t for t in final.values() if t.dim() == 4]
@@ -169,7 +169,7 @@ def test_branch_on_data_leaves_unreached_heads_alone(ganc_bin, datasets, tmp_pat
     spec = ganc.load_spec(archive("mlp_branch"))
     got_dir = run_ganc(ganc_bin, "mlp_branch", datasets["ring"], 2, str(tmp_path))
     ref_dir = str(tmp_path / "ddp")
-    oracle.run(archive("mlp_branch"), datasets["ring"], 2, STEPS, SEED, out_dir=ref_dir)
+    reference.run(archive("mlp_branch"), datasets["ring"], 2, STEPS, SEED, out_dir=ref_dir)
     compare("mlp_branch", got_dir, ref_dir)
     heads = {"discriminator.head_a.weight", "discriminator.head_b.weight"}
     missing = [heads - set(got) for _, phase, got, _ in gradient_dumps(spec, STEPS, got_dir, ref_dir)
@@ -193,7 +193,7 @@ def test_skipped_non_finite_steps_match_eager_ddp(ganc_bin, datasets, tmp_path):
     torch.save(data, huge)
     got_dir = run_ganc(ganc_bin, "mlp_skip", huge, 2, str(tmp_path))
     ref_dir = str(tmp_path / "ddp")
-    oracle.run(archive("mlp_skip"), huge, 2, STEPS, SEED, out_dir=ref_dir)
+    reference.run(archive("mlp_skip"), huge, 2, STEPS, SEED, out_dir=ref_dir)
     compare("mlp_skip", got_dir, ref_dir)
     with open(os.path.join(tmp_path, "train", "timing.json")) as f:
         skipped = json.load(f)["skipped_steps"]
@@ -345,7 +345,7 @@ def test_random_feature_combinations_match_eager_ddp(ganc_bin, datasets, tmp_pat
     data = draw_data(datasets, dataset, model, str(tmp_path))
     got_dir = run_ganc(ganc_bin, f"{model}_features", data, 2, str(tmp_path), path=path)
     ref_dir = str(tmp_path / "ddp")
-    oracle.run(path, data, 2, STEPS, SEED, out_dir=ref_dir, reducer=reducer)
+    reference.run(path, data, 2, STEPS, SEED, out_dir=ref_dir, reducer=reducer)
     compare_bitwise(path, got_dir, ref_dir)
 
 
@@ -359,7 +359,7 @@ def test_synchronised_batch_norm_at_one_rank_is_batch_norm(ganc_bin, datasets, t
         check=True).stdout
     got_dir = run_ganc(ganc_bin, "dcgan32_all", datasets["digits"], 1, str(tmp_path))
     ref_dir = str(tmp_path / "ddp")
-    oracle.run(archive("dcgan32_all"), datasets["digits"], 1, STEPS, SEED, out_dir=ref_dir)
+    reference.run(archive("dcgan32_all"), datasets["digits"], 1, STEPS, SEED, out_dir=ref_dir)
     compare_bitwise(archive("dcgan32_all"), got_dir, ref_dir)
 
 
@@ -372,7 +372,7 @@ def test_gradient_penalty_through_synchronised_batch_norm(ganc_bin, datasets, tm
     model = "probe_r1_syncbn"
     got_dir = run_ganc(ganc_bin, model, datasets["ring"], 1, str(tmp_path))
     ref_dir = str(tmp_path / "ddp")
-    oracle.run(archive(model), datasets["ring"], 1, STEPS, SEED, out_dir=ref_dir, reducer={"dreg": "manual"})
+    reference.run(archive(model), datasets["ring"], 1, STEPS, SEED, out_dir=ref_dir, reducer={"dreg": "manual"})
     compare_bitwise(archive(model), got_dir, ref_dir)
     result = subprocess.run([ganc_bin, "run", "--nproc", "2", os.path.join(tmp_path, "plan.ganc"), "--model",
                              archive(model), "--data", datasets["ring"], "--steps", "2",
@@ -498,7 +498,7 @@ def test_the_python_class_reference_trains_like_the_archive(datasets, tmp_path):
     runs = {}
     for side, model in (("archive", None), ("python", functools.partial(zoo.module, "dcgan32"))):
         runs[side] = str(tmp_path / side)
-        oracle.run(archive("dcgan32"), datasets["digits"], 2, 4, SEED, out_dir=runs[side], eager_model=model)
+        reference.run(archive("dcgan32"), datasets["digits"], 2, 4, SEED, out_dir=runs[side], eager_model=model)
     compared = 0
     for step, phase, python, scripted in gradient_dumps(ganc.load_spec(archive("dcgan32")), 4, runs["python"],
                                                         runs["archive"], torch.load):
@@ -509,7 +509,7 @@ def test_the_python_class_reference_trains_like_the_archive(datasets, tmp_path):
     python, scripted = (torch.load(os.path.join(runs[s], "params_final.pt")) for s in ("python", "archive"))
     assert set(python) == set(scripted) and all(torch.equal(python[p], scripted[p]) for p in scripted)
     with pytest.raises(ValueError, match="'sync_batch_norm'.*global_batch=True or eager_model="):
-        oracle.run(archive("dcgan32_syncbn_f64"), datasets["digits"], 2, 1, SEED, out_dir=str(tmp_path / "x"))
+        reference.run(archive("dcgan32_syncbn_f64"), datasets["digits"], 2, 1, SEED, out_dir=str(tmp_path / "x"))
 
 
 # torch.optim's other optimizers and options, and WGAN's weight clipping: (discriminator's
@@ -545,7 +545,7 @@ def test_optimizers_and_the_weight_clamp_equal_torch_optim(ganc_bin, datasets, t
     path = optimizer_archive(tmp_path, pair)
     got_dir = run_ganc(ganc_bin, None, datasets["ring"], 2, str(tmp_path), path=path)
     ref_dir = str(tmp_path / "ddp")
-    oracle.run(path, datasets["ring"], 2, STEPS, SEED, out_dir=ref_dir)
+    reference.run(path, datasets["ring"], 2, STEPS, SEED, out_dir=ref_dir)
     compare_bitwise(path, got_dir, ref_dir)
     clamp = OPTIMIZER_PAIRS[pair][0].get("clamp_weights")
     if clamp:

@@ -128,7 +128,7 @@ def test_force_never_resumes_the_run_it_replaced(ganc_bin, datasets, tmp_path):
 def test_ranks_on_different_data_stop_at_start(ganc_bin, datasets, tmp_path):
     """Two ranks given different data sets (node-local copies that differ) stop before any step,
     every rank, in one line, where they would have trained on different data."""
-    from ganc.oracle import free_port
+    from ganc.reference import free_port
     import sys
     plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
     other = _other_data(datasets["ring"], tmp_path)

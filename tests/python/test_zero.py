@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import ganc
-from ganc import oracle
+from ganc import reference
 from conftest import archive, compile_plan, gradient_dumps
 from test_parity import relative_error
 
@@ -89,7 +89,7 @@ def test_sharded_runs_equal_unsharded_and_eager_zero(ganc_bin, datasets, tmp_pat
     data = datasets[dataset]
     unsharded = train(ganc_bin, model, data, world, str(tmp_path), 0, steps)
     ref_dir = str(tmp_path / "eager")
-    oracle.run(archive(model), data, world, steps, SEED, out_dir=ref_dir, reducer=reducer, zero=True)
+    reference.run(archive(model), data, world, steps, SEED, out_dir=ref_dir, reducer=reducer, zero=True)
     for zero in (1, 2):
         sharded = train(ganc_bin, model, data, world, str(tmp_path), zero, steps)
         assert_same_run(model, sharded, unsharded, (1e-6, 1e-6), steps)
