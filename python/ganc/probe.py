@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
-from . import functions
+from . import draws, functions
 from .scriptable import _location
 
 __all__ = ["Call", "Hazard", "Probe", "where_of"]
@@ -50,6 +50,13 @@ class Hazard:
     where: str
     construct: str
     advice: str = ""  # what the trace would do and what to write instead, where not the default
+    # A numpy draw with a torch twin: a traced network (not a phase traced whole) draws it as a
+    # random op of ganc's stream instead (ganc.draws).
+    substitute: bool = False
+
+
+_TWIN = ("a trace would freeze it, the same every step; export without trace=True (a network traced alone draws "
+         "it from ganc's random stream), or draw it with torch")
 
 
 def _shape_of(value):
@@ -144,7 +151,7 @@ class Probe:
     def _inside(self):
         return self.stack[-1] if self.stack else None
 
-    def _hazard(self, construct, frame, into=None, advice=""):
+    def _hazard(self, construct, frame, into=None, advice="", substitute=False):
         path = self._inside()
         if path is None:
             return
@@ -153,7 +160,7 @@ class Probe:
         key = (path, where, construct)
         if key not in self._seen:
             self._seen.add(key)
-            (self.hazards if into is None else into).append(Hazard(path, where, construct, advice))
+            (self.hazards if into is None else into).append(Hazard(path, where, construct, advice, substitute))
 
     def _record(self, path, method, args, kwargs, module):
         caller = self._inside()
@@ -200,7 +207,7 @@ class Probe:
                        if callable(getattr(_np.random, name, None)) and name[0].islower()
                        and name not in _NUMPY_STATE} if _np is not None else {}
         for name, fn in numpy_draws.items():
-            setattr(_np.random, name, self._wrap_draw(fn, f"numpy.random.{name}() (Python randomness)"))
+            setattr(_np.random, name, self._wrap_draw(fn, f"numpy.random.{name}() (Python randomness)", name))
         self._parameters = {_storage(p): n for n, p in self.root.named_parameters(remove_duplicate=False)}
         self._buffers = {_storage(b): n for n, b in self.root.named_buffers(remove_duplicate=False)}
         self._parameters.pop(0, None)
@@ -305,11 +312,14 @@ class Probe:
                          advice="its autograd history would reach into the next step's backward; update it "
                                 "under torch.no_grad() or with a .detach()ed value")
 
-    def _wrap_draw(self, draw, construct):
+    def _wrap_draw(self, draw, construct, function):
         probe = self
 
         def recorded(*args, **kwargs):
-            probe._hazard(construct, sys._getframe(1))
+            # A draw with a torch twin becomes a random op in the trace (ganc.draws); any
+            # other stays what a trace would freeze.
+            twin = draws.substitutable(function, args, kwargs)
+            probe._hazard(construct, sys._getframe(1), advice=_TWIN if twin else "", substitute=twin is not None)
             return draw(*args, **kwargs)
         return recorded
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 import torch
 import torch.nn as nn
 
-from . import functions
+from . import draws, functions
 from .probe import Probe, _clone, _np, where_of
 from .scriptable import ExportError, _location
 from .trace_calls import define_dispatch, describe, eager_of, forms, traced_of
@@ -115,10 +115,13 @@ def _trace(module, calls, python_seed, specialise):
         module.__dict__[name] = _in_mode(module, call)
         inputs[name] = call.args
     try:
-        with rng_kept(), warnings.catch_warnings(record=True) as caught, functions.derived():
+        with rng_kept(), warnings.catch_warnings(record=True) as caught, functions.derived(), \
+                draws.substituted() as drawn:
             warnings.simplefilter("always")
-            _seeded(python_seed)
+            # Seeded apart twice: what a trace froze of a draw differs between the two traces.
+            _seeded(python_seed, python_seed)
             traced = torch.jit.trace_module(module, inputs, check_trace=False, strict=False)
+        draws.as_random_ops(traced, drawn)
         _follow_input_device(traced)
     finally:
         for name in inputs:
@@ -128,7 +131,7 @@ def _trace(module, calls, python_seed, specialise):
         for method in dict.fromkeys(c.method for c in picked):
             mine = [(name, c) for name, c in zip(inputs, picked) if c.method == method]
             define_dispatch(traced, method, mine, with_shapes=specialise)
-    return traced, tracer, list(inputs)
+    return traced, tracer, list(inputs), drawn
 
 
 # Operations that make a tensor on the device they are given (`device=x.device`, which a trace
@@ -242,7 +245,12 @@ def trace_module(module: nn.Module, path: str, probe: Probe, why: str):
     from an input's size), each call is traced on its own and a scripted dispatch picks the
     trace by the inputs' shapes and the train/eval mode."""
     name = f"{path} ({type(module).__name__}, {where_of(module)})"
-    for hazard in probe.hazards_in(path):
+    with draws.substituted():  # the eager runs that check the trace draw what it draws
+        return _traced_and_checked(module, path, probe, why, name)
+
+
+def _traced_and_checked(module, path, probe, why, name):
+    for hazard in (h for h in probe.hazards_in(path) if not h.substitute):
         advice = hazard.advice or ("a trace would freeze it, the same every step; draw random numbers with torch "
                                    "(torch.rand, torch.randn) and keep tensor values in tensors (torch.where), or "
                                    "make the module scriptable")
@@ -253,13 +261,18 @@ def trace_module(module: nn.Module, path: str, probe: Probe, why: str):
     _check_hooks(module, path, why)
     training = module.training
     specialised = False
-    traced, tracer, methods = _trace(module, calls, 1, specialise=False)
+    traced, tracer, methods, drawn = _trace(module, calls, 1, specialise=False)
     precision, step = _rounding(traced, methods)
     tolerance = 4 * step if precision else _EXACT  # four of its roundings
     if not all([_agreement(module, traced, call, call.args) <= tolerance for call in calls[1:]]):
         specialised = True
-        traced, tracer, methods = _trace(module, calls, 1, specialise=True)
-    again, _, _ = _trace(module, calls, 2, specialise=specialised)
+        traced, tracer, methods, drawn = _trace(module, calls, 1, specialise=True)
+    again, _, _, _ = _trace(module, calls, 2, specialise=specialised)
+    for draw in drawn:
+        if not draw.found:
+            raise ExportError(f"ganc.export: {name}: {draw.describe()} does not reach a tensor as drawn "
+                              "(Tensor(...), torch.from_numpy, torch.tensor of the whole array): a trace "
+                              "would freeze it, the same every step; draw it with torch")
     module.train(training)
     traced.train(training)
     hint = ""
@@ -292,4 +305,7 @@ def trace_module(module: nn.Module, path: str, probe: Probe, why: str):
     if worst > _EXACT:
         rounding = (f"; computes in {precision}, agreeing with eager to {worst:.2g} relative ({precision} "
                     f"rounds at {step:.2g}), not bit for bit")
-    return traced, f"{how} at {shapes}: {why}{rounding}"
+    kinds = sorted({f"numpy.random.{d.function}() ({d.where})" for d in drawn})
+    random_ops = f"; {', '.join(kinds)} drawn by torch.{'/'.join(sorted({d.factory for d in drawn}))} from " \
+                 "ganc's random stream" if kinds else ""
+    return traced, f"{how} at {shapes}: {why}{rounding}{random_ops}"

@@ -358,7 +358,7 @@ class FlipsWithPythonRandom(nn.Module):
 
 class NumpyNoise(nn.Module):
     def forward(self, x):
-        return x + torch.from_numpy(np.random.randn(*x.shape).astype(np.float32))
+        return x + float(np.random.randn())  # one number for the whole batch (an array draw goes in: test_draws)
 
 
 class BranchOnValue(nn.Module):
