@@ -146,6 +146,26 @@ class _Container(nn.Module):
     names, without its forward (which did not script)."""
 
 
+# What nn.Module keeps in an instance's __dict__ for itself: not the user's attributes.
+_MODULE_STATE = set(vars(nn.Module()))
+
+
+def _with_attributes(original: nn.Module, replacement):
+    """`replacement` (a child's scripted or traced form) with the Python attributes of
+    `original` it lacks (R3GAN's parent reads `self.MainLayers[0].DataType`, a dtype the
+    scripted child does not keep): a traced parent sees its children as the user wrote them."""
+    if replacement is None or replacement is original:
+        return replacement
+    for name, value in vars(original).items():
+        if name in _MODULE_STATE or name.startswith("__") or hasattr(replacement, name):
+            continue
+        try:
+            setattr(replacement, name, value)
+        except (AttributeError, RuntimeError, TypeError):  # a name TorchScript keeps for itself
+            pass
+    return replacement
+
+
 def _container(module: nn.Module, children: dict) -> nn.Module:
     box = _Container()
     box.training = module.training
@@ -190,7 +210,7 @@ class Resolver:
             new, below, why = self.resolve(child, f"{path}.{name}")
             decisions += below
             refusal = refusal or why
-            children[name] = new
+            children[name] = _with_attributes(child, new)
         if refusal is None and any(new is not child for new, child in zip(children.values(), module.children())):
             saved = dict(module._modules)
             module._modules.update(children)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import random
 import re
+import traceback
 import warnings
 from dataclasses import replace
 
@@ -15,7 +16,7 @@ import torch
 import torch.nn as nn
 
 from . import draws, functions
-from .probe import Probe, _clone, _np, where_of
+from .probe import _OWN_DIR, _TORCH_DIR, Probe, _clone, _np, where_of
 from .scriptable import ExportError, _location
 from .trace_calls import define_dispatch, describe, eager_of, forms, traced_of
 from .trace_derivatives import _EXACT, _by, _second_input, check_derivatives, rng_kept
@@ -31,6 +32,15 @@ def _seeded(python_seed: int, torch_seed: int = 0):
         _np.random.seed(python_seed)
     torch.manual_seed(torch_seed)
 
+
+
+def _failure(error: BaseException) -> str:
+    """An exception in one line, with the user's file:line it was raised at."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if not f.filename.startswith((_TORCH_DIR, _OWN_DIR))]
+    where = f" ({_location(frames[-1].filename, frames[-1].lineno)})" if frames else ""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}{where}"
 
 
 def _check_arguments(module, path, calls):
@@ -261,7 +271,14 @@ def _traced_and_checked(module, path, probe, why, name):
     _check_hooks(module, path, why)
     training = module.training
     specialised = False
-    traced, tracer, methods, drawn = _trace(module, calls, 1, specialise=False)
+    try:
+        traced, tracer, methods, drawn = _trace(module, calls, 1, specialise=False)
+    except (ExportError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # noqa: BLE001 - the network's own code failed under the tracer
+        raise ExportError(f"ganc.export: {name}: tracing its {calls[0].method} at {describe(calls[0])} failed: "
+                          f"{_failure(e)}; it runs eagerly at the probe, so this is what tracing "
+                          "changes (a child's attribute, a Python value of a tensor)") from e
     precision, step = _rounding(traced, methods)
     tolerance = 4 * step if precision else _EXACT  # four of its roundings
     if not all([_agreement(module, traced, call, call.args) <= tolerance for call in calls[1:]]):

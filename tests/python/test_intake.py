@@ -7,6 +7,7 @@ The parity test trains the StyleGAN2-ADA-style zoo model with ganc and, as the r
 same Python classes eagerly under DistributedDataParallel (their own autograd Functions and
 backward), on the same data, seeds and world size.
 """
+import copy
 import functools
 import json
 import os
@@ -729,6 +730,63 @@ class AlreadyScripted(TinyGAN):
         self.generator = torch.jit.script(nn.Linear(2, 4))
         self.discriminator = torch.jit.trace(nn.Sequential(nn.Linear(4, 4), nn.LeakyReLU(0.2), nn.Linear(4, 1)),
                                              torch.randn(3, 4))
+
+
+class TypedLayer(nn.Module):
+    """R3GAN's layers keep their dtype as a Python attribute; this one does not script (*args)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.DataType = torch.float64
+
+    def forward(self, x, *args):
+        return F.leaky_relu(self.lin(x), 0.2)
+
+
+class ReadsItsChildren(nn.Module):
+    """R3GAN's discriminator: reads a child's Python attribute; fails to script for its children."""
+
+    def __init__(self):
+        super().__init__()
+        self.MainLayers = nn.ModuleList([TypedLayer(), TypedLayer()])
+        self.fc = nn.Linear(4, 1).double()
+
+    def forward(self, x):
+        x = x.to(self.MainLayers[0].DataType)
+        for layer in self.MainLayers:
+            x = layer(x)
+        return self.fc(x).float()
+
+
+def test_a_traced_parent_sees_its_childrens_python_attributes(tmp_path, capsys):
+    """The children are traced first (each alone) and the parent then: its forward still reads
+    `self.MainLayers[0].DataType`, which the children's traces do not keep as TorchScript
+    attributes; it exports and computes what eager does."""
+    gan = TinyGAN(nn.Identity())
+    gan.discriminator = ReadsItsChildren()
+    for layer in gan.discriminator.MainLayers:
+        layer.double()
+    eager = copy.deepcopy(gan.discriminator)
+    path = str(tmp_path / "m.pt")
+    ganc.export(gan, path, tiny_spec())
+    assert re.search(r"discriminator: traced at forward\(\[8, 4\]\)", capsys.readouterr().out)
+    x = torch.randn(8, 4)
+    assert torch.equal(torch.jit.load(path).discriminator(x), eager(x))
+
+
+class FailsUnderTheTracer(nn.Module):
+    def forward(self, x, **kwargs):
+        if torch.jit.is_tracing():  # code that runs eagerly and fails traced (a library's own guard)
+            raise RuntimeError("this layer cannot be traced")
+        return x
+
+
+def test_a_network_that_fails_under_the_tracer_is_refused_in_one_line(tmp_path):
+    message = refusal(TinyGAN(FailsUnderTheTracer()), tmp_path)
+    assert re.search(r"^ganc.export: discriminator \(KwargsNet, .*\): tracing its forward at forward\(\[8, 4\]\) "
+                     r"failed: RuntimeError: this layer cannot be traced \(" + re.escape(
+                         line_of(FailsUnderTheTracer, "raise RuntimeError")) + r"\)", message), message
 
 
 def test_networks_already_scripted_or_traced_are_taken_as_they_are(tmp_path, capsys):
