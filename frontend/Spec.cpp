@@ -199,8 +199,11 @@ Status parseEma(const json &e, Spec &spec) {
   ema.copy = e["copy"].get<std::string>();
   GANC_TRY(field(e, "half_life_images", ema.halfLifeImages, "'ema': "));
   GANC_TRY(field(e, "beta", ema.beta, "'ema': "));
+  GANC_TRY(field(e, "rampup", ema.rampup, "'ema': "));
   GANC_TRY(need(ema.halfLifeImages >= 0 && ema.beta >= 0 && ema.beta < 1,
                 "'ema': half_life_images must be >= 0 and beta in [0, 1)"));
+  GANC_TRY(need(ema.rampup >= 0 && (ema.rampup == 0 || ema.halfLifeImages > 0),
+                "'ema': rampup must be >= 0, and it ramps half_life_images up (give one)"));
   for (const PhaseSpec &p : spec.phases)
     for (const std::string &u : p.updates)
       GANC_TRY(need(!ir::isWithin(u, ema.copy) && !ir::isWithin(ema.copy, u),

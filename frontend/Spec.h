@@ -232,6 +232,9 @@ struct EmaSpec {
   /// beta = 0.5 ** (images per step / halfLifeImages) (StyleGAN2's ema_kimg), or a fixed
   /// beta when halfLifeImages is 0.
   double halfLifeImages = 0;
+  /// StyleGAN2-ADA's ema_rampup: the half-life is at most rampup * the images trained so far
+  /// (0: none).
+  double rampup = 0;
   double beta = 0.999;
 };
 

@@ -1,6 +1,7 @@
 // The EMA copy of a trained submodule.
 #include "runtime/Ema.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ganc::runtime {
@@ -11,10 +12,16 @@ std::unique_ptr<Ema> Ema::create(Session &session) {
     return nullptr;
   const frontend::EmaSpec &ema = *spec.ema;
   auto e = std::make_unique<Ema>();
-  e->beta_ = ema.halfLifeImages > 0
-                 ? std::pow(0.5, static_cast<double>(spec.batchSize * session.rank.worldSize) /
-                                     ema.halfLifeImages)
-                 : ema.beta;
+  // StyleGAN's batch: every micro-batch of the step, over every rank.
+  int64_t micro = 1;
+  for (const frontend::PhaseSpec &phase : spec.phases)
+    if (std::any_of(phase.inputs.begin(), phase.inputs.end(),
+                    [](const frontend::InputSpec &in) { return in.readsData(); }))
+      micro = std::max(micro, session.recipe(phase).accumulate);
+  e->imagesPerStep_ = static_cast<double>(spec.batchSize * session.rank.worldSize * micro);
+  e->halfLife_ = ema.halfLifeImages;
+  e->rampup_ = ema.rampup;
+  e->beta_ = ema.halfLifeImages > 0 ? std::pow(0.5, e->imagesPerStep_ / ema.halfLifeImages) : ema.beta;
   auto trained = session.module().attr(ema.submodule).toModule();
   auto average = session.module().attr(ema.copy).toModule();
   auto tp = trained.named_parameters(), ap = average.named_parameters();
@@ -30,8 +37,12 @@ std::unique_ptr<Ema> Ema::create(Session &session) {
   return e;
 }
 
-void Ema::update() {
+void Ema::update(int64_t imagesSeen) {
   torch::NoGradGuard noGrad;
+  if (rampup_ > 0) // train.py: ema_nimg = min(ema_nimg, cur_nimg * ema_rampup)
+    beta_ = std::pow(0.5, imagesPerStep_ / std::max(std::min(halfLife_, static_cast<double>(imagesSeen) *
+                                                                            rampup_),
+                                                   1e-8));
   // Multi-tensor kernels: a handful of launches for the whole copy, not two per tensor.
   at::_foreach_copy_(averages_, at::_foreach_lerp(trained_, averages_, beta_));
   if (!bufferAverages_.empty())

@@ -112,7 +112,7 @@ public:
       for (auto &[name, controller] : s_.controllers) // ADA's p, after the step
         controller.endStep(step + 1, images * s_.rank.worldSize, *s_.group.backend);
       if (ema_)
-        ema_->update();
+        ema_->update(s_.imagesSeen); // the images before this step: progress counts them next
       const int64_t done = step + 1, imagesBefore = s_.imagesSeen;
       const bool last = done == o.steps;
       GANC_TRY(progress.endStep(done, images));

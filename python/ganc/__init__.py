@@ -32,7 +32,7 @@ __all__ = ["export", "compile", "train", "simulate", "Plan", "GancError", "GancW
            "SpecError", "validate"]
 
 
-_SUBMODULES = {"spec", "scriptable", "exporter", "reference", "tensorboard", "plot", "cli", "api"}
+_SUBMODULES = {"spec", "scriptable", "exporter", "reference", "recipes", "tensorboard", "plot", "cli", "api"}
 
 
 def __getattr__(name: str):

@@ -435,7 +435,9 @@ def _validate_sampling(spec: dict, updated: set, module) -> None:
         _require(isinstance(ema.get("submodule"), str) and isinstance(ema.get("copy"), str),
                  "spec: 'ema' needs 'submodule' (the trained one) and 'copy' (its average)")
         _known_keys(ema, "ema", "spec: 'ema': ")
-        _numbers(ema, ("half_life_images", "beta"), "spec: 'ema': ")
+        _numbers(ema, ("half_life_images", "beta", "rampup"), "spec: 'ema': ")
+        _require(ema.get("rampup", 0) >= 0 and (not ema.get("rampup") or ema.get("half_life_images", 0) > 0),
+                 "spec: 'ema': rampup must be >= 0, and it ramps half_life_images up (give one)")
         _require(not any(within(u, ema["copy"]) or within(ema["copy"], u) for u in updated),
                  f"spec: 'ema': {ema['copy']!r} is trained by a phase; it must only be averaged")
         if module is not None:

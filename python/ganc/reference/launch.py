@@ -81,8 +81,9 @@ def _worker(rank, world, port, archive, data_path, steps, seed, out_dir, device,
             updates = training.backward(phase, inputs, batches, fade, device, values)
             dump = os.path.join(out_dir, f"grads_step{step}_{phase['name']}.pt") if out_dir and rank == 0 else None
             training.step(phase, updates, dump)
-        training.controllers.end_step(step + 1, len(batches) * spec["batch_size"] * world)
-        training.end_step()
+        images = len(batches) * spec["batch_size"] * world
+        training.controllers.end_step(step + 1, images)
+        training.end_step(images)
     if out_dir and rank == 0:
         training.write_final(out_dir)
     dist.barrier()  # every rank done, rank 0's files written

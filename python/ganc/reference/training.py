@@ -40,9 +40,14 @@ class EagerTraining:
             src, dst = getattr(gan, self.ema["submodule"]), getattr(gan, self.ema["copy"])
             self.ema_pairs = (list(dst.parameters()), list(src.parameters()), list(dst.buffers()),
                               list(src.buffers()))
-            half_life = self.ema.get("half_life_images", 0)
-            self.ema_beta = (0.5 ** (spec["batch_size"] * world / half_life) if half_life
+            # StyleGAN's batch: every micro-batch of the step, over every rank.
+            micro = max([p.get("accumulate", 1) for p in spec["phases"]
+                         if any(i["source"] in ("data", "labels") for i in p["inputs"])], default=1)
+            self.ema_images = spec["batch_size"] * world * micro
+            self.ema_half_life = self.ema.get("half_life_images", 0)
+            self.ema_beta = (0.5 ** (self.ema_images / self.ema_half_life) if self.ema_half_life
                              else self.ema.get("beta", 0.999))
+        self.images_seen = 0  # real images over every rank before this step (train.py's cur_nimg)
 
     @staticmethod
     def trains(name, updates):
@@ -183,18 +188,23 @@ class EagerTraining:
         if scaler:
             scaler.update()
 
-    def end_step(self):
-        """The learning-rate schedules' step, then the EMA update (StyleGAN2's)."""
+    def end_step(self, images):
+        """The learning-rate schedules' step, then the EMA update (StyleGAN2's, with its ramp-up),
+        after a step that trained on `images` real images over every rank."""
         with warnings.catch_warnings():  # a group a later phase steps has not stepped yet
             warnings.simplefilter("ignore", UserWarning)
             for scheduler in self.schedulers:
                 scheduler.step()
         if self.ema is not None:
+            if self.ema.get("rampup"):  # train.py: ema_nimg = min(ema_nimg, cur_nimg * ema_rampup)
+                ramped = min(self.ema_half_life, self.images_seen * self.ema["rampup"])
+                self.ema_beta = 0.5 ** (self.ema_images / max(ramped, 1e-8))
             with torch.no_grad():
                 for p_ema, p in zip(self.ema_pairs[0], self.ema_pairs[1]):
                     p_ema.copy_(p.lerp(p_ema, self.ema_beta))
                 for b_ema, b in zip(self.ema_pairs[2], self.ema_pairs[3]):
                     b_ema.copy_(b)
+        self.images_seen += images
 
     def write_final(self, out_dir):
         # Each phase's gradient norm per run (unscaled, before clipping): ganc's GradNorm/<phase>.

@@ -1,0 +1,251 @@
+"""Training recipes: StyleGAN2's loss with StyleGAN2-ADA's train.py presets, around any generator
+and discriminator with NVIDIA's call signatures.
+
+    from ganc import recipes
+    gan, spec = recipes.stylegan2(G, D, cfg="paper256", gpus=8)
+    ganc.export(gan, "stylegan2.pt", spec)
+
+`G` has `G.mapping(z, c)` and `G.synthesis(ws)` and `z_dim`, `c_dim`, `img_resolution`,
+`img_channels` (NVIDIA's networks unchanged, the zoo's, a user's written the same way); `D(img, c)`
+its logits. The phases are StyleGAN2Loss's (stylegan2-ada-pytorch's training/loss.py): Gmain,
+Greg (path length, every 4 steps, on half the batch), Dmain and Dreg (R1, every 16), with style
+mixing; the optimizers are train.py's Adam with training_loop's lazy-regularisation scaling of
+the learning rate and betas, G_ema its EMA (half-life `ema_kimg` thousand images, ramped up
+where the preset does). A preset's network sizes (mapping depth, channel base, minibatch-std
+group) are for building G and D: `preset(...).network_kwargs()`."""
+from __future__ import annotations
+
+import copy
+import inspect
+import math
+from dataclasses import dataclass, field, replace
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+__all__ = ["PRESETS", "StyleGAN2Loss", "StyleGAN2Preset", "preset", "stylegan2"]
+
+
+@dataclass(frozen=True)
+class StyleGAN2Preset:
+    """What stylegan2-ada-pytorch's `train.py --cfg` sets (its cfg_specs, then
+    setup_training_loop_kwargs and training_loop's defaults)."""
+    cfg: str
+    ref_gpus: int
+    kimg: int
+    batch: int  # images per step over every GPU
+    mbstd: int
+    fmaps: float
+    lr: float
+    gamma: float
+    ema_kimg: float
+    ema_rampup: float | None
+    map: int
+    pl_weight: float = 2.0
+    style_mixing_prob: float = 0.9
+    pl_batch_shrink: int = 2
+    pl_decay: float = 0.01
+    g_reg_interval: int = 4
+    d_reg_interval: int = 16
+    betas: tuple = field(default=(0.0, 0.99))
+    eps: float = 1e-8
+
+    @property
+    def batch_gpu(self) -> int:
+        return self.batch // self.ref_gpus
+
+    @property
+    def channel_base(self) -> int:
+        return int(self.fmaps * 32768)
+
+    def optimizer(self, interval: int) -> dict:
+        """Adam for a network regularised every `interval` steps: training_loop's mb_ratio
+        scales the learning rate and each beta (beta ** ratio)."""
+        ratio = interval / (interval + 1) if interval > 0 else 1.0
+        return {"type": "adam", "lr": self.lr * ratio, "betas": [b ** ratio for b in self.betas], "eps": self.eps}
+
+    def network_kwargs(self) -> dict:
+        """The sizes train.py gives NVIDIA's Generator and Discriminator."""
+        g = {"z_dim": 512, "w_dim": 512, "mapping_kwargs": {"num_layers": self.map},
+             "synthesis_kwargs": {"channel_base": self.channel_base, "channel_max": 512, "num_fp16_res": 4,
+                                  "conv_clamp": 256}}
+        d = {"channel_base": self.channel_base, "channel_max": 512, "num_fp16_res": 4, "conv_clamp": 256,
+             "epilogue_kwargs": {"mbstd_group_size": self.mbstd}}
+        if self.cfg == "cifar":
+            d["architecture"] = "orig"
+        return {"G": g, "D": d}
+
+
+# stylegan2-ada-pytorch's train.py cfg_specs ('auto' is filled in by preset()).
+PRESETS = {
+    "auto": StyleGAN2Preset("auto", -1, 25000, -1, -1, -1, -1, -1, -1, 0.05, 2),
+    "stylegan2": StyleGAN2Preset("stylegan2", 8, 25000, 32, 4, 1, 0.002, 10, 10, None, 8),
+    "paper256": StyleGAN2Preset("paper256", 8, 25000, 64, 8, 0.5, 0.0025, 1, 20, None, 8),
+    "paper512": StyleGAN2Preset("paper512", 8, 25000, 64, 8, 1, 0.0025, 0.5, 20, None, 8),
+    "paper1024": StyleGAN2Preset("paper1024", 8, 25000, 32, 4, 1, 0.002, 2, 10, None, 8),
+    "cifar": StyleGAN2Preset("cifar", 2, 100000, 64, 32, 1, 0.0025, 0.01, 500, 0.05, 2, pl_weight=0.0,
+                             style_mixing_prob=0.0),
+}
+
+
+def preset(cfg: str, resolution: int, gpus: int = 1, **overrides) -> StyleGAN2Preset:
+    """train.py's configuration `cfg` for images of `resolution` pixels on `gpus` GPUs; 'auto'
+    derives batch, minibatch-std group, channel base, learning rate, R1 gamma and EMA from them
+    as train.py does. `overrides` (gamma=, batch=, kimg=, ...) replace fields as train.py's
+    options do (--gamma, --batch, --kimg)."""
+    if cfg not in PRESETS:
+        raise ValueError(f"ganc.recipes: no StyleGAN2 preset {cfg!r} (presets: {', '.join(PRESETS)})")
+    if gpus < 1 or resolution < 4 or resolution & (resolution - 1):
+        raise ValueError(f"ganc.recipes: {cfg}: gpus must be at least 1 and resolution a power of two of at least "
+                         f"4 (got gpus={gpus}, resolution={resolution})")
+    p = PRESETS[cfg]
+    if cfg == "auto":
+        mb = max(min(gpus * min(4096 // resolution, 32), 64), gpus)
+        p = replace(p, ref_gpus=gpus, batch=mb, mbstd=min(mb // gpus, 4), fmaps=1 if resolution >= 512 else 0.5,
+                    lr=0.002 if resolution >= 1024 else 0.0025, gamma=0.0002 * resolution ** 2 / mb,
+                    ema_kimg=mb * 10 / 32)
+    unknown = sorted(set(overrides) - set(StyleGAN2Preset.__dataclass_fields__))
+    if unknown:
+        raise ValueError(f"ganc.recipes: {cfg}: no setting {unknown[0]!r}")
+    return replace(p, **overrides)
+
+
+class StyleGAN2Loss(nn.Module):
+    """StyleGAN2Loss's phases as methods around `G`, `D` and `G_ema` (see the module)."""
+
+    def __init__(self, G: nn.Module, D: nn.Module, p: StyleGAN2Preset, G_ema: nn.Module | None = None):
+        super().__init__()
+        self.G = G
+        self.D = D
+        self.G_ema = G_ema if G_ema is not None else copy.deepcopy(G).eval().requires_grad_(False)
+        self.register_buffer("pl_mean", torch.zeros([]))
+        self.c_dim = int(getattr(G, "c_dim", 0))
+        self.style_mixing_prob = float(p.style_mixing_prob)
+        self.pl_weight = float(p.pl_weight)
+        self.pl_decay = float(p.pl_decay)
+        self.pl_batch_shrink = int(p.pl_batch_shrink)
+        self.r1_gamma = float(p.gamma)
+        self.g_reg_interval = int(p.g_reg_interval)
+        self.d_reg_interval = int(p.d_reg_interval)
+
+    def one_hot(self, labels: torch.Tensor) -> torch.Tensor:
+        return F.one_hot(labels, self.c_dim).to(torch.float32)
+
+    def run_g(self, z: torch.Tensor, c: torch.Tensor):
+        ws = self.G.mapping(z, c)
+        if self.style_mixing_prob > 0:
+            num_ws = ws.shape[1]
+            cutoff = torch.randint(1, num_ws, [1], device=ws.device)
+            mix = torch.rand([1], device=ws.device) < self.style_mixing_prob
+            cutoff = torch.where(mix, cutoff, torch.full_like(cutoff, num_ws))
+            other = self.G.mapping(torch.randn_like(z), c)
+            later = (torch.arange(num_ws, device=ws.device) >= cutoff).view(1, num_ws, 1)
+            ws = torch.where(later, other, ws)
+        return self.G.synthesis(ws), ws
+
+    def gmain(self, z: torch.Tensor, c: torch.Tensor):
+        img, _ = self.run_g(z, c)
+        return F.softplus(-self.D(img, c)).mean()
+
+    def greg(self, z: torch.Tensor, c: torch.Tensor):
+        n = z.shape[0] // self.pl_batch_shrink
+        img, ws = self.run_g(z[:n], c[:n])
+        noise = torch.randn_like(img) / math.sqrt(img.shape[2] * img.shape[3])
+        grads = torch.autograd.grad([(img * noise).sum()], [ws], create_graph=True)[0]
+        assert grads is not None
+        lengths = grads.square().sum(2).mean(1).sqrt()
+        pl_mean = self.pl_mean.lerp(lengths.mean().detach(), self.pl_decay)
+        self.pl_mean.copy_(pl_mean)
+        return ((lengths - pl_mean).square() * self.pl_weight).mean() * self.g_reg_interval
+
+    def dmain(self, real: torch.Tensor, real_c: torch.Tensor, z: torch.Tensor, gen_c: torch.Tensor):
+        fake, _ = self.run_g(z, gen_c)
+        loss_gen = F.softplus(self.D(fake.detach(), gen_c)).mean()
+        return loss_gen + F.softplus(-self.D(real, real_c)).mean()
+
+    def dreg(self, real: torch.Tensor, c: torch.Tensor):
+        x = real.detach().requires_grad_(True)
+        grads = torch.autograd.grad([self.D(x, c).sum()], [x], create_graph=True)[0]
+        assert grads is not None
+        return (grads.square().sum([1, 2, 3]) * (self.r1_gamma / 2)).mean() * self.d_reg_interval
+
+    # The phases of an unconditional G: c is [n, 0].
+    def phase_gmain(self, z: torch.Tensor):
+        return self.gmain(z, torch.zeros([z.shape[0], 0], device=z.device))
+
+    def phase_greg(self, z: torch.Tensor):
+        return self.greg(z, torch.zeros([z.shape[0], 0], device=z.device))
+
+    def phase_dmain(self, real: torch.Tensor, z: torch.Tensor):
+        c = torch.zeros([z.shape[0], 0], device=z.device)
+        return self.dmain(real, c, z, c)
+
+    def phase_dreg(self, real: torch.Tensor):
+        return self.dreg(real, torch.zeros([real.shape[0], 0], device=real.device))
+
+    # The phases of a conditional G: the real images' labels, and random classes for the fakes.
+    def phase_gmain_c(self, z: torch.Tensor, gen_c: torch.Tensor):
+        return self.gmain(z, self.one_hot(gen_c))
+
+    def phase_greg_c(self, z: torch.Tensor, gen_c: torch.Tensor):
+        return self.greg(z, self.one_hot(gen_c))
+
+    def phase_dmain_c(self, real: torch.Tensor, labels: torch.Tensor, z: torch.Tensor, gen_c: torch.Tensor):
+        return self.dmain(real, self.one_hot(labels), z, self.one_hot(gen_c))
+
+    def phase_dreg_c(self, real: torch.Tensor, labels: torch.Tensor):
+        return self.dreg(real, self.one_hot(labels))
+
+
+def _spec(gan: StyleGAN2Loss, p: StyleGAN2Preset, gpus: int, batch_gpu: int | None) -> dict:
+    G = gan.G
+    per_gpu = batch_gpu or max(1, min(p.batch_gpu, p.batch // gpus))
+    if p.batch % (per_gpu * gpus):
+        raise ValueError(f"ganc.recipes: {p.cfg}: a batch of {p.batch} does not split into {gpus} GPUs of "
+                         f"{per_gpu} (train.py's --batch must be a multiple of --gpus times --batch-gpu)")
+    accumulate = p.batch // (per_gpu * gpus)
+    z = {"name": "z", "source": "normal", "shape": [int(G.z_dim)]}
+    real = {"name": "real", "source": "data"}
+    conditional = gan.c_dim > 0
+    suffix = "_c" if conditional else ""
+    gen = [z, {"name": "gen_c", "source": "categorical"}] if conditional else [z]
+    reals = [real, {"name": "labels", "source": "labels"}] if conditional else [real]
+    phases = [{"name": "Gmain", "method": "phase_gmain" + suffix, "updates": ["G"], "inputs": gen}]
+    if p.pl_weight > 0:
+        phases.append({"name": "Greg", "method": "phase_greg" + suffix, "updates": ["G"],
+                       "interval": p.g_reg_interval, "inputs": gen})
+    phases.append({"name": "Dmain", "method": "phase_dmain" + suffix, "updates": ["D"], "inputs": reals + gen})
+    if p.gamma > 0:
+        phases.append({"name": "Dreg", "method": "phase_dreg" + suffix, "updates": ["D"],
+                       "interval": p.d_reg_interval, "inputs": reals})
+    if accumulate > 1:
+        for phase in phases:
+            phase["accumulate"] = accumulate
+    ema = {"submodule": "G", "copy": "G_ema", "half_life_images": p.ema_kimg * 1000}
+    if p.ema_rampup is not None:
+        ema["rampup"] = p.ema_rampup
+    g_int = p.g_reg_interval if p.pl_weight > 0 else 0
+    d_int = p.d_reg_interval if p.gamma > 0 else 0
+    spec = {"ganc_spec": 2 if accumulate > 1 else 1, "name": f"stylegan2_{p.cfg}", "batch_size": per_gpu,
+            "data": {"shape": [int(G.img_channels), int(G.img_resolution), int(G.img_resolution)]},
+            "phases": phases,
+            "optimizers": {"G": p.optimizer(g_int), "D": p.optimizer(d_int)},
+            "ema": ema}
+    if conditional:
+        spec["data"]["classes"] = gan.c_dim
+    c = inspect.signature(G.forward).parameters.get("c")
+    if not conditional and c is not None and c.default is not inspect.Parameter.empty:
+        spec["sample"] = {"submodule": "G_ema", "noise_shape": [int(G.z_dim)]}  # G_ema(z): c has a default
+    return spec
+
+
+def stylegan2(G: nn.Module, D: nn.Module, cfg: str = "auto", gpus: int = 1, G_ema: nn.Module | None = None,
+              batch_gpu: int | None = None, **overrides):
+    """(the GAN to export, its spec): StyleGAN2's loss around `G` and `D` with train.py's preset
+    `cfg` for `gpus` GPUs (the images' resolution is G's), and `overrides` of the preset
+    (gamma=, batch=, ...). Each GPU takes `batch_gpu` images per pass (train.py's --batch-gpu;
+    by default its batch // ref_gpus, at most batch // gpus), accumulating up to the batch."""
+    p = preset(cfg, int(G.img_resolution), gpus, **overrides)
+    gan = StyleGAN2Loss(G, D, p, G_ema)
+    return gan, _spec(gan, p, gpus, batch_gpu)

@@ -1,0 +1,135 @@
+"""ganc.recipes: StyleGAN2's loss with stylegan2-ada-pytorch's train.py presets. Each preset's
+numbers are those train.py sets (tests/python/data/stylegan2_ada_presets.json, recorded from
+its `--dry-run` by bench/stylegan2_ada_presets.py), and the recipe around the zoo's
+StyleGAN2-ADA-style networks trains at 2 ranks bit for bit like eager DDP on its archive,
+EMA ramp-up included."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+
+import ganc
+from ganc import recipes, reference
+from conftest import gradient_dumps
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RECORDED = json.load(open(os.path.join(HERE, "data", "stylegan2_ada_presets.json")))
+STEPS = 17  # Dreg (every 16) twice, Greg (every 4) five times
+
+
+def subset(small, big, where=""):
+    """Every key of `small` is in `big` with the same value (dicts compared key by key)."""
+    for key, value in small.items():
+        assert key in big, f"{where}{key}: not set by train.py"
+        if isinstance(value, dict):
+            subset(value, big[key], f"{where}{key}.")
+        else:
+            assert value == big[key], f"{where}{key}: ganc {value!r}, train.py {big[key]!r}"
+
+
+@pytest.mark.parametrize("case", RECORDED["cases"], ids=lambda c: f"{c['cfg']}-{c['resolution']}px-{c['gpus']}gpu")
+def test_each_preset_is_what_train_py_sets(case):
+    o = case["options"]
+    p = recipes.preset(case["cfg"], case["resolution"], case["gpus"])
+    loss = {**RECORDED["defaults"]["loss"], **o["loss_kwargs"]}
+    assert (p.batch, p.batch_gpu, p.kimg, p.ema_kimg, p.ema_rampup) == (
+        o["batch_size"], o["batch_gpu"], o["total_kimg"], o["ema_kimg"], o["ema_rampup"])
+    assert p.gamma == loss["r1_gamma"]
+    for mine, theirs in ((p.style_mixing_prob, "style_mixing_prob"), (p.pl_weight, "pl_weight"),
+                         (p.pl_batch_shrink, "pl_batch_shrink"), (p.pl_decay, "pl_decay")):
+        assert mine == loss[theirs], theirs
+    assert (p.g_reg_interval, p.d_reg_interval) == (RECORDED["defaults"]["G_reg_interval"],
+                                                    RECORDED["defaults"]["D_reg_interval"])
+    for opt in (o["G_opt_kwargs"], o["D_opt_kwargs"]):
+        assert (p.lr, list(p.betas), p.eps) == (opt["lr"], opt["betas"], opt["eps"])
+    kwargs = p.network_kwargs()
+    subset(kwargs["G"], o["G_kwargs"], "G_kwargs.")
+    subset(kwargs["D"], o["D_kwargs"], "D_kwargs.")
+    assert ("architecture" in kwargs["D"]) == ("architecture" in o["D_kwargs"])
+
+
+class Stub(nn.Module):
+    """A generator's interface, to see the spec a recipe writes."""
+
+    def __init__(self, resolution, c_dim=0):
+        super().__init__()
+        self.z_dim, self.c_dim, self.img_resolution, self.img_channels = 512, c_dim, resolution, 3
+        self.lin = nn.Linear(1, 1)
+
+
+@pytest.mark.parametrize("case", [c for c in RECORDED["cases"] if c["cfg"] in ("paper256", "cifar")],
+                         ids=lambda c: c["cfg"])
+def test_the_spec_scales_the_optimizers_as_training_loop_does(case):
+    """training_loop's lazy regularisation: a network regularised every k steps takes
+    lr * k/(k+1) and betas ** (k/(k+1)); a preset without path length or R1 has no such phase.
+    The batch is split over the GPUs, the rest accumulated."""
+    o = case["options"]
+    gan, spec = recipes.stylegan2(Stub(case["resolution"]), Stub(case["resolution"]), cfg=case["cfg"],
+                                  gpus=case["gpus"])
+    loss = {**RECORDED["defaults"]["loss"], **o["loss_kwargs"]}
+    intervals = {"G": RECORDED["defaults"]["G_reg_interval"] if loss["pl_weight"] else 0,
+                 "D": RECORDED["defaults"]["D_reg_interval"] if loss["r1_gamma"] else 0}
+    for name, k in intervals.items():
+        ratio = k / (k + 1) if k else 1.0
+        theirs = o[f"{name}_opt_kwargs"]
+        assert spec["optimizers"][name]["lr"] == theirs["lr"] * ratio
+        assert spec["optimizers"][name]["betas"] == [b ** ratio for b in theirs["betas"]]
+    phases = {p["name"]: p for p in spec["phases"]}
+    assert ("Greg" in phases) == bool(loss["pl_weight"]) and "Dreg" in phases
+    assert spec["batch_size"] * case["gpus"] * phases["Dmain"].get("accumulate", 1) == o["batch_size"]
+    assert spec["ema"]["half_life_images"] == o["ema_kimg"] * 1000
+    assert spec["ema"].get("rampup") == o["ema_rampup"]
+
+
+def test_bad_presets_are_refused_in_one_line():
+    with pytest.raises(ValueError, match="no StyleGAN2 preset 'paper128'"):
+        recipes.preset("paper128", 128)
+    with pytest.raises(ValueError, match="resolution a power of two"):
+        recipes.preset("auto", 100)
+    with pytest.raises(ValueError, match="no setting 'lrate'"):
+        recipes.preset("auto", 64, lrate=0.1)
+
+
+@pytest.fixture(scope="module")
+def digits16(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("data") / "digits16.pt")
+    subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "models", "make_data.py"), "digits",
+                    "--size", "16", "-o", path], check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+def test_the_recipe_trains_like_eager_ddp(ganc_bin, digits16, tmp_path):
+    """The zoo's StyleGAN2-ADA-style G and D (NVIDIA's signatures) in the 'auto' preset at 16
+    pixels, its batch and gamma overridden to fit the machine: exported, compiled and trained
+    at 2 ranks for 17 steps, every phase's gradients, the final parameters and G_ema (ramped
+    up) equal eager DDP on the archive bit for bit (--fusion off: the reference runs the
+    archive's reference resampling)."""
+    from zoo.stylegan2_ada import Discriminator, Generator
+    torch.manual_seed(0)
+    G = Generator(z_dim=32, c_dim=0, w_dim=32, img_resolution=16, img_channels=3,
+                  mapping_kwargs=dict(num_layers=2), synthesis_kwargs=dict(channel_base=512, channel_max=32))
+    D = Discriminator(c_dim=0, img_resolution=16, img_channels=3, channel_base=512, channel_max=32)
+    gan, spec = recipes.stylegan2(G, D, cfg="auto", gpus=2, batch=8, gamma=1.0, ema_kimg=0.1)
+    assert spec["ema"] == {"submodule": "G", "copy": "G_ema", "half_life_images": 100.0, "rampup": 0.05}
+    model, plan = str(tmp_path / "sg2.pt"), str(tmp_path / "sg2.plan")
+    ganc.export(gan, model, spec)
+    subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
+    run = subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", model, "--data", digits16, "--steps",
+                          str(STEPS), "--seed", "3", "--out", str(tmp_path / "train"), "--sample-every", "0",
+                          "--checkpoint-every", "0", "--fusion", "off", "--dump-grads", str(tmp_path / "dump")],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    reference.run(model, digits16, 2, STEPS, 3, str(tmp_path / "ddp"), reducer={"Dreg": "manual", "Greg": "manual"})
+    phases = set()
+    for step, phase, got, ref in gradient_dumps(spec, STEPS, str(tmp_path / "dump"), str(tmp_path / "ddp")):
+        phases.add(phase)
+        assert all(torch.equal(got[name], ref[name]) for name in ref), (step, phase)
+    assert phases == {"Gmain", "Greg", "Dmain", "Dreg"}
+    got = ganc.load_checkpoint(str(tmp_path / "dump" / "params_final.pt"))
+    ref = torch.load(str(tmp_path / "ddp" / "params_final.pt"))
+    assert any(name.startswith("G_ema.") for name in ref)
+    assert set(got) == set(ref) and all(torch.equal(got[name], ref[name]) for name in ref)
