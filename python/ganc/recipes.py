@@ -12,7 +12,11 @@ Greg (path length, every 4 steps, on half the batch), Dmain and Dreg (R1, every 
 mixing; the optimizers are train.py's Adam with training_loop's lazy-regularisation scaling of
 the learning rate and betas, G_ema its EMA (half-life `ema_kimg` thousand images, ramped up
 where the preset does). A preset's network sizes (mapping depth, channel base, minibatch-std
-group) are for building G and D: `preset(...).network_kwargs()`."""
+group) are for building G and D: `preset(...).network_kwargs()`.
+
+`r3gan(G, D, gamma=...)` is R3GAN's loss (its training/loss.py): the relativistic pairing loss
+(RpGAN) with zero-centred gradient penalties on the real (R1) and the generated (R2) images,
+both every step, for a `G(z, c)` and a `D(img, c)`."""
 from __future__ import annotations
 
 import copy
@@ -24,7 +28,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["PRESETS", "StyleGAN2Loss", "StyleGAN2Preset", "preset", "stylegan2"]
+__all__ = ["PRESETS", "R3GANLoss", "StyleGAN2Loss", "StyleGAN2Preset", "preset", "r3gan", "stylegan2"]
 
 
 @dataclass(frozen=True)
@@ -249,3 +253,72 @@ def stylegan2(G: nn.Module, D: nn.Module, cfg: str = "auto", gpus: int = 1, G_em
     p = preset(cfg, int(G.img_resolution), gpus, **overrides)
     gan = StyleGAN2Loss(G, D, p, G_ema)
     return gan, _spec(gan, p, gpus, batch_gpu)
+
+
+class R3GANLoss(nn.Module):
+    """R3GAN's AdversarialTraining as phase methods around `G(z, c)` and `D(img, c)`."""
+
+    def __init__(self, G: nn.Module, D: nn.Module, gamma: float, G_ema: nn.Module | None = None):
+        super().__init__()
+        self.G = G
+        self.D = D
+        self.G_ema = G_ema if G_ema is not None else copy.deepcopy(G).eval().requires_grad_(False)
+        self.c_dim = int(getattr(G, "c_dim", 0))
+        self.gamma = float(gamma)
+
+    def one_hot(self, labels: torch.Tensor) -> torch.Tensor:
+        return F.one_hot(labels, self.c_dim).to(torch.float32)
+
+    def g_loss(self, real: torch.Tensor, z: torch.Tensor, c: torch.Tensor):
+        fake_logits = self.D(self.G(z, c), c)
+        real_logits = self.D(real.detach(), c)
+        return F.softplus(-(fake_logits - real_logits)).mean()
+
+    def d_loss(self, real: torch.Tensor, z: torch.Tensor, c: torch.Tensor):
+        real = real.detach().requires_grad_(True)
+        fake = self.G(z, c).detach().requires_grad_(True)
+        real_logits = self.D(real, c)
+        fake_logits = self.D(fake, c)
+        r1 = torch.autograd.grad([real_logits.sum()], [real], create_graph=True)[0]
+        r2 = torch.autograd.grad([fake_logits.sum()], [fake], create_graph=True)[0]
+        assert r1 is not None and r2 is not None
+        penalty = r1.square().sum([1, 2, 3]) + r2.square().sum([1, 2, 3])
+        return (F.softplus(-(real_logits - fake_logits)) + (self.gamma / 2) * penalty).mean()
+
+    def phase_g(self, real: torch.Tensor, z: torch.Tensor):
+        return self.g_loss(real, z, torch.zeros([z.shape[0], 0], device=z.device))
+
+    def phase_d(self, real: torch.Tensor, z: torch.Tensor):
+        return self.d_loss(real, z, torch.zeros([z.shape[0], 0], device=z.device))
+
+    def phase_g_c(self, real: torch.Tensor, labels: torch.Tensor, z: torch.Tensor):
+        return self.g_loss(real, z, self.one_hot(labels))
+
+    def phase_d_c(self, real: torch.Tensor, labels: torch.Tensor, z: torch.Tensor):
+        return self.d_loss(real, z, self.one_hot(labels))
+
+
+def r3gan(G: nn.Module, D: nn.Module, gamma: float, batch_gpu: int, lr: float = 2e-4, betas=(0.0, 0.9),
+          eps: float = 1e-8, ema_kimg: float = 500.0, G_ema: nn.Module | None = None):
+    """(the GAN to export, its spec): R3GAN's loss around `G(z, c)` and `D(img, c)`, Adam with
+    R3GAN's starting `lr` and `betas` for both, D's step then G's, G_ema with a half-life of
+    `ema_kimg` thousand images. R3GAN decays its learning rate, beta2, gamma and EMA half-life
+    over training (cosine schedules): here they are constants; a learning-rate schedule can be
+    added to the spec's optimizers (`lr_schedule`)."""
+    if gamma < 0 or batch_gpu < 1:
+        raise ValueError(f"ganc.recipes: r3gan: gamma must be >= 0 and batch_gpu >= 1 (got {gamma}, {batch_gpu})")
+    gan = R3GANLoss(G, D, gamma, G_ema)
+    conditional = gan.c_dim > 0
+    real = [{"name": "real", "source": "data"}] + ([{"name": "labels", "source": "labels"}] if conditional else [])
+    z = {"name": "z", "source": "normal", "shape": [int(G.z_dim)]}
+    suffix = "_c" if conditional else ""
+    adam = {"type": "adam", "lr": lr, "betas": list(betas), "eps": eps}
+    spec = {"ganc_spec": 1, "name": "r3gan", "batch_size": batch_gpu,
+            "data": {"shape": [int(G.img_channels), int(G.img_resolution), int(G.img_resolution)]},
+            "phases": [{"name": "D", "method": "phase_d" + suffix, "updates": ["D"], "inputs": real + [z]},
+                       {"name": "G", "method": "phase_g" + suffix, "updates": ["G"], "inputs": real + [z]}],
+            "optimizers": {"G": dict(adam), "D": dict(adam)},
+            "ema": {"submodule": "G", "copy": "G_ema", "half_life_images": ema_kimg * 1000}}
+    if conditional:
+        spec["data"]["classes"] = gan.c_dim
+    return gan, spec
