@@ -25,11 +25,12 @@ _LAZY = {
     "example_inputs": "exporter", "phase_methods_scripted": "exporter",
     "make_scriptable": "scriptable", "ExportError": "scriptable",
     "SPEC_VERSION": "spec", "SpecError": "spec", "validate": "spec", "dumps": "spec",
+    "stylegan_snapshot": "snapshots",
 }
 
 __all__ = ["export", "compile", "train", "simulate", "Plan", "GancError", "GancWarning", "load_spec",
            "load_checkpoint", "example_inputs", "make_scriptable", "ExportError", "SPEC_VERSION",
-           "SpecError", "validate"]
+           "SpecError", "validate", "stylegan_snapshot"]
 
 
 _SUBMODULES = {"spec", "scriptable", "exporter", "reference", "recipes", "tensorboard", "plot", "cli", "api"}

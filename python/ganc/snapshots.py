@@ -1,0 +1,44 @@
+"""Network snapshots in StyleGAN's format, from a ganc checkpoint: the `network-snapshot-KIMG.pkl`
+that NVIDIA's generate.py, projector.py and calc_metrics.py load (a pickle of a dict holding
+G, D and G_ema as modules of your own classes), so a run trained with ganc goes on into their
+tools."""
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+
+import torch
+
+from .exporter import load_checkpoint
+
+__all__ = ["stylegan_snapshot"]
+
+
+def stylegan_snapshot(checkpoint: str, out_dir: str, training_set_kwargs: dict | None = None,
+                      **modules: torch.nn.Module) -> str:
+    """Writes `out_dir/network-snapshot-KIMG.pkl` from ganc's `checkpoint` and returns its path.
+
+    `modules` are fresh instances of your classes by the name of the GAN's submodule they
+    are (`G=Generator(...), D=Discriminator(...), G_ema=Generator(...)`): each takes that
+    submodule's trained parameters and buffers (strictly: every name must match), and is
+    pickled as StyleGAN's training loop pickles it (a copy, in eval mode, without gradients,
+    on the CPU). KIMG is the thousands of real images the checkpoint had trained on. A
+    submodule the checkpoint does not hold is refused, naming what it holds."""
+    state = load_checkpoint(checkpoint)
+    held = sorted(k for k, v in state.items() if isinstance(v, dict) and k not in ("optimizers", "best"))
+    snapshot = {"training_set_kwargs": training_set_kwargs, "augment_pipe": None}
+    for name, module in modules.items():
+        if name not in state or not isinstance(state[name], dict):
+            raise ValueError(f"ganc.stylegan_snapshot: {checkpoint} holds no submodule {name!r} "
+                             f"(it holds {', '.join(held)})")
+        module = copy.deepcopy(module)
+        module.load_state_dict(state[name], strict=True)
+        snapshot[name] = module.eval().requires_grad_(False).cpu()
+    kimg = int(state.get("images", 0)) // 1000
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"network-snapshot-{kimg:06d}.pkl")
+    with open(path + ".tmp", "wb") as f:
+        pickle.dump(snapshot, f)
+    os.replace(path + ".tmp", path)
+    return path
