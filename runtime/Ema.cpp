@@ -12,13 +12,7 @@ std::unique_ptr<Ema> Ema::create(Session &session) {
     return nullptr;
   const frontend::EmaSpec &ema = *spec.ema;
   auto e = std::make_unique<Ema>();
-  // StyleGAN's batch: every micro-batch of the step, over every rank.
-  int64_t micro = 1;
-  for (const frontend::PhaseSpec &phase : spec.phases)
-    if (std::any_of(phase.inputs.begin(), phase.inputs.end(),
-                    [](const frontend::InputSpec &in) { return in.readsData(); }))
-      micro = std::max(micro, session.recipe(phase).accumulate);
-  e->imagesPerStep_ = static_cast<double>(spec.batchSize * session.rank.worldSize * micro);
+  e->imagesPerStep_ = static_cast<double>(session.stepImages()); // StyleGAN's batch
   e->halfLife_ = ema.halfLifeImages;
   e->rampup_ = ema.rampup;
   e->beta_ = ema.halfLifeImages > 0 ? std::pow(0.5, e->imagesPerStep_ / ema.halfLifeImages) : ema.beta;

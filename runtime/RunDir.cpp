@@ -260,6 +260,7 @@ nlohmann::json segmentRecord(const Session &s, int64_t firstStep, const std::str
       {"resumed_from", resumedFrom},
       {"options",
        {{"steps", o.steps},
+        {"kimg", o.kimg},
         {"seed", o.seed},
         {"log_every", o.logEvery},
         {"sample_every", o.sampleEvery},

@@ -270,6 +270,15 @@ const std::vector<Session::StepGroup> &Session::stepGroups(const std::string &ph
   return stepGroups_.emplace(phase, std::move(groups)).first->second;
 }
 
+int64_t Session::stepImages() const {
+  int64_t micro = 1;
+  for (const frontend::PhaseSpec &phase : spec().phases)
+    if (std::any_of(phase.inputs.begin(), phase.inputs.end(),
+                    [](const frontend::InputSpec &in) { return in.readsData(); }))
+      micro = std::max(micro, recipe(phase).accumulate);
+  return spec().batchSize * rank.worldSize * micro;
+}
+
 bool Session::skipsNonFinite(const std::string &phaseName) const {
   if (options.nonFinite == "skip")
     return true;
@@ -469,6 +478,12 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
     return Status::error(options.plan + " was compiled from another model (identity " +
                          s->plan->identity + "), not " + options.model + " (identity " +
                          s->archive->identity + "); run ganc compile " + options.model + " again");
+  if (options.kimg > 0) {
+    if (options.stepsGiven)
+      return Status::error("--kimg and --steps both give the run's length: give one");
+    const auto images = static_cast<double>(s->stepImages());
+    s->options.steps = static_cast<int64_t>(std::ceil(options.kimg * 1000.0 / images));
+  }
   s->inputType = frontend::inputScalarType(s->spec());
   GANC_TRY(setUpDevice(*s));
   GANC_TRY(planShards(*s));

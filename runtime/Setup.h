@@ -71,6 +71,9 @@ struct Session {
   uint64_t resumedDigest = 0;
 
   const frontend::Spec &spec() const { return archive->spec; }
+  /// Real images one training step trains on over every rank (StyleGAN's batch): batch x
+  /// ranks x the largest micro-batch count of the phases that read data.
+  int64_t stepImages() const;
   /// How a phase of the spec trains (runtime::recipeOf of the plan).
   PhaseRecipe recipe(const frontend::PhaseSpec &phase, const std::string &stage = "") const {
     return recipeOf(phase, *plan, stage);

@@ -142,6 +142,11 @@ struct TrainOptions {
   /// Whether each phase's graph runs fused as its plan says (ganc::upfirdn2d, ganc::bias_act).
   bool fusion = true;
   int64_t steps = 1000;
+  /// --steps was given (it and --kimg are one or the other).
+  bool stepsGiven = false;
+  /// --kimg: the run's length in thousands of real images (0: --steps gives it); set-up
+  /// turns it into steps.
+  double kimg = 0;
   int64_t logEvery = 50;
   int64_t sampleEvery = 500;
   int64_t checkpointEvery = 1000;

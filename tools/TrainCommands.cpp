@@ -59,7 +59,15 @@ std::vector<Option<TrainOptions>> runOptions() {
        "(resized to the spec's data shape)",
        storeText(&O::data)},
       {"--steps", "N", "training steps (default 1000); a phase runs when step % interval == 0",
-       storeInteger(&O::steps, 0, kMax)},
+       [](S &f, S &v, O &o) {
+         o.steps = integerIn(f, v, 0, kMax);
+         o.stepsGiven = true;
+       }},
+      {"--kimg", "K",
+       "the run's length in thousands of real images over every rank (StyleGAN's --kimg), in "
+       "place of --steps: the steps that reach it (each trains batch x ranks x the data phases' "
+       "micro-batches images)",
+       [](S &f, S &v, O &o) { o.kimg = realIn(f, v, 0.001, 1e12); }},
       {"--out", "DIR",
        "the run's directory (default ganc-out): samples, stats.jsonl, TensorBoard events, "
        "checkpoints, run.json (options and effective spec); one that holds a run is refused "

@@ -295,6 +295,21 @@ def test_the_recipe_given_at_train_time_matches_eager_ddp_with_that_spec(ganc_bi
         assert r.returncode == 2 and words in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
 
+def test_kimg_gives_the_runs_length_in_images(ganc_bin, datasets, tmp_path):
+    """--kimg K trains the steps that reach K thousand real images over every rank (the MLP GAN:
+    batch 64 at 2 ranks, 128 images a step: 0.3 kimg is 3 steps); with --steps it is refused."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    out = str(tmp_path / "run")
+    r = run_ganc(ganc_bin, "run", "--nproc", "2", plan, "--model", archive("mlp"), "--data", datasets["ring"],
+                 "--kimg", "0.3", "--out", out, "--sample-every", "0", "--checkpoint-every", "1000")
+    assert r.returncode == 0, r.stderr
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["options"]["steps"] == 3 and record["options"]["kimg"] == 0.3
+    assert ganc.load_checkpoint(os.path.join(out, "checkpoint.pt"))["images"] == 384
+    r = run_ganc(ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(tmp_path / "bad"), 5, "--kimg", "1"))
+    assert r.returncode == 2 and "--kimg and --steps both give the run's length: give one" in r.stderr, r.stderr
+
+
 def test_a_spec_with_zero_2_compiles(ganc_bin, tmp_path):
     """"zero": 2 is a documented value (docs/spec.md); the C++ reader once wanted a string."""
     import zoo
