@@ -194,6 +194,7 @@ Status parseEma(const json &e, Spec &spec) {
   GANC_TRY(need(e.is_object() && e.contains("submodule") && e.contains("copy"),
                 "'ema' needs 'submodule' (the trained one) and 'copy' (its average)"));
   GANC_TRY(knownKeys(e, "ema", "'ema': "));
+  GANC_TRY(needVersion(spec.version, e, "ema", "'ema': "));
   EmaSpec ema;
   ema.submodule = e["submodule"].get<std::string>();
   ema.copy = e["copy"].get<std::string>();

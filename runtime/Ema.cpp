@@ -15,7 +15,8 @@ std::unique_ptr<Ema> Ema::create(Session &session) {
   e->imagesPerStep_ = static_cast<double>(session.stepImages()); // StyleGAN's batch
   e->halfLife_ = ema.halfLifeImages;
   e->rampup_ = ema.rampup;
-  e->beta_ = ema.halfLifeImages > 0 ? std::pow(0.5, e->imagesPerStep_ / ema.halfLifeImages) : ema.beta;
+  e->beta_ =
+      ema.halfLifeImages > 0 ? std::pow(0.5, e->imagesPerStep_ / ema.halfLifeImages) : ema.beta;
   auto trained = session.module().attr(ema.submodule).toModule();
   auto average = session.module().attr(ema.copy).toModule();
   auto tp = trained.named_parameters(), ap = average.named_parameters();
@@ -34,9 +35,9 @@ std::unique_ptr<Ema> Ema::create(Session &session) {
 void Ema::update(int64_t imagesSeen) {
   torch::NoGradGuard noGrad;
   if (rampup_ > 0) // train.py: ema_nimg = min(ema_nimg, cur_nimg * ema_rampup)
-    beta_ = std::pow(0.5, imagesPerStep_ / std::max(std::min(halfLife_, static_cast<double>(imagesSeen) *
-                                                                            rampup_),
-                                                   1e-8));
+    beta_ = std::pow(
+        0.5, imagesPerStep_ /
+                 std::max(std::min(halfLife_, static_cast<double>(imagesSeen) * rampup_), 1e-8));
   // Multi-tensor kernels: a handful of launches for the whole copy, not two per tensor.
   at::_foreach_copy_(averages_, at::_foreach_lerp(trained_, averages_, beta_));
   if (!bufferAverages_.empty())

@@ -435,6 +435,9 @@ def _validate_sampling(spec: dict, updated: set, module) -> None:
         _require(isinstance(ema.get("submodule"), str) and isinstance(ema.get("copy"), str),
                  "spec: 'ema' needs 'submodule' (the trained one) and 'copy' (its average)")
         _known_keys(ema, "ema", "spec: 'ema': ")
+        for field in _FIELDS["version"].get("ema", {}):
+            _require(not (spec.get("ganc_spec", 1) == 1 and field in ema),
+                     f"spec: 'ema': {field!r} is a ganc_spec 2 field; set \"ganc_spec\": 2")
         _numbers(ema, ("half_life_images", "beta", "rampup"), "spec: 'ema': ")
         _require(ema.get("rampup", 0) >= 0 and (not ema.get("rampup") or ema.get("half_life_images", 0) > 0),
                  "spec: 'ema': rampup must be >= 0, and it ramps half_life_images up (give one)")
