@@ -231,7 +231,8 @@ def _spec(gan: StyleGAN2Loss, p: StyleGAN2Preset, gpus: int, batch_gpu: int | No
         ema["rampup"] = p.ema_rampup
     g_int = p.g_reg_interval if p.pl_weight > 0 else 0
     d_int = p.d_reg_interval if p.gamma > 0 else 0
-    spec = {"ganc_spec": 2 if accumulate > 1 else 1, "name": f"stylegan2_{p.cfg}", "batch_size": per_gpu,
+    version = 2 if accumulate > 1 or p.ema_rampup is not None else 1  # accumulate and ema.rampup are v2
+    spec = {"ganc_spec": version, "name": f"stylegan2_{p.cfg}", "batch_size": per_gpu,
             "data": {"shape": [int(G.img_channels), int(G.img_resolution), int(G.img_resolution)]},
             "phases": phases,
             "optimizers": {"G": p.optimizer(g_int), "D": p.optimizer(d_int)},
