@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 import ganc  # noqa: E402
 import zoo  # noqa: E402
 
-NOISE_SEED = 0x6a09e667  # runtime/Metrics.cpp: block b of the images is drawn from seed + b
+NOISE_SEED = 0x6a09e667  # runtime/metrics/Metrics.cpp: block b of the images is drawn from seed + b
 BATCH = 32               # dcgan32's batch: the generator runs a training batch at a time
 
 

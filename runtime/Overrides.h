@@ -5,7 +5,7 @@
 
 #include "frontend/Spec.h"
 #include "ir/Module.h"
-#include "runtime/Trainer.h"
+#include "runtime/Options.h"
 #include "support/Status.h"
 
 #include <nlohmann/json.hpp>

@@ -5,12 +5,12 @@
 #include "backend/Executor.h"
 #include "frontend/Frontend.h"
 #include "ir/Module.h"
-#include "runtime/Controller.h"
-#include "runtime/Distributed.h"
-#include "runtime/LossScaler.h"
-#include "runtime/Optimizer.h"
+#include "runtime/Options.h"
 #include "runtime/Overrides.h"
-#include "runtime/Trainer.h"
+#include "runtime/dist/Distributed.h"
+#include "runtime/step/Controller.h"
+#include "runtime/step/LossScaler.h"
+#include "runtime/step/Optimizer.h"
 
 #include <map>
 #include <memory>
@@ -85,47 +85,9 @@ struct Session {
   /// Whether a phase's non-finite values are handled by skipping its step (a loss scaler,
   /// or `non_finite: skip`) rather than by stopping the run.
   bool skipsNonFinite(const std::string &phaseName) const;
-  /// Clips (as the plan says) and steps the optimizers over the used parameters of phase
-  /// `phase` (its key), whose reducer is `reducer`; a step whose gradients are not finite is
-  /// skipped where skipsNonFinite says so. Sharded, each rank steps its pieces and the
-  /// reducer then all-gathers them.
-  void optimizerStep(const std::string &phase, backend::PhaseReducer &reducer);
   /// Bytes of optimizer state this rank holds, over every optimizer.
   int64_t optimizerStateBytes() const;
 
-private:
-  /// One optimizer's share of a phase's step: its used parameters in model order (sharded:
-  /// this rank's pieces of them), and the clipping the plan asks for.
-  struct StepGroup {
-    Optimizer *optimizer = nullptr;
-    std::vector<std::string> names;
-    std::vector<at::Tensor> parameters;
-    /// Each one's index in the reducer's used parameters.
-    std::vector<size_t> used;
-    const ir::ClipGradNorm *clip = nullptr;
-    /// Sharded: the group's pieces in each bucket (positions in the vectors above), stepped
-    /// bucket by bucket so each bucket's all-gather overlaps the next one's step.
-    struct Part {
-      std::vector<std::string> names;
-      std::vector<at::Tensor> parameters;
-      std::vector<size_t> positions;
-    };
-    std::map<int, Part> byBucket;
-  };
-  /// The phase's step groups, worked out on its first step and kept (a phase's used
-  /// parameters never change).
-  const std::vector<StepGroup> &stepGroups(const std::string &phase,
-                                           const backend::PhaseReducer &reducer);
-  /// The last run's all-reduced gradients of `group` (sharded: of its pieces); undefined
-  /// where a conditional parameter got none.
-  static std::vector<at::Tensor> gradients(const StepGroup &group,
-                                           const backend::PhaseReducer &reducer);
-  /// Sharded: every group's found-inf flag and clipping norm part, and the phase's squared
-  /// gradient norm (`squares`), combined across ranks in one all-reduce (a second one, with
-  /// max, for infinity norms).
-  void combineAcrossRanks(std::vector<at::Tensor> &found, std::vector<at::Tensor> &normParts,
-                          at::Tensor &squares, const std::vector<StepGroup> &groups);
-  std::map<std::string, std::vector<StepGroup>> stepGroups_;
 };
 
 /// Sets up this rank from `options` and torchrun's environment variables; the state of rank

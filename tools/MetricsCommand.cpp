@@ -1,9 +1,9 @@
 // `ganc metrics`: its options, parsed into the runtime's ScoreOptions.
 #include "tools/MetricsCommand.h"
 
-#include "runtime/Launcher.h"
-#include "runtime/Metrics.h"
-#include "runtime/Scoring.h"
+#include "runtime/dist/Launcher.h"
+#include "runtime/metrics/Metrics.h"
+#include "runtime/metrics/Scoring.h"
 
 #include <c10/util/Logging.h>
 

@@ -1,9 +1,9 @@
 // `ganc train` and `ganc run`: their options, parsed into the runtime's TrainOptions.
 #include "tools/TrainCommands.h"
 
-#include "runtime/Launcher.h"
-#include "runtime/Stop.h"
-#include "runtime/Trainer.h"
+#include "runtime/dist/Launcher.h"
+#include "runtime/rundir/Stop.h"
+#include "runtime/step/Trainer.h"
 #include "support/Options.h"
 #include "support/TextFormat.h"
 #include "tools/CommonOptions.h"

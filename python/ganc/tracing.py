@@ -290,6 +290,9 @@ def _traced_and_checked(module, path, probe, why, name):
             raise ExportError(f"ganc.export: {name}: {draw.describe()} does not reach a tensor as drawn "
                               "(Tensor(...), torch.from_numpy, torch.tensor of the whole array): a trace "
                               "would freeze it, the same every step; draw it with torch")
+        if draw.found > 1:  # each conversion would draw anew, where eager's share one draw
+            raise ExportError(f"ganc.export: {name}: {draw.describe()} becomes a tensor {draw.found} times: "
+                              "convert it once and use that tensor")
     module.train(training)
     traced.train(training)
     hint = ""

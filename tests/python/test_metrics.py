@@ -20,7 +20,7 @@ from conftest import archive, compile_plan, train_args
 
 # More images than features (2048): both covariances have full rank. 82 batches of 32.
 IMAGES = 2624
-NOISE_SEED = 0x6a09e667  # runtime/Metrics.cpp: block b of the images is drawn from seed + b
+NOISE_SEED = 0x6a09e667  # runtime/metrics/Metrics.cpp: block b of the images is drawn from seed + b
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 // FID and KID against their definitions: FID of a set with itself, of a shifted set, and of
 // two Gaussians with diagonal covariances (a closed form); KID against its double sum written
 // out pair by pair; the moments against StyleGAN's raw-moment formula, element by element.
-#include "runtime/MetricMath.h"
+#include "runtime/metrics/MetricMath.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,38 @@
+#include "runtime/Options.h"
+
+namespace ganc::runtime {
+
+const Spellings<DistBackend> &distBackendNames() {
+  static const Spellings<DistBackend> names = {
+      {"auto", DistBackend::Auto}, {"nccl", DistBackend::Nccl}, {"gloo", DistBackend::Gloo}};
+  return names;
+}
+const Spellings<CommStream> &commStreamNames() {
+  static const Spellings<CommStream> names = {
+      {"auto", CommStream::Auto}, {"side", CommStream::Side}, {"compute", CommStream::Compute}};
+  return names;
+}
+const Spellings<GraphNodes> &graphNodesNames() {
+  static const Spellings<GraphNodes> names = {{"kernel", GraphNodes::Kernel},
+                                              {"keep", GraphNodes::Keep}};
+  return names;
+}
+const Spellings<UploadStream> &uploadStreamNames() {
+  static const Spellings<UploadStream> names = {{"copy", UploadStream::Copy},
+                                                {"compute", UploadStream::Compute}};
+  return names;
+}
+const Spellings<DoubleBackward> &doubleBackwardNames() {
+  static const Spellings<DoubleBackward> names = {{"filters", DoubleBackward::Filters},
+                                                  {"grouped", DoubleBackward::Grouped},
+                                                  {"pytorch", DoubleBackward::PyTorch}};
+  return names;
+}
+const Spellings<MemoryFormat> &memoryFormatNames() {
+  static const Spellings<MemoryFormat> names = {{"auto", MemoryFormat::Auto},
+                                                {"channels_last", MemoryFormat::ChannelsLast},
+                                                {"contiguous", MemoryFormat::Contiguous}};
+  return names;
+}
+
+} // namespace ganc::runtime

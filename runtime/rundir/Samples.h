@@ -1,0 +1,20 @@
+// Sample grids: the spec's sampling submodule on fixed noise, or its sampling method on fixed
+// inputs, written as PNG by rank 0.
+#pragma once
+
+#include "runtime/Setup.h"
+#include "runtime/data/Inputs.h"
+
+namespace ganc::runtime {
+
+/// Rank 0, before training (where samples are drawn): the spec's sampler run once on a batch
+/// of the grid's inputs, so that a sample block pointing at the wrong submodule or method,
+/// or with the wrong inputs, is bad input now, not a failure at the first sample step.
+Status checkSampler(Session &session, const PhaseInputs &inputs);
+
+/// Writes samples_step<step>.png and samples.png (rank 0; other ranks do nothing). The
+/// sampler runs in eval mode (or, with `mode: train`, in training mode with every buffer put
+/// back afterwards), so BatchNorm statistics are not touched by sampling.
+Status writeSamples(Session &session, const PhaseInputs &inputs, int64_t step, bool last);
+
+} // namespace ganc::runtime
