@@ -87,7 +87,6 @@ struct Session {
   bool skipsNonFinite(const std::string &phaseName) const;
   /// Bytes of optimizer state this rank holds, over every optimizer.
   int64_t optimizerStateBytes() const;
-
 };
 
 /// Sets up this rank from `options` and torchrun's environment variables; the state of rank

@@ -8,8 +8,8 @@
 
 namespace ganc::runtime {
 
-const std::vector<OptimizerStep::StepGroup> &OptimizerStep::groups(const Session &s, const std::string &phase,
-                                                               const backend::PhaseReducer &reducer) {
+const std::vector<OptimizerStep::StepGroup> &
+OptimizerStep::groups(Session &s, const std::string &phase, const backend::PhaseReducer &reducer) {
   auto cached = cache_.find(phase);
   if (cached != cache_.end())
     return cached->second;

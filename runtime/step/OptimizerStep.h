@@ -45,7 +45,7 @@ private:
   };
   /// The phase's step groups, worked out on its first step and kept (a phase's used
   /// parameters never change).
-  const std::vector<StepGroup> &groups(const Session &s, const std::string &phase,
+  const std::vector<StepGroup> &groups(Session &s, const std::string &phase,
                                        const backend::PhaseReducer &reducer);
   /// The last run's all-reduced gradients of `group` (sharded: of its pieces); undefined
   /// where a conditional parameter got none.
