@@ -40,6 +40,15 @@ def datasets(tmp_path_factory):
     return paths
 
 
+@pytest.fixture(scope="module")
+def digits16(tmp_path_factory):
+    """scikit-learn's digits at 16x16 RGB, made by the script users run."""
+    path = str(tmp_path_factory.mktemp("data") / "digits16.pt")
+    subprocess.run([sys.executable, os.path.join(ROOT, "models", "make_data.py"), "digits", "--size", "16", "-o", path],
+                   check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
 def archive(name):
     path = os.path.join(MODELS, name + ".pt")
     if not os.path.exists(path):

@@ -108,15 +108,6 @@ def aae_spec():
                            "discriminator": {"type": "adam", "lr": 2e-4, "betas": [0.5, 0.999]}}}
 
 
-@pytest.fixture(scope="module")
-def digits16(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("data") / "digits16.pt")
-    subprocess.run([os.sys.executable, os.path.join(os.path.dirname(__file__), "..", "..", "models",
-                                                    "make_data.py"), "digits", "--size", "16", "-o", path],
-                   check=True, stdout=subprocess.DEVNULL)
-    return path
-
-
 def where(fn, text):
     import inspect
     lines, start = inspect.getsourcelines(fn)

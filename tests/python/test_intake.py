@@ -34,14 +34,6 @@ STEPS = 17  # Dreg (every 16) runs twice, Gpl (every 4) five times
 SEED = 3
 
 
-@pytest.fixture(scope="module")
-def digits16(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("data") / "digits16.pt")
-    subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "models", "make_data.py"), "digits",
-                    "--size", "16", "-o", path], check=True, stdout=subprocess.DEVNULL)
-    return path
-
-
 def relative_error(a, b):
     scale = b.abs().max().item()
     return (a - b).abs().max().item() / (scale if scale > 0 else 1.0)

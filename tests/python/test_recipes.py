@@ -6,7 +6,6 @@ EMA ramp-up included."""
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -92,14 +91,6 @@ def test_bad_presets_are_refused_in_one_line():
         recipes.preset("auto", 100)
     with pytest.raises(ValueError, match="no setting 'lrate'"):
         recipes.preset("auto", 64, lrate=0.1)
-
-
-@pytest.fixture(scope="module")
-def digits16(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("data") / "digits16.pt")
-    subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "models", "make_data.py"), "digits",
-                    "--size", "16", "-o", path], check=True, stdout=subprocess.DEVNULL)
-    return path
 
 
 def test_the_recipe_trains_like_eager_ddp(ganc_bin, digits16, tmp_path):
