@@ -66,6 +66,7 @@ at each batch, and stops with one line (exit 3). Results: bench/results/nvidia_t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import io
 import json
@@ -85,6 +86,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import ganc  # noqa: E402
+from ganc import recipes  # noqa: E402
 
 
 def reg_intervals(options: dict) -> tuple:
@@ -92,70 +94,26 @@ def reg_intervals(options: dict) -> tuple:
     return int(options.get("G_reg_interval") or 1), int(options.get("D_reg_interval", 16) or 1)
 
 
-class OfficialStyleGAN2(torch.nn.Module):
-    """NVIDIA's Generator and Discriminator with StyleGAN2Loss's four phases as methods."""
+class OfficialStyleGAN2(recipes.StyleGAN2Loss):
+    """NVIDIA's Generator and Discriminator, built from train.py's options, in ganc.recipes'
+    StyleGAN2 loss with those options' loss settings and lazy-regularisation intervals."""
 
     def __init__(self, options: dict, resolution: int):
-        super().__init__()
         import dnnlib
         common = dict(c_dim=0, img_resolution=resolution, img_channels=3)
-        self.G = dnnlib.util.construct_class_by_name(**options["G_kwargs"], **common).train()
-        self.D = dnnlib.util.construct_class_by_name(**options["D_kwargs"], **common).train()
-        self.G_ema = dnnlib.util.construct_class_by_name(**options["G_kwargs"], **common).eval()
-        self.G_ema.load_state_dict(self.G.state_dict())
-        self.G_ema.requires_grad_(False)
-        self.register_buffer("pl_mean", torch.zeros([]))
+        G = dnnlib.util.construct_class_by_name(**options["G_kwargs"], **common).train()
+        D = dnnlib.util.construct_class_by_name(**options["D_kwargs"], **common).train()
+        G_ema = dnnlib.util.construct_class_by_name(**options["G_kwargs"], **common).eval()
+        G_ema.load_state_dict(G.state_dict())
+        G_ema.requires_grad_(False)
         loss = options["loss_kwargs"]
-        self.style_mixing_prob = float(loss.get("style_mixing_prob", 0.0))
-        self.pl_weight = float(loss.get("pl_weight", 0.0))
-        self.pl_decay = float(loss.get("pl_decay", 0.01))
-        self.pl_batch_shrink = int(loss.get("pl_batch_shrink", 2))
-        self.r1_gamma = float(loss["r1_gamma"])
-        self.g_reg_interval, self.d_reg_interval = reg_intervals(options)
-
-    def run_g(self, z: torch.Tensor):
-        c = torch.zeros([z.shape[0], 0], device=z.device)
-        ws = self.G.mapping(z, c)
-        if self.style_mixing_prob > 0:
-            num_ws = ws.shape[1]
-            cutoff = torch.randint(1, num_ws, [1], device=ws.device)
-            mix = torch.rand([1], device=ws.device) < self.style_mixing_prob
-            cutoff = torch.where(mix, cutoff, torch.full_like(cutoff, num_ws))
-            other = self.G.mapping(torch.randn_like(z), c)
-            later = (torch.arange(num_ws, device=ws.device) >= cutoff).view(1, num_ws, 1)
-            ws = torch.where(later, other, ws)
-        img = self.G.synthesis(ws)
-        return img, ws
-
-    def run_d(self, img: torch.Tensor):
-        c = torch.zeros([img.shape[0], 0], device=img.device)
-        return self.D(img, c)
-
-    def phase_gmain(self, z: torch.Tensor):
-        img, _ = self.run_g(z)
-        return F.softplus(-self.run_d(img)).mean()
-
-    def phase_greg(self, z: torch.Tensor):
-        z = z[:z.shape[0] // self.pl_batch_shrink]
-        img, ws = self.run_g(z)
-        noise = torch.randn_like(img) / math.sqrt(img.shape[2] * img.shape[3])
-        grads = torch.autograd.grad([(img * noise).sum()], [ws], create_graph=True)[0]
-        assert grads is not None
-        lengths = grads.square().sum(2).mean(1).sqrt()
-        pl_mean = self.pl_mean.lerp(lengths.mean(), self.pl_decay)
-        self.pl_mean.copy_(pl_mean.detach())
-        return ((lengths - pl_mean).square() * self.pl_weight).mean() * self.g_reg_interval
-
-    def phase_dmain(self, real: torch.Tensor, z: torch.Tensor):
-        fake, _ = self.run_g(z)
-        loss_gen = F.softplus(self.run_d(fake.detach())).mean()
-        return loss_gen + F.softplus(-self.run_d(real)).mean()
-
-    def phase_dreg(self, real: torch.Tensor):
-        x = real.detach().requires_grad_(True)
-        grads = torch.autograd.grad([self.run_d(x).sum()], [x], create_graph=True)[0]
-        assert grads is not None
-        return (grads.square().sum([1, 2, 3]) * (self.r1_gamma / 2)).mean() * self.d_reg_interval
+        g_int, d_int = reg_intervals(options)
+        p = dataclasses.replace(recipes.PRESETS["stylegan2"], gamma=float(loss["r1_gamma"]),
+                                style_mixing_prob=float(loss.get("style_mixing_prob", 0.0)),
+                                pl_weight=float(loss.get("pl_weight", 0.0)), pl_decay=float(loss.get("pl_decay", 0.01)),
+                                pl_batch_shrink=int(loss.get("pl_batch_shrink", 2)), g_reg_interval=g_int,
+                                d_reg_interval=d_int)
+        super().__init__(G, D, p, G_ema)
 
 
 # The lines of their blocks that send any input off a GPU down their float32 path (no float16, no

@@ -159,8 +159,8 @@ class StyleGAN2Loss(nn.Module):
         grads = torch.autograd.grad([(img * noise).sum()], [ws], create_graph=True)[0]
         assert grads is not None
         lengths = grads.square().sum(2).mean(1).sqrt()
-        pl_mean = self.pl_mean.lerp(lengths.mean().detach(), self.pl_decay)
-        self.pl_mean.copy_(pl_mean)
+        pl_mean = self.pl_mean.lerp(lengths.mean(), self.pl_decay)  # as StyleGAN2Loss: not detached here
+        self.pl_mean.copy_(pl_mean.detach())
         return ((lengths - pl_mean).square() * self.pl_weight).mean() * self.g_reg_interval
 
     def dmain(self, real: torch.Tensor, real_c: torch.Tensor, z: torch.Tensor, gen_c: torch.Tensor):
