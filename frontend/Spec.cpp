@@ -85,15 +85,6 @@ Expected<std::vector<int64_t>> shapeOf(const json &j, const std::string &where) 
   return shape;
 }
 
-Expected<Precision> parsePrecision(const json &j, const std::string &where) {
-  const std::string name = j.is_string() ? j.get<std::string>() : j.dump();
-  for (const auto &[p, n] : kPrecisions)
-    if (name == n)
-      return p;
-  return Status::error(where + "'precision' must be float32, bfloat16 or float16, got '" + name +
-                       "'");
-}
-
 /// A path in `updates` or `params`: dotted attribute names ("discriminator.head").
 bool isPath(const std::string &path) {
   if (path.empty() || path.front() == '.' || path.back() == '.' ||
@@ -118,28 +109,19 @@ Status parseLossScalers(const json &j, Spec &spec) {
     GANC_TRY(need(!name.empty() && name.find_first_of("\" \t\n") == std::string::npos,
                   where + ": a name cannot be empty or hold quotes or spaces"));
     GANC_TRY(need(v.is_object(), where + " must be an object"));
-    GANC_TRY(knownKeys(v, "scaler", where + ": "));
+    GANC_TRY(checkObject(v, "scaler", where + ": "));
     LossScalerSpec scaler;
-    GANC_TRY(field(v, "init_scale", scaler.initScale, where + ": "));
-    GANC_TRY(field(v, "growth_factor", scaler.growthFactor, where + ": "));
-    GANC_TRY(field(v, "backoff_factor", scaler.backoffFactor, where + ": "));
-    if (v.contains("growth_interval"))
-      GANC_TRY(need(v["growth_interval"].is_number_integer(),
-                    where + ": 'growth_interval' must be an integer >= 1"));
+    scaler.initScale = v.value("init_scale", scaler.initScale);
+    scaler.growthFactor = v.value("growth_factor", scaler.growthFactor);
+    scaler.backoffFactor = v.value("backoff_factor", scaler.backoffFactor);
     scaler.growthInterval = v.value("growth_interval", scaler.growthInterval);
-    GANC_TRY(need(scaler.initScale > 0, where + ": 'init_scale' must be positive"));
-    GANC_TRY(need(scaler.growthFactor > 1, where + ": 'growth_factor' must be > 1"));
-    GANC_TRY(need(scaler.backoffFactor > 0 && scaler.backoffFactor < 1,
-                  where + ": 'backoff_factor' must be in (0, 1)"));
-    GANC_TRY(
-        need(scaler.growthInterval >= 1, where + ": 'growth_interval' must be an integer >= 1"));
     spec.lossScalers[name] = scaler;
   }
   return Status::ok();
 }
 
 Status parseStages(const json &j, Spec &spec) {
-  GANC_TRY(knownKeys(j, "stages", "'stages': "));
+  GANC_TRY(checkObject(j, "stages", "'stages': "));
   GANC_TRY(need(j.is_object() && j.contains("attributes") && j["attributes"].is_array() &&
                     !j["attributes"].empty(),
                 "'stages' needs 'attributes': the int module attributes that select the stage "
@@ -162,22 +144,14 @@ Status parseStages(const json &j, Spec &spec) {
     StageSpec stage;
     stage.name = s["name"].get<std::string>();
     std::string where = "stage '" + stage.name + "'";
-    GANC_TRY(knownKeys(s, "stage", where + ": "));
+    GANC_TRY(checkObject(s, "stage", where + ": "));
     GANC_TRY(need(names.insert(stage.name).second, where + " is declared twice"));
     GANC_TRY(need(stage.name.find_first_of("@\" \t\n") == std::string::npos,
                   where + ": a stage name cannot hold '@', quotes or spaces"));
-    if (s.contains("steps") || !last) {
-      GANC_TRY(need(s.contains("steps") && s["steps"].is_number_integer() &&
-                        s["steps"].get<int64_t>() >= 1,
-                    where + ": 'steps' must be an integer >= 1 (only the last stage may omit "
-                            "it; it runs to the end)"));
-      stage.steps = last ? 0 : s["steps"].get<int64_t>();
-    }
-    if (s.contains("fade_steps")) {
-      GANC_TRY(need(s["fade_steps"].is_number_integer() && s["fade_steps"].get<int64_t>() >= 0,
-                    where + ": 'fade_steps' must be an integer >= 0"));
-      stage.fadeSteps = s["fade_steps"].get<int64_t>();
-    }
+    GANC_TRY(need(last || s.contains("steps"),
+                  where + " needs 'steps' (only the last stage may omit it; it runs to the end)"));
+    stage.steps = last ? 0 : s["steps"].get<int64_t>();
+    stage.fadeSteps = s.value("fade_steps", stage.fadeSteps);
     for (const json &g : s.value("grows", json::array())) {
       GANC_TRY(need(g.is_string() && !g.get<std::string>().empty(),
                     where + ": 'grows' must hold submodule paths"));
@@ -193,18 +167,16 @@ Status parseStages(const json &j, Spec &spec) {
 Status parseEma(const json &e, Spec &spec) {
   GANC_TRY(need(e.is_object() && e.contains("submodule") && e.contains("copy"),
                 "'ema' needs 'submodule' (the trained one) and 'copy' (its average)"));
-  GANC_TRY(knownKeys(e, "ema", "'ema': "));
+  GANC_TRY(checkObject(e, "ema", "'ema': "));
   GANC_TRY(needVersion(spec.version, e, "ema", "'ema': "));
   EmaSpec ema;
   ema.submodule = e["submodule"].get<std::string>();
   ema.copy = e["copy"].get<std::string>();
-  GANC_TRY(field(e, "half_life_images", ema.halfLifeImages, "'ema': "));
-  GANC_TRY(field(e, "beta", ema.beta, "'ema': "));
-  GANC_TRY(field(e, "rampup", ema.rampup, "'ema': "));
-  GANC_TRY(need(ema.halfLifeImages >= 0 && ema.beta >= 0 && ema.beta < 1,
-                "'ema': half_life_images must be >= 0 and beta in [0, 1)"));
-  GANC_TRY(need(ema.rampup >= 0 && (ema.rampup == 0 || ema.halfLifeImages > 0),
-                "'ema': rampup must be >= 0, and it ramps half_life_images up (give one)"));
+  ema.halfLifeImages = e.value("half_life_images", ema.halfLifeImages);
+  ema.beta = e.value("beta", ema.beta);
+  ema.rampup = e.value("rampup", ema.rampup);
+  GANC_TRY(need(ema.rampup == 0 || ema.halfLifeImages > 0,
+                "'ema': rampup ramps half_life_images up: give one"));
   for (const PhaseSpec &p : spec.phases)
     for (const std::string &u : p.updates)
       GANC_TRY(need(!ir::isWithin(u, ema.copy) && !ir::isWithin(ema.copy, u),
@@ -218,15 +190,8 @@ Status parseEma(const json &e, Spec &spec) {
 /// non_finite, zero.
 Status parseModelWideTrainingStep(const json &j, Spec &spec) {
   GANC_TRY(needVersion(spec.version, j, "spec", ""));
-  if (j.contains("zero"))
-    GANC_TRY(need(j["zero"].is_number_integer() && j["zero"].get<int64_t>() >= 0 &&
-                      j["zero"].get<int64_t>() <= 2,
-                  "'zero' must be 0 (off), 1 (shard optimizer state) or 2 (and gradients), got " +
-                      j["zero"].dump()));
-  GANC_TRY(field(j, "zero", spec.zero, ""));
-  GANC_TRY(field(j, "non_finite", spec.nonFinite, ""));
-  GANC_TRY(need(spec.nonFinite == "stop" || spec.nonFinite == "skip",
-                "'non_finite' must be stop or skip, got '" + spec.nonFinite + "'"));
+  spec.zero = j.value("zero", spec.zero);
+  spec.nonFinite = j.value("non_finite", spec.nonFinite);
   if (j.contains("sync_batch_norm")) {
     GANC_TRY(need(j["sync_batch_norm"].is_array(),
                   "'sync_batch_norm' must list submodules (\"discriminator\")"));
@@ -238,12 +203,8 @@ Status parseModelWideTrainingStep(const json &j, Spec &spec) {
   }
   if (j.contains("loss_scalers"))
     GANC_TRY(parseLossScalers(j["loss_scalers"], spec));
-  if (j.contains("precision")) {
-    auto precision = parsePrecision(j["precision"], "");
-    if (!precision)
-      return precision.status();
-    spec.precision = *precision;
-  }
+  if (j.contains("precision"))
+    spec.precision = precisionOf(j["precision"].get<std::string>());
   return Status::ok();
 }
 
@@ -298,7 +259,7 @@ Status parseData(const json &j, Spec &spec) {
                     (j["data"].contains("shape") || j["data"].contains("fields")),
                 "missing 'data': {\"shape\": [...]}"));
   const json &d = j["data"];
-  GANC_TRY(knownKeys(d, "data", "'data': "));
+  GANC_TRY(checkObject(d, "data", "'data': "));
   GANC_TRY(needVersion(spec.version, d, "data", "'data': "));
   GANC_TRY(need(!(d.contains("shape") && d.contains("fields")),
                 "'data' has 'shape' and 'fields': a sample is one tensor (shape) or named parts "
@@ -311,17 +272,12 @@ Status parseData(const json &j, Spec &spec) {
       return dataShape.status();
     spec.dataShape = dataShape.take();
   }
-  GANC_TRY(field(d, "classes", spec.dataClasses, "'data': "));
-  GANC_TRY(need(spec.dataClasses >= 0, "'data.classes' must be >= 0"));
-  GANC_TRY(field(d, "xflip", spec.dataXflip, "'data': "));
+  spec.dataClasses = d.value("classes", spec.dataClasses);
+  spec.dataXflip = d.value("xflip", spec.dataXflip);
   GANC_TRY(need(!spec.dataXflip || spec.dataShape.size() == 3,
                 "'data.xflip' mirrors images: it needs a [C, H, W] data shape"));
-  GANC_TRY(field(d, "layout", spec.dataLayout, "'data': "));
+  spec.dataLayout = d.value("layout", spec.dataLayout);
   if (!spec.dataLayout.empty()) {
-    GANC_TRY(need(spec.dataLayout == "side_by_side",
-                  "'data.layout' is '" + spec.dataLayout +
-                      "': the one layout is \"side_by_side\" (each image holds the fields left "
-                      "to right)"));
     const auto &fields = spec.dataFields;
     GANC_TRY(need(fields.size() >= 2 && std::all_of(fields.begin(), fields.end(),
                                                     [&](const DataField &f) {
@@ -337,31 +293,23 @@ Status parseData(const json &j, Spec &spec) {
 Status parseInto(const json &j, Spec &spec) {
   GANC_TRY(need(j.is_object(), "must be a JSON object"));
   GANC_TRY(need(j.contains("ganc_spec"), "missing 'ganc_spec' (the schema version)"));
-  GANC_TRY(knownKeys(j, "spec", ""));
+  GANC_TRY(checkObject(j, "spec", ""));
   GANC_TRY(need(j["ganc_spec"].is_number_integer() && j["ganc_spec"].get<int64_t>() >= 1 &&
                     j["ganc_spec"].get<int64_t>() <= kSpecVersion,
                 "'ganc_spec' is " + j["ganc_spec"].dump() + ", this ganc reads versions 1 to " +
                     std::to_string(kSpecVersion)));
   spec.version = j["ganc_spec"].get<int>();
   GANC_TRY(parseModelWideTrainingStep(j, spec));
-  GANC_TRY(
-      need(j.contains("name") && j["name"].is_string() && !j["name"].get<std::string>().empty(),
-           "'name' must be a non-empty string (the model's name)"));
+  GANC_TRY(need(j.contains("name"), "missing 'name' (the model's name)"));
   spec.name = j["name"].get<std::string>();
-  GANC_TRY(need(j.contains("batch_size") && j["batch_size"].is_number_integer() &&
-                    j["batch_size"].get<int64_t>() > 0,
-                "'batch_size' must be a positive integer"));
+  GANC_TRY(need(j.contains("batch_size"), "missing 'batch_size' (samples per rank per step)"));
   spec.batchSize = j["batch_size"].get<int64_t>();
   GANC_TRY(parseData(j, spec));
-  std::string dtype = "float32";
-  GANC_TRY(field(j, "dtype", dtype, ""));
   static const std::map<std::string, InputDtype> kDtypes = {{"float32", InputDtype::Float32},
                                                             {"float64", InputDtype::Float64},
                                                             {"bfloat16", InputDtype::BFloat16},
                                                             {"float16", InputDtype::Float16}};
-  GANC_TRY(need(kDtypes.count(dtype) > 0,
-                "'dtype' must be float32, float64, bfloat16 or float16, got '" + dtype + "'"));
-  spec.inputDtype = kDtypes.at(dtype);
+  spec.inputDtype = kDtypes.at(j.value("dtype", defaultOf<std::string>("spec", "dtype")));
   GANC_TRY(need(j.contains("phases") && j["phases"].is_array() && !j["phases"].empty(),
                 "'phases' must be a non-empty list"));
   std::set<std::string> names;
@@ -377,9 +325,7 @@ Status parseInto(const json &j, Spec &spec) {
                   "loss scaler '" + name +
                       "' is used by no phase (name it in a phase's 'loss_scaler', or remove it)"));
   GANC_TRY(parseOptimizers(j.value("optimizers", json::object()), spec));
-  GANC_TRY(field(j, "buffers", spec.buffers, ""));
-  GANC_TRY(need(spec.buffers == "broadcast" || spec.buffers == "local",
-                "'buffers' must be broadcast or local, got '" + spec.buffers + "'"));
+  spec.buffers = j.value("buffers", spec.buffers);
   if (j.contains("ema"))
     GANC_TRY(parseEma(j["ema"], spec));
   if (j.contains("stages"))

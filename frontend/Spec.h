@@ -1,6 +1,7 @@
 // The ganc spec (ganc.json inside the archive): phases, inputs, optimizers, buffer policy.
 #pragma once
 
+#include "frontend/SpecSchema.h"
 #include "support/Status.h"
 
 #include <cstdint>
@@ -59,7 +60,7 @@ struct InputSpec {
   std::string producer, value;
   /// An `output` input taken detached (no gradient into what computed it; the default), or
   /// through its graph: this phase's backward continues into the section that computed it.
-  bool detach = true;
+  bool detach = defaultOf<bool>("input", "detach");
   /// A `controller` input: the controller's name.
   std::string controller;
   /// A `data` input of a data set with fields (`data.fields`): the field it takes.
@@ -95,7 +96,7 @@ struct StageSpec {
   /// Training steps spent in this stage; 0 for the last stage (it runs to the end).
   int64_t steps = 0;
   /// The fade-in weight is min(1, t / fadeSteps) at the stage's step t (1 when 0).
-  int64_t fadeSteps = 0;
+  int64_t fadeSteps = defaultOf<int64_t>("stage", "fade_steps");
   /// Submodule paths ("generator.blocks.2") the stage adds: the compiler checks that the
   /// stage uses them and that no earlier stage does.
   std::vector<std::string> grows;
@@ -117,11 +118,11 @@ struct PhaseSpec {
   std::string name;
   std::string method;
   std::vector<std::string> updates;
-  int64_t interval = 1;
+  int64_t interval = defaultOf<int64_t>("phase", "interval");
   std::vector<InputSpec> inputs;
   /// Micro-batches per step: gradients of the first k-1 are summed locally, the last one's
   /// backward all-reduces; each micro-batch's loss is divided by k (the mean).
-  int64_t accumulate = 1;
+  int64_t accumulate = defaultOf<int64_t>("phase", "accumulate");
   /// Autocast dtype of the phase's forward (the spec's phase or model-wide "precision").
   Precision precision = Precision::Float32;
   /// The dynamic loss scaler the phase's loss is scaled by ("" for none).
@@ -139,17 +140,17 @@ struct PhaseSpec {
 /// A dynamic loss scaler, torch.amp.GradScaler's hyper-parameters; phases naming the same
 /// scaler share it.
 struct LossScalerSpec {
-  double initScale = 65536.0;
-  double growthFactor = 2.0;
-  double backoffFactor = 0.5;
-  int64_t growthInterval = 2000;
+  double initScale = defaultOf<double>("scaler", "init_scale");
+  double growthFactor = defaultOf<double>("scaler", "growth_factor");
+  double backoffFactor = defaultOf<double>("scaler", "backoff_factor");
+  int64_t growthInterval = defaultOf<int64_t>("scaler", "growth_interval");
 };
 
 /// torch.nn.utils.clip_grad_norm_ over a submodule's used, all-reduced gradients.
 struct ClipSpec {
   double maxNorm = 0;
   /// The p of the p-norm; infinity for the max norm.
-  double normType = 2.0;
+  double normType = defaultOf<double>("clip", "norm_type");
 };
 
 /// A learning-rate schedule: one of torch.optim.lr_scheduler's, stepped once per training
@@ -158,14 +159,14 @@ struct LrScheduleSpec {
   /// "constant" (ConstantLR), "linear" (LinearLR: warm-up), "step" (StepLR), "cosine"
   /// (CosineAnnealingLR), "exponential" (ExponentialLR).
   std::string type;
-  double factor = 1.0 / 3;      // constant
-  double startFactor = 1.0 / 3; // linear
-  double endFactor = 1.0;       // linear
-  int64_t totalIters = 5;       // constant, linear
-  int64_t stepSize = 0;         // step
-  double gamma = 0.1;           // step, exponential
-  int64_t tMax = 0;             // cosine
-  double etaMin = 0.0;          // cosine
+  double factor = defaultOf<double>("schedule", "factor");            // constant
+  double startFactor = defaultOf<double>("schedule", "start_factor"); // linear
+  double endFactor = defaultOf<double>("schedule", "end_factor");     // linear
+  int64_t totalIters = defaultOf<int64_t>("schedule", "total_iters"); // constant, linear
+  int64_t stepSize = 0;                                               // step
+  double gamma = defaultOf<double>("schedule", "gamma");              // step, exponential
+  int64_t tMax = 0;                                                   // cosine
+  double etaMin = defaultOf<double>("schedule", "eta_min");           // cosine
 };
 
 /// torch.optim hyper-parameters of one submodule's optimizer.
@@ -175,14 +176,16 @@ struct OptimizerSpec {
   std::vector<std::string> params;
   std::string type; // adam, adamw, sgd, rmsprop
   double lr = 2e-4;
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double beta1 = defaultOf<std::vector<double>>("optimizer", "betas")[0];
+  double beta2 = defaultOf<std::vector<double>>("optimizer", "betas")[1];
+  double eps = defaultOf<double>("optimizer", "eps");
   double weightDecay = 0.0;
-  double momentum = 0.0;
-  bool amsgrad = false;   // adam, adamw
-  bool nesterov = false;  // sgd
-  double dampening = 0.0; // sgd
-  double alpha = 0.99;    // rmsprop
-  bool centered = false;  // rmsprop
+  double momentum = defaultOf<double>("optimizer", "momentum");
+  bool amsgrad = defaultOf<bool>("optimizer", "amsgrad");         // adam, adamw
+  bool nesterov = defaultOf<bool>("optimizer", "nesterov");       // sgd
+  double dampening = defaultOf<double>("optimizer", "dampening"); // sgd
+  double alpha = defaultOf<double>("optimizer", "alpha");         // rmsprop
+  bool centered = defaultOf<bool>("optimizer", "centered");       // rmsprop
   /// After each step, the parameters stepped clamped to [-c, c] ("clamp_weights").
   std::optional<double> clampWeights;
   /// Whether it takes betas (Adam and AdamW).
@@ -216,13 +219,13 @@ struct SampleSpec {
 /// p = max(0, p + sign(m - target) * images / (speedKimg * 1000)), images being the
 /// interval's images over every rank.
 struct ControllerSpec {
-  std::string type = "ada";
+  std::string type = defaultOf<std::string>("controller", "type");
   std::string phase;
   std::string statistic;
-  double target = 0.6;
-  int64_t interval = 4;
-  double speedKimg = 500;
-  double initial = 0;
+  double target = defaultOf<double>("controller", "target");
+  int64_t interval = defaultOf<int64_t>("controller", "interval");
+  double speedKimg = defaultOf<double>("controller", "speed_kimg");
+  double initial = defaultOf<double>("controller", "initial");
 };
 
 /// An exponential moving average of a trained submodule, kept in a frozen copy of it.
@@ -231,11 +234,11 @@ struct EmaSpec {
   std::string copy;      // its copy in the archive, e.g. "generator_ema"
   /// beta = 0.5 ** (images per step / halfLifeImages) (StyleGAN2's ema_kimg), or a fixed
   /// beta when halfLifeImages is 0.
-  double halfLifeImages = 0;
+  double halfLifeImages = defaultOf<double>("ema", "half_life_images");
   /// StyleGAN2-ADA's ema_rampup: the half-life is at most rampup * the images trained so far
   /// (0: none).
-  double rampup = 0;
-  double beta = 0.999;
+  double rampup = defaultOf<double>("ema", "rampup");
+  double beta = defaultOf<double>("ema", "beta");
 };
 
 struct Spec {
@@ -262,30 +265,30 @@ struct Spec {
     return f ? f->shape : dataShape;
   }
   /// Classes of the dataset's labels (0: unlabelled).
-  int64_t dataClasses = 0;
+  int64_t dataClasses = defaultOf<int64_t>("data", "classes");
   /// The data set doubled with every image mirrored left to right (StyleGAN's --mirror).
-  bool dataXflip = false;
+  bool dataXflip = defaultOf<bool>("data", "xflip");
   /// dtype of every phase input, data and noise alike: float32 (default), float64,
   /// bfloat16 or float16; it must match the model's parameters.
   InputDtype inputDtype = InputDtype::Float32;
   /// Model-wide autocast dtype (a phase's own "precision" overrides it).
-  Precision precision = Precision::Float32;
+  Precision precision = precisionOf(defaultOf<std::string>("spec", "precision"));
   /// Dynamic loss scalers by name ("loss_scalers").
   std::map<std::string, LossScalerSpec> lossScalers;
   /// Submodules whose batch norms use statistics over every rank's batch ("sync_batch_norm").
   std::vector<std::string> syncBatchNorm;
   /// What a non-finite loss or gradient does in a phase without a loss scaler ("non_finite"):
   /// "stop" training, or "skip" the optimizer step (counted), as a loss scaler would.
-  std::string nonFinite = "stop";
+  std::string nonFinite = defaultOf<std::string>("spec", "non_finite");
   /// Sharded optimizer state ("zero"): 0 off, 1 (optimizer state sharded across ranks) or 2
   /// (gradients reduce-scattered as well).
-  int zero = 0;
+  int zero = defaultOf<int>("spec", "zero");
   std::vector<PhaseSpec> phases;
   /// Optimizer groups by name. loadArchive adds a default (Adam) group for every `updates`
   /// path whose parameters no declared group steps.
   std::map<std::string, OptimizerSpec> optimizers;
   /// "broadcast" (rank 0's buffers before every phase, like DDP) or "local".
-  std::string buffers = "local";
+  std::string buffers = defaultOf<std::string>("spec", "buffers");
   std::optional<SampleSpec> sample;
   std::optional<EmaSpec> ema;
   std::optional<StagesSpec> stages;

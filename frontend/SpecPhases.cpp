@@ -17,15 +17,11 @@ Status parseInput(const json &in, const Spec &spec, bool hasStages, const std::s
                 where + ": every input needs a 'name'"));
   input.name = in["name"].get<std::string>();
   const std::string at = where + ": input '" + input.name + "'";
-  GANC_TRY(knownKeys(in, "input", at + ": "));
+  GANC_TRY(checkObject(in, "input", at + ": "));
   GANC_TRY(needVersion(spec.version, in, "input", at + ": "));
-  std::string source;
-  GANC_TRY(field(in, "source", source, at + ": "));
-  const std::optional<InputSource> parsed = parseInputSource(source);
-  GANC_TRY(need(parsed.has_value(),
-                at + " has source '" + source +
-                    "', expected data, labels, normal, uniform, categorical, fade or output"));
-  input.source = *parsed;
+  GANC_TRY(need(in.contains("source"), at + " needs a 'source'"));
+  const std::string source = in["source"].get<std::string>();
+  input.source = *parseInputSource(source);
   GANC_TRY(need(input.source == InputSource::Output ||
                     (!in.contains("output") && !in.contains("detach")),
                 at + ": 'output' and 'detach' belong to inputs of source 'output'"));
@@ -49,7 +45,7 @@ Status parseInput(const json &in, const Spec &spec, bool hasStages, const std::s
     GANC_TRY(need(hasStages, at + " reads the fade-in weight: declare 'stages'"));
   } else if (input.isClassIds()) {
     input.classes = spec.dataClasses;
-    GANC_TRY(field(in, "classes", input.classes, at + ": "));
+    input.classes = in.value("classes", input.classes);
     GANC_TRY(need(input.classes > 0, at + " needs 'classes' (or 'data.classes')"));
     GANC_TRY(need(input.source != InputSource::Labels || spec.dataClasses > 0,
                   at + " reads labels: set 'data.classes'"));
@@ -105,18 +101,14 @@ Status parseUpdatesAndOutputs(const json &p, const std::string &where, PhaseSpec
 } // namespace
 
 Status parsePhase(const json &p, const Spec &spec, bool hasStages, PhaseSpec &phase) {
-  GANC_TRY(need(p.is_object() && p.contains("name") && p["name"].is_string(),
-                "every phase needs a 'name'"));
+  GANC_TRY(need(p.is_object() && p.contains("name"), "every phase needs a 'name'"));
+  GANC_TRY(checkValue(p["name"], "phase", "name", "phase: "));
   phase.name = p["name"].get<std::string>();
   std::string where = "phase '" + phase.name + "'";
-  GANC_TRY(knownKeys(p, "phase", where + ": "));
-  GANC_TRY(need(p.contains("method") && p["method"].is_string(), where + " needs a 'method'"));
+  GANC_TRY(checkObject(p, "phase", where + ": "));
+  GANC_TRY(need(p.contains("method"), where + " needs a 'method'"));
   phase.method = p["method"].get<std::string>();
-  if (p.contains("interval")) {
-    GANC_TRY(need(p["interval"].is_number_integer() && p["interval"].get<int64_t>() >= 1,
-                  where + ": 'interval' must be an integer >= 1, got " + p["interval"].dump()));
-    phase.interval = p["interval"].get<int64_t>();
-  }
+  phase.interval = p.value("interval", phase.interval);
   GANC_TRY(needVersion(spec.version, p, "phase", where + ": "));
   GANC_TRY(parseUpdatesAndOutputs(p, where, phase));
   std::set<std::string> inputNames;
@@ -129,42 +121,28 @@ Status parsePhase(const json &p, const Spec &spec, bool hasStages, PhaseSpec &ph
   }
   if (p.contains("loss_scaler")) {
     GANC_TRY(need(!phase.isSection(), where + ": a section has no loss to scale"));
-    GANC_TRY(need(p["loss_scaler"].is_string() &&
-                      spec.lossScalers.count(p["loss_scaler"].get<std::string>()) > 0,
+    GANC_TRY(need(spec.lossScalers.count(p["loss_scaler"].get<std::string>()) > 0,
                   where + ": 'loss_scaler' " + p["loss_scaler"].dump() +
                       " is not one of the spec's 'loss_scalers'"));
     phase.lossScaler = p["loss_scaler"].get<std::string>();
   }
-  if (p.contains("accumulate")) { // 4096 staged micro-batches: past any memory (--accumulate's)
-    const nlohmann::json &k = p["accumulate"];
-    GANC_TRY(need(k.is_number_integer() && k.get<int64_t>() >= 1 && k.get<int64_t>() <= 4096,
-                  where + ": 'accumulate' must be an integer from 1 to 4096, got " + k.dump()));
-    phase.accumulate = k.get<int64_t>();
-  }
+  phase.accumulate = p.value("accumulate", phase.accumulate);
   phase.precision = spec.precision;
-  if (p.contains("precision")) {
-    auto precision = parsePrecision(p["precision"], where + ": ");
-    if (!precision)
-      return precision.status();
-    phase.precision = *precision;
-  }
+  if (p.contains("precision"))
+    phase.precision = precisionOf(p["precision"].get<std::string>());
   return Status::ok();
 }
 
 Status parseSample(const json &s, Spec &spec) {
   GANC_TRY(need(s.is_object(), "'sample' must be an object"));
-  GANC_TRY(knownKeys(s, "sample", "'sample': "));
+  GANC_TRY(checkObject(s, "sample", "'sample': "));
   GANC_TRY(needVersion(spec.version, s, "sample", "'sample': "));
   SampleSpec sample;
   const bool method = s.contains("method");
   GANC_TRY(need(method != (s.contains("submodule") || s.contains("noise_shape")),
                 "'sample' needs 'submodule' and 'noise_shape' (a generator on noise) or "
                 "'method' and 'inputs' (a method of the GAN), not both"));
-  std::string mode = "eval";
-  GANC_TRY(field(s, "mode", mode, "'sample': "));
-  GANC_TRY(need(mode == "eval" || mode == "train",
-                "'sample': 'mode' must be eval or train, got '" + mode + "'"));
-  sample.train = mode == "train";
+  sample.train = s.value("mode", defaultOf<std::string>("sample", "mode")) == "train";
   if (method) {
     GANC_TRY(field(s, "method", sample.method, "'sample': "));
     GANC_TRY(need(s.contains("inputs") && s["inputs"].is_array(),
@@ -198,27 +176,21 @@ Status parseControllers(const json &j, Spec &spec) {
   for (const auto &[name, c] : j.items()) {
     const std::string where = "controller '" + name + "': ";
     GANC_TRY(need(c.is_object(), where + "must be an object"));
-    GANC_TRY(knownKeys(c, "controller", where));
+    GANC_TRY(checkObject(c, "controller", where));
     ControllerSpec controller;
-    GANC_TRY(field(c, "type", controller.type, where));
-    GANC_TRY(
-        need(controller.type == "ada",
-             where + "'type' must be ada (StyleGAN2-ADA's rule), got '" + controller.type + "'"));
-    GANC_TRY(field(c, "phase", controller.phase, where));
-    GANC_TRY(field(c, "statistic", controller.statistic, where));
-    GANC_TRY(field(c, "target", controller.target, where));
-    GANC_TRY(field(c, "interval", controller.interval, where));
-    GANC_TRY(field(c, "speed_kimg", controller.speedKimg, where));
-    GANC_TRY(field(c, "initial", controller.initial, where));
+    controller.type = c.value("type", controller.type);
+    controller.phase = c.value("phase", controller.phase);
+    controller.statistic = c.value("statistic", controller.statistic);
+    controller.target = c.value("target", controller.target);
+    controller.interval = c.value("interval", controller.interval);
+    controller.speedKimg = c.value("speed_kimg", controller.speedKimg);
+    controller.initial = c.value("initial", controller.initial);
     const PhaseSpec *phase = spec.findPhase(controller.phase);
     GANC_TRY(need(phase && !phase->isSection(),
                   where + "'phase' must name a phase that trains and logs the statistic, got '" +
                       controller.phase + "'"));
     GANC_TRY(need(!controller.statistic.empty(),
                   where + "'statistic' must name a value phase '" + controller.phase + "' logs"));
-    GANC_TRY(need(controller.interval >= 1, where + "'interval' must be an integer >= 1"));
-    GANC_TRY(need(controller.speedKimg > 0, where + "'speed_kimg' must be > 0"));
-    GANC_TRY(need(controller.initial >= 0, where + "'initial' must be >= 0"));
     spec.controllers[name] = controller;
   }
   return Status::ok();

@@ -47,8 +47,6 @@ Status field(const json &j, const char *key, T &out, const std::string &where) {
 
 /// A list of positive integers (a shape); the error names `where`.
 Expected<std::vector<int64_t>> shapeOf(const json &j, const std::string &where);
-/// "float32", "bfloat16" or "float16".
-Expected<Precision> parsePrecision(const json &j, const std::string &where);
 /// A path in `updates` or `params`: dotted attribute names ("discriminator.head").
 bool isPath(const std::string &path);
 

@@ -300,6 +300,8 @@ struct Module {
   /// Sharded optimizer state: 0 (off), 1 (optimizer state sharded, gradients all-reduced)
   /// or 2 (gradients reduce-scattered too). The spec's `zero`, or compile's --zero.
   int zeroStage = 0;
+  /// The highest stage there is (the spec's `zero` and --zero take 0 to it).
+  static constexpr int kMaxZeroStage = 2;
   /// The world size the buckets' shards are planned for (0: not planned; the runtime plans
   /// them for its world size at start-up).
   int64_t shardRanks = 0;

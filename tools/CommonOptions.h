@@ -2,11 +2,14 @@
 // same way everywhere (ganc compile, train, simulate and ganc-opt).
 #pragma once
 
+#include "ir/Module.h"
 #include "support/Options.h"
 #include "support/TextFormat.h"
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace ganc::tools {
 
@@ -20,7 +23,10 @@ inline int64_t mebibytes(const std::string &flag, const std::string &text) {
 
 /// A sharded optimizer state stage.
 inline int zeroStage(const std::string &flag, const std::string &text) {
-  return choice<int>(flag, text, {{"0", 0}, {"1", 1}, {"2", 2}});
+  std::vector<std::pair<std::string, int>> stages;
+  for (int stage = 0; stage <= ir::Module::kMaxZeroStage; ++stage)
+    stages.push_back({std::to_string(stage), stage});
+  return choice<int>(flag, text, stages);
 }
 
 /// A world size (1 to 2^24).

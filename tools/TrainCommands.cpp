@@ -1,6 +1,7 @@
 // `ganc train` and `ganc run`: their options, parsed into the runtime's TrainOptions.
 #include "tools/TrainCommands.h"
 
+#include "frontend/SpecSchema.h"
 #include "runtime/dist/Launcher.h"
 #include "runtime/rundir/Stop.h"
 #include "runtime/step/Trainer.h"
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <c10/util/Logging.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -41,6 +43,33 @@ void reportError(const std::string &message) {
 int usageError(const std::string &message) {
   reportError(message);
   return 2;
+}
+
+/// `text` as the spec's `object`.`key` takes it (its rule in frontend/SpecFields.def), so an
+/// option over a spec field takes what the field takes; else "FLAG takes FORM RULE, not 'TEXT'"
+/// (FORM: how the option spells it, "PHASE=K with K").
+double specNumber(const std::string &flag, const std::string &text, const char *object,
+                  const char *key, const std::string &form = "") {
+  const frontend::ValueRule &rule = frontend::specField(object, key).value;
+  if (frontend::isNamed(rule, text))
+    return std::numeric_limits<double>::infinity(); // "inf", a norm's
+  const std::optional<double> v = parseDouble(text);
+  if (v && std::isfinite(*v) && frontend::withinBounds(rule, *v))
+    return *v;
+  std::string described =
+      form.empty() ? frontend::ruleText(rule) : form + " " + frontend::boundsText(rule);
+  if (!form.empty() && *rule.names)
+    described += std::string(" or \"") + rule.names + "\"";
+  throw OptionError(flag + " takes " + described + ", not '" + text + "'");
+}
+
+/// One of the names the spec's `object`.`key` takes ("stop", "skip").
+std::string specName(const std::string &flag, const std::string &text, const char *object,
+                     const char *key, const std::string &form = "") {
+  const frontend::ValueRule &rule = frontend::specField(object, key).value;
+  if (frontend::isNamed(rule, text))
+    return text;
+  throw OptionError(flag + " takes " + form + frontend::ruleText(rule) + ", not '" + text + "'");
 }
 
 /// `ganc train`'s options for what runs and what it writes.
@@ -133,9 +162,7 @@ std::vector<Option<TrainOptions>> recipeOptions() {
       {"--lr", "[GROUP=]X", "learning rate of every optimizer group, or of GROUP (repeatable)",
        [](S &f, S &v, O &o) {
          auto [group, text] = keyed(v);
-         o.lr[group] = realIn(f, text, 0, 1e6);
-         if (o.lr[group] <= 0)
-           throw OptionError(f + " must be positive, not '" + text + "'");
+         o.lr[group] = specNumber(f, text, "optimizer", "lr");
        }},
       {"--betas", "[GROUP=]B1,B2", "Adam betas of every Adam group, or of GROUP (repeatable)",
        [](S &f, S &v, O &o) {
@@ -143,8 +170,8 @@ std::vector<Option<TrainOptions>> recipeOptions() {
          const size_t comma = text.find(',');
          if (comma == std::string::npos)
            throw OptionError(f + " takes B1,B2 (e.g. 0,0.99), not '" + text + "'");
-         o.betas[group] = {realIn(f, text.substr(0, comma), 0, 1),
-                           realIn(f, text.substr(comma + 1), 0, 1)};
+         o.betas[group] = {specNumber(f, text.substr(0, comma), "optimizer", "betas", "B1,B2"),
+                           specNumber(f, text.substr(comma + 1), "optimizer", "betas", "B1,B2")};
        }},
       {"--interval", "PHASE=K",
        "run PHASE every K steps instead of the spec's interval (repeatable)",
@@ -152,50 +179,46 @@ std::vector<Option<TrainOptions>> recipeOptions() {
          auto [phase, text] = keyed(v);
          if (phase.empty())
            throw OptionError(f + " takes PHASE=K (e.g. d_reg=16), not '" + text + "'");
-         std::optional<double> k = parseDouble(text);
-         if (!k || *k < 1 || *k > 1e9 || *k != static_cast<double>(static_cast<int64_t>(*k)))
-           throw OptionError(f + " " + phase + "= takes a whole number of steps >= 1, not '" +
-                             text + "'");
-         o.intervals[phase] = static_cast<int64_t>(*k);
+         o.intervals[phase] =
+             static_cast<int64_t>(specNumber(f, text, "phase", "interval", "PHASE=K with K"));
        }},
       {"--precision", "[PHASE=]P",
        "autocast every phase's (or PHASE's) forward to P: float32, bfloat16 or float16, "
        "instead of the spec's (repeatable)",
        [](S &f, S &v, O &o) {
          auto [phase, text] = keyed(v);
-         if (text != "float32" && text != "bfloat16" && text != "float16")
-           throw OptionError(f + " takes [PHASE=]float32, bfloat16 or float16, not '" + text + "'");
-         o.precision[phase] = text;
+         o.precision[phase] = specName(f, text, "phase", "precision", "[PHASE=]");
        }},
-      {"--accumulate", "PHASE=K", "PHASE takes K micro-batches per step (1 to 4096; repeatable)",
+      {"--accumulate", "PHASE=K",
+       "PHASE takes K micro-batches per step (the spec's `accumulate`; repeatable)",
        [](S &f, S &v, O &o) {
          auto [phase, text] = keyed(v);
-         std::optional<int64_t> k = parseInt64(text);
-         if (phase.empty() || !k || *k < 1 || *k > 4096)
-           throw OptionError(f + " takes PHASE=K with K from 1 to 4096 (e.g. Dmain=2), not '" +
-                             (phase.empty() ? text : phase + "=" + text) + "'");
-         o.accumulate[phase] = *k;
+         if (phase.empty())
+           throw OptionError(f + " takes PHASE=K (e.g. Dmain=2), not '" + text + "'");
+         o.accumulate[phase] =
+             static_cast<int64_t>(specNumber(f, text, "phase", "accumulate", "PHASE=K with K"));
        }},
       {"--clip", "GROUP=MAX[,TYPE]",
-       "clip GROUP's all-reduced gradients to a TYPE-norm (default 2, a number >= 1 or inf) of "
-       "MAX (0: no clipping; repeatable)",
+       "clip GROUP's all-reduced gradients to a TYPE-norm (default 2, or inf) of MAX (0: no "
+       "clipping; repeatable), as the spec's `clip_grad_norm`",
        [](S &f, S &v, O &o) {
          auto [group, text] = keyed(v);
          if (group.empty())
            throw OptionError(f + " takes GROUP=MAX_NORM[,TYPE] (e.g. generator=1.0), not '" + text +
                              "'");
          const size_t comma = text.find(',');
-         const double maxNorm = realIn(f, text.substr(0, comma), 0, 1e12);
-         double type = 2.0;
-         if (comma != std::string::npos) {
-           const std::string t = text.substr(comma + 1);
-           type = t == "inf" ? std::numeric_limits<double>::infinity() : realIn(f, t, 1, 1e6);
-         }
+         const std::string max = text.substr(0, comma);
+         const double maxNorm =
+             max == "0" ? 0 : specNumber(f, max, "clip", "max_norm", "GROUP=MAX (0: off) with MAX");
+         double type = frontend::defaultOf<double>("clip", "norm_type");
+         if (comma != std::string::npos)
+           type = specNumber(f, text.substr(comma + 1), "clip", "norm_type",
+                             "GROUP=MAX,TYPE with TYPE");
          o.clip[group] = {maxNorm, type};
        }},
       {"--ema-half-life-images", "N",
        "G_ema's half-life in images instead of the spec's (0: beta 0)",
-       [](S &f, S &v, O &o) { o.emaHalfLifeImages = realIn(f, v, 0, 1e15); }},
+       [](S &f, S &v, O &o) { o.emaHalfLifeImages = specNumber(f, v, "ema", "half_life_images"); }},
       {"--batch-size", "N", "batch per rank instead of the spec's",
        storeInteger(&O::batchSize, 1, 1 << 24)},
   };
@@ -281,9 +304,7 @@ std::vector<Option<TrainOptions>> diagnosticOptions() {
       {"--non-finite", "stop|skip",
        "a non-finite loss or gradient (phases without a loss scaler): stop with exit 1, or "
        "skip the optimizer step and count it (default: the spec's non_finite, else stop)",
-       [](S &f, S &v, O &o) {
-         o.nonFinite = choice<std::string>(f, v, {{"stop", "stop"}, {"skip", "skip"}});
-       }},
+       [](S &f, S &v, O &o) { o.nonFinite = specName(f, v, "spec", "non_finite"); }},
       {"--zero", "0|1|2",
        "sharded optimizer state instead of the plan's (spec's) stage: 1 shards optimizer "
        "state, 2 gradients as well, 0 off",

@@ -282,19 +282,23 @@ int explainCommand(const std::vector<std::string> &args) {
 
 struct SpecArgs {
   std::string file;
-  bool markdown = false, fieldsJson = false, help = false;
+  bool markdown = false, fieldsJson = false, each = false, help = false;
 };
 
 const Command<SpecArgs> &specTable() {
   static const Command<SpecArgs> command = {
       {"ganc spec",
-       {"FILE|-", "--markdown", "--fields-json"},
+       {"FILE|-", "--each", "--markdown", "--fields-json"},
        "Checks a spec (ganc.json, as JSON text) with the validator `ganc compile` uses, and says "
        "what is wrong in one line (exit 2). `ganc.validate` runs it too, so a spec is checked by "
        "one validator; the checks that need the live module stay in Python.",
        {},
        ""},
-      {{"--markdown", "", "print docs/spec.md's field table (frontend/SpecFields.def) and exit",
+      {{"--each", "",
+        "FILE holds a JSON list of specs: check each and print one line per spec, `ok` or what "
+        "is wrong (exit 0 once all are read)",
+        storeTrue(&SpecArgs::each)},
+       {"--markdown", "", "print docs/spec.md's field table (frontend/SpecFields.def) and exit",
         storeTrue(&SpecArgs::markdown)},
        {"--fields-json", "",
         "print every object's keys and the versions that added them, as JSON (what the Python "
@@ -325,6 +329,16 @@ int specCommand(const std::vector<std::string> &args) {
   auto text = readTextOrStdin(a.file);
   if (!text)
     return fail("spec: " + text.status().message());
+  if (a.each) {
+    const nlohmann::json specs = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (!specs.is_array())
+      return fail("spec: --each reads a JSON list of specs");
+    for (const nlohmann::json &one : specs) {
+      auto spec = frontend::parseSpec(one.dump());
+      std::cout << (spec ? std::string("ok") : spec.status().message()) << "\n";
+    }
+    return 0;
+  }
   auto spec = frontend::parseSpec(*text);
   if (!spec)
     return fail((a.file == "-" ? std::string("spec") : a.file) + ": " + spec.status().message());

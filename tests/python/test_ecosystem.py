@@ -219,7 +219,7 @@ def test_hyper_parameter_overrides_match_eager_ddp_with_that_spec(ganc_bin, data
     assert record["spec"]["batch_size"] == 32
 
     for bad, words in ((["--lr", "gen=1e-3"], "no optimizer group 'gen'"), (["--interval", "x=2"], "no phase 'x'"),
-                       (["--betas", "1,0.5"], "--betas takes a number in"),
+                       (["--betas", "1,0.5"], "--betas takes B1,B2 in [0, 1)"),
                        (["--batch-size", "0"], "--batch-size takes an integer from 1 to 16777216, not '0'"),
                        (["--log-every", "0"], "--log-every takes an integer from 1 to"),
                        (["--threads", "0"], "--threads takes an integer from 1 to 4096, not '0'"),
@@ -284,11 +284,11 @@ def test_the_recipe_given_at_train_time_matches_eager_ddp_with_that_spec(ganc_bi
     r = run_ganc(ganc_bin, "explain", str(tmp_path))
     assert r.returncode == 2 and "without plan.ganc: not the --out of a ganc train run" in r.stderr, r.stderr
 
-    for bad, words in ((["--precision", "fp8"], "--precision takes [PHASE=]float32, bfloat16 or float16"),
+    for bad, words in ((["--precision", "fp8"], "--precision takes [PHASE=]one of float32, bfloat16, float16"),
                        (["--precision", "x=bfloat16"], "--precision x=: the spec has no phase 'x'"),
                        (["--accumulate", "d=1000000000"], "--accumulate takes PHASE=K with K from 1 to 4096"),
                        (["--clip", "gen=1.0"], "--clip gen=: the spec has no optimizer group 'gen'"),
-                       (["--clip", "generator=1.0,0.5"], "--clip takes a number in ["),
+                       (["--clip", "generator=1.0,0"], "--clip takes GROUP=MAX,TYPE with TYPE > 0 or \"inf\""),
                        (["--ema-half-life-images", "100"], "--ema-half-life-images: the spec has no 'ema'")):
         r = run_ganc(ganc_bin, "train", *train_args(plan.path, "mlp", datasets["ring"], str(tmp_path / "bad"), 2,
                                                     *bad))

@@ -492,7 +492,7 @@ def test_an_edited_plan_trains_as_edited(ganc_bin, datasets, tmp_path):
     bad = subprocess.run([ganc_bin, "train", *train_args(checked, "mlp", datasets["ring"], out + "2", 5)],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr
-    assert "the plan's spec" in bad.stderr and "lr must be positive" in bad.stderr, bad.stderr
+    assert "the plan's spec" in bad.stderr and "'lr' must be a number > 0" in bad.stderr, bad.stderr
 
 
 def test_a_run_directory_holds_one_run_at_a_time(ganc_bin, datasets, tmp_path):
