@@ -138,9 +138,8 @@ Status parseStages(const json &j, Spec &spec) {
   for (size_t i = 0; i < j["list"].size(); ++i) {
     const json &s = j["list"][i];
     bool last = i + 1 == j["list"].size();
-    GANC_TRY(need(s.is_object() && s.contains("name") && s["name"].is_string() &&
-                      !s["name"].get<std::string>().empty(),
-                  "every stage needs a 'name'"));
+    GANC_TRY(need(s.is_object() && s.contains("name"), "every stage needs a 'name'"));
+    GANC_TRY(checkValue(s["name"], "stage", "name", "stage: "));
     StageSpec stage;
     stage.name = s["name"].get<std::string>();
     std::string where = "stage '" + stage.name + "'";

@@ -35,8 +35,8 @@ Status parseClip(const json &j, const std::string &where, OptimizerSpec &o) {
 /// 'lr_schedule': {"type": ..., and that torch.optim.lr_scheduler class's arguments}.
 Status parseSchedule(const json &j, const std::string &where, OptimizerSpec &o) {
   const std::string at = where + ": lr_schedule: ";
-  GANC_TRY(need(j.is_object() && j.contains("type") && j["type"].is_string(),
-                at + "needs a 'type' (constant, linear, step, cosine or exponential)"));
+  GANC_TRY(need(j.is_object() && j.contains("type"), at + "needs a 'type'"));
+  GANC_TRY(checkValue(j["type"], "schedule", "type", at));
   LrScheduleSpec s;
   s.type = j["type"].get<std::string>();
   static const std::map<std::string, std::vector<std::string>> kKeys = {
@@ -45,10 +45,7 @@ Status parseSchedule(const json &j, const std::string &where, OptimizerSpec &o) 
       {"step", {"type", "step_size", "gamma"}},
       {"cosine", {"type", "t_max", "eta_min"}},
       {"exponential", {"type", "gamma"}}};
-  auto keys = kKeys.find(s.type);
-  GANC_TRY(need(keys != kKeys.end(), at + "unknown type '" + s.type +
-                                         "' (constant, linear, step, cosine or exponential)"));
-  GANC_TRY(knownKeys(j, keys->second, at));
+  GANC_TRY(knownKeys(j, kKeys.at(s.type), at)); // every type the schema names has a row
   GANC_TRY(checkObject(j, "schedule", at));
   s.factor = j.value("factor", s.factor);
   s.startFactor = j.value("start_factor", s.startFactor);

@@ -13,8 +13,8 @@ namespace {
 /// One phase input; `where` names the phase, `hasStages` whether the spec declares stages.
 Status parseInput(const json &in, const Spec &spec, bool hasStages, const std::string &where,
                   InputSpec &input) {
-  GANC_TRY(need(in.is_object() && in.contains("name") && in["name"].is_string(),
-                where + ": every input needs a 'name'"));
+  GANC_TRY(need(in.is_object() && in.contains("name"), where + ": every input needs a 'name'"));
+  GANC_TRY(checkValue(in["name"], "input", "name", where + ": input: "));
   input.name = in["name"].get<std::string>();
   const std::string at = where + ": input '" + input.name + "'";
   GANC_TRY(checkObject(in, "input", at + ": "));

@@ -1,18 +1,11 @@
-// The rewrite of a submodule's aten::batch_norm ops into ganc::sync_batch_norm, and that op's
-// declaration (its kernel, with the collectives, is the backend's: backend/SyncBatchNorm.cpp).
+// The rewrite of a submodule's aten::batch_norm ops into ganc::sync_batch_norm (the op, with
+// its collectives, is in ops/: ops/SyncBatchNorm.cpp).
 #include "frontend/SyncBatchNorm.h"
-
-#include <torch/library.h>
 
 #include <functional>
 #include <optional>
 
 namespace ganc::frontend {
-
-TORCH_LIBRARY(ganc, m) {
-  m.def("sync_batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, "
-        "Tensor? running_var, bool training, float momentum, float eps) -> Tensor");
-}
 
 namespace {
 

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/string_view.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <array>
 #include <string>
@@ -50,6 +51,10 @@ bool activationNamed(c10::string_view name, Activation &out);
 /// defined) broadcast along `dim`; clamp < 0 clamps nothing.
 at::Tensor biasAct(const at::Tensor &x, const c10::optional<at::Tensor> &b, int64_t dim,
                    c10::string_view act, double alpha, double gain, double clamp);
+
+/// The process group ganc::sync_batch_norm reduces over (one per process; the runtime sets it
+/// at start-up). Without one, or at world size 1, the op is batch norm itself.
+void setSyncBatchNormGroup(c10::intrusive_ptr<c10d::Backend> group);
 
 /// One row of ops/Ops.def.
 struct OpInfo {

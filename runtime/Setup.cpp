@@ -3,9 +3,9 @@
 
 #include "backend/Device.h"
 #include "backend/DoubleBackward.h"
-#include "backend/SyncBatchNorm.h"
 #include "frontend/SpecSchema.h"
 #include "ir/Plan.h"
+#include "ops/Ops.h"
 #include "passes/Pass.h"
 #include "runtime/rundir/RunDir.h"
 #include "support/Files.h"
@@ -221,7 +221,7 @@ Status createExecutor(Session &s) {
       if (needed || rewritten || fuses)
         options.phaseGraphs[key] = graph.take();
     }
-  backend::setSyncBatchNormGroup(s.group.backend);
+  ops::setSyncBatchNormGroup(s.group.backend);
   auto executor = backend::createExecutor(*s.plan, s.module(), s.group.backend, options);
   if (!executor)
     return executor.status().withContext(s.options.plan);

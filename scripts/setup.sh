@@ -43,7 +43,9 @@ fi
 # --- Python environment with the pinned torch wheel ---------------------------------------
 PY="$VENV/bin/python"
 PY_PACKAGES=(numpy scikit-learn pillow scikit-build-core tensorboard matplotlib)
-[ "$TESTS" = ON ] && PY_PACKAGES+=(pytest lizard)
+# torchvision: the release whose requirement this torch meets (pip picks it: torch is pinned in
+# the same command), for the tests of networks built from it.
+[ "$TESTS" = ON ] && PY_PACKAGES+=(pytest lizard torchvision)
 MODULES=$(printf '%s\n' "${PY_PACKAGES[@]}" | sed 's/scikit-learn/sklearn/; s/pillow/PIL/; s/-/_/g' | paste -sd, -)
 if ! "$PY" -c "import torch, $MODULES, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
   if [ ! -x "$PY" ]; then
@@ -60,7 +62,7 @@ if ! "$PY" -c "import torch, $MODULES, sys; sys.exit(0 if torch.__version__.spli
     fi
   fi
   log "installing ${PY_PACKAGES[*]}"
-  "$PY" -m pip install -q "${PY_PACKAGES[@]}"
+  "$PY" -m pip install -q "${PY_PACKAGES[@]}" "torch==$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')"
 fi
 
 # --- Build and install (pip, editable; CMake builds in ./build) ----------------------------

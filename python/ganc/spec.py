@@ -1,10 +1,12 @@
 """The ganc spec (ganc.json): what the phases of a GAN are and how to train them.
 
 The schema is versioned by the integer field ``ganc_spec``; docs/spec.md documents it. Its
-keys, and the version that added each, are declared once, in frontend/SpecFields.def; this
-package reads them from spec_fields.json (generated from it, checked for drift by the tests).
-``validate`` runs the C++ validator (``ganc spec -``, the one `ganc compile` runs) on what it
-returns, so a spec ganc.export accepts is one ganc compile accepts.
+keys, the version that added each and each value's rule (kind, bounds, names, default) are
+declared once, in frontend/SpecFields.def; this package reads them from spec_fields.json
+(generated from it, checked for drift by the tests). ``validate`` runs the C++ validator
+(``ganc spec -``, the one `ganc compile` runs) for every rule that needs no module, so a spec
+ganc.export accepts is one ganc compile accepts; the package checks only what needs the live
+module itself.
 """
 from __future__ import annotations
 
@@ -22,18 +24,6 @@ _FIELDS = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__))
 KEYS = {kind: tuple(keys) for kind, keys in _FIELDS["keys"].items()}
 # Each plain value's rule (kind, bounds, names, default), as the C++ readers check it.
 RULES = _FIELDS["rules"]
-# Fields version 2 added; a version 1 spec using one is refused (an older ganc would ignore it).
-V2_SPEC_FIELDS = tuple(_FIELDS["version"].get("spec", {}))
-V2_PHASE_FIELDS = tuple(_FIELDS["version"].get("phase", {}))
-V2_OPTIMIZER_FIELDS = tuple(_FIELDS["version"].get("optimizer", {}))
-PRECISIONS = tuple(RULES["spec"]["precision"]["names"])
-SOURCES = tuple(RULES["input"]["source"]["names"])
-OPTIMIZERS = tuple(RULES["optimizer"]["type"]["names"])
-# The settings of one optimizer type; another type refuses them.
-VARIANT_SETTINGS = {"amsgrad": ("adam", "adamw"), "nesterov": ("sgd",), "dampening": ("sgd",),
-                    "alpha": ("rmsprop",), "centered": ("rmsprop",)}
-BUFFER_POLICIES = tuple(RULES["spec"]["buffers"]["names"])
-DTYPES = tuple(RULES["spec"]["dtype"]["names"])
 
 
 def default(kind: str, key: str):
@@ -93,34 +83,13 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _is_path(v) -> bool:
-    """A dotted attribute path ("discriminator.head", "logit_scale")."""
-    return isinstance(v, str) and bool(v) and all(part and all(c.isalnum() or c == "_" for c in part)
-                                                  for part in v.split("."))
-
-
 def within(name: str, path: str) -> bool:
     """`name` is `path` or lies inside it ("generator.mapping.0.weight" in "generator")."""
     return name == path or name.startswith(path + ".")
 
 
-def _validate_variant(opt: dict, where: str) -> None:
-    """amsgrad; nesterov and dampening; alpha and centered: each only for its type, as the C++
-    reader checks them; clamp_weights for any."""
-    for key, types in VARIANT_SETTINGS.items():
-        _require(key not in opt or opt["type"] in types,
-                 f"{where}: {key!r} is a setting of {' and '.join(types)}, not of {opt['type']}")
-    _require(not opt.get("nesterov") or (opt.get("momentum", 0) > 0 and opt.get("dampening", 0) == 0),
-             f"{where}: nesterov needs momentum > 0 and dampening 0 (as torch.optim.SGD)")
-    if opt["type"] == "rmsprop":
-        opt.setdefault("alpha", default("optimizer", "alpha"))
-        opt.setdefault("eps", default("optimizer", "eps"))
-
-
-def _normalise_optimizer(group: str, opt: dict) -> dict:
-    """Checks one optimizer group's settings and fills in torch.optim's defaults."""
-    where = f"spec: optimizer of {group!r}"
-    _require("type" in opt, f"{where} needs a 'type'")
+def _normalise_optimizer(opt: dict) -> dict:
+    """Fills in one optimizer group's torch.optim defaults (by its type)."""
     opt.setdefault("lr", 2e-4 if opt["type"] in ("adam", "adamw") else 1e-2)
     if opt["type"] in ("adam", "adamw"):
         opt.setdefault("betas", default("optimizer", "betas"))
@@ -129,11 +98,11 @@ def _normalise_optimizer(group: str, opt: dict) -> dict:
     else:
         opt.setdefault("momentum", default("optimizer", "momentum"))
         opt.setdefault("weight_decay", 0.0)
-    _validate_variant(opt, where)
+    if opt["type"] == "rmsprop":
+        opt.setdefault("alpha", default("optimizer", "alpha"))
+        opt.setdefault("eps", default("optimizer", "eps"))
     if "clip_grad_norm" in opt:
-        _validate_clip(opt["clip_grad_norm"], where)
-    if "lr_schedule" in opt:
-        _validate_schedule(opt["lr_schedule"], where)
+        opt["clip_grad_norm"].setdefault("norm_type", default("clip", "norm_type"))
     return opt
 
 
@@ -145,25 +114,6 @@ SCHEDULES = {
     "cosine": ("CosineAnnealingLR", ("t_max", "eta_min")),
     "exponential": ("ExponentialLR", ("gamma",)),
 }
-# The argument a schedule type cannot do without.
-SCHEDULE_NEEDS = {"step": "step_size", "cosine": "t_max", "exponential": "gamma"}
-
-
-def _validate_schedule(schedule, where: str) -> None:
-    at = f"{where}: lr_schedule: "
-    _require(isinstance(schedule, dict) and schedule.get("type") in SCHEDULES,
-             f"{at}unknown type {schedule.get('type') if isinstance(schedule, dict) else schedule!r} "
-             f"({', '.join(SCHEDULES)})")
-    keys = ("type",) + SCHEDULES[schedule["type"]][1]
-    for key in schedule:
-        if key not in keys:
-            close = difflib.get_close_matches(key, keys, n=1)
-            _require(False, f"{at}unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    _known_keys(schedule, "schedule", at)
-    needed = SCHEDULE_NEEDS.get(schedule["type"])
-    _require(needed is None or needed in schedule, f"{at}{schedule['type']} needs {needed!r}")
-
-
 def lr_scheduler(optimizer, schedule: dict):
     """The torch.optim.lr_scheduler a spec's `lr_schedule` is (the eager reference)."""
     import torch
@@ -176,7 +126,7 @@ def optimizer_settings(spec: dict, group: str) -> dict:
     """A group's normalised settings; a default group (one `optimizer_groups` adds for an
     `updates` path no declared group covers) gets torch.optim.Adam's, as `ganc compile` does."""
     declared = spec.get("optimizers", {}).get(group)
-    return declared if declared is not None else _normalise_optimizer(group, {"type": "adam"})
+    return declared if declared is not None else _normalise_optimizer({"type": "adam"})
 
 
 def optimizer_groups(spec: dict, names) -> dict:
@@ -258,194 +208,100 @@ def pack_fields(spec: dict, data: dict):
 
 
 def validate(spec: dict, module=None) -> dict:
-    """Checks `spec` (and, given the module, that methods and submodules exist).
+    """Checks `spec` and returns a normalised copy with defaults filled in.
 
-    Returns a normalised copy with defaults filled in.
+    Every rule that needs no module is the compiler's: `ganc spec` (the validator `ganc compile`
+    runs) checks the spec first. Here: every key and value against the schema's rules (the same
+    table, so the check stands where ganc's tools are not built yet), and, given the module,
+    that the methods, submodules and attributes the spec names exist.
     """
+    _require(isinstance(spec, dict), "spec: must be a JSON object")
     spec = copy.deepcopy(spec)
-    v1 = _validate_model_wide(spec, module)
-    updated = _validate_phases(spec, module, v1)
-    _validate_optimizers(spec, updated, v1, module)
-    _validate_sampling(spec, updated, module)
     check_with_compiler(spec)
+    _check_schema(spec)
+    if spec.get("ganc_spec") != 1:  # a version 1 spec is written back as it was
+        spec.setdefault("precision", default("spec", "precision"))
+    spec.setdefault("dtype", default("spec", "dtype"))
+    spec.setdefault("buffers", default("spec", "buffers"))
+    for phase in spec["phases"]:
+        phase.setdefault("interval", default("phase", "interval"))
+        phase.setdefault("updates", [])
+        phase.setdefault("inputs", [])
+        if spec.get("ganc_spec") != 1:
+            phase.setdefault("accumulate", default("phase", "accumulate"))
+            phase.setdefault("precision", spec["precision"])
+    for scaler in spec.get("loss_scalers", {}).values():
+        for key in KEYS["scaler"]:
+            scaler.setdefault(key, default("scaler", key))
+    for opt in spec.setdefault("optimizers", {}).values():
+        _normalise_optimizer(opt)
+    for stage in spec.get("stages", {}).get("list", []):
+        stage.setdefault("fade_steps", default("stage", "fade_steps"))
+        stage.setdefault("grows", [])
+    if module is not None:
+        _check_against(spec, module)
     return spec
 
 
-def _validate_model_wide(spec: dict, module) -> bool:
-    """The top-level fields, data, synchronised batch norm and loss scalers; True for a
-    version 1 spec."""
-    _require(isinstance(spec, dict), "spec: must be a JSON object")
-    _known_keys(spec, "spec", "spec: ")
+def _check_schema(spec: dict) -> None:
+    """Every object's keys and values against spec_fields.json (frontend/SpecFields.def)."""
     _require(spec.get("ganc_spec") in READ_VERSIONS and _is_integer(spec.get("ganc_spec")),
              f"spec: 'ganc_spec' must be one of {READ_VERSIONS}, got {spec.get('ganc_spec')!r}")
-    v1 = spec["ganc_spec"] == 1
-    for field in V2_SPEC_FIELDS:
-        _require(not (v1 and field in spec), f"spec: {field!r} is a ganc_spec 2 field; set \"ganc_spec\": 2")
-    if not v1:  # a version 1 spec is written back as it was: no version 2 defaults
-        spec.setdefault("precision", default("spec", "precision"))
-    _require("name" in spec, "spec: missing 'name' (the model's name)")
-    _require("batch_size" in spec, "spec: missing 'batch_size' (samples per rank per step)")
-    data = spec.get("data")
-    _require(isinstance(data, dict) and (isinstance(data.get("shape"), list) or "fields" in data),
-             "spec: 'data' must be an object with a 'shape' list (one sample, no batch dim)")
-    _known_keys(data, "data", "spec: 'data': ")
-    # data.fields and data.layout are checked by the C++ validator (below, in ganc spec).
-    _require("fields" in data or _positive_ints(data["shape"]),
-             "spec: 'data.shape' must be a list of positive integers")
-    _require(not data.get("xflip") or "fields" in data or len(data["shape"]) == 3,
-             "spec: 'data.xflip' mirrors images: it needs a [C, H, W] data shape")
-    spec.setdefault("dtype", default("spec", "dtype"))
-    sync = spec.get("sync_batch_norm", [])
-    _require(isinstance(sync, list) and all(isinstance(s, str) and s for s in sync),
-             "spec: 'sync_batch_norm' must list submodule names")
-    if module is not None:
-        import torch
-        submodules = dict(module.named_modules())  # dotted paths too ("generator.main.1"), as compile takes
-        for sub in sync:
-            _require(sub in submodules, f"spec: 'sync_batch_norm': {sub!r} is not a submodule")
-            _require(any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in submodules[sub].modules()),
-                     f"spec: 'sync_batch_norm': {sub!r} has no batch norm layer")
-    scalers = spec.get("loss_scalers", {})
-    _require(isinstance(scalers, dict), "spec: 'loss_scalers' must map scaler names to their settings")
-    for name, scaler in scalers.items():
-        _validate_scaler(name, scaler)
-    return v1
-
-
-def _validate_phases(spec: dict, module, v1: bool) -> set:
-    """Every phase and its inputs; returns the paths the phases update."""
-    data = spec["data"]
-    scalers = spec.get("loss_scalers", {})
-    phases = spec.get("phases")
-    _require(isinstance(phases, list) and phases, "spec: 'phases' must be a non-empty list")
-    names = set()
-    updated = set()
-    for i, phase in enumerate(phases):
+    _known_keys(spec, "spec", "spec: ")
+    for key in ("name", "batch_size", "data", "phases"):
+        _require(key in spec, f"spec: missing {key!r}")
+    _known_keys(spec["data"], "data", "spec: 'data': ")
+    for i, phase in enumerate(spec["phases"]):
         where = f"spec: phase {phase.get('name', i)!r}"
         _known_keys(phase, "phase", f"{where}: ")
-        _require("name" in phase, f"{where}: needs a 'name'")
-        _require(phase["name"] not in names, f"{where}: name used twice")
-        names.add(phase["name"])
-        _require(isinstance(phase.get("method"), str), f"{where}: needs a 'method'")
-        phase.setdefault("interval", default("phase", "interval"))
-        # A phase that trains nothing (no 'updates') is a section: it lists its 'outputs'.
-        phase.setdefault("updates", [])
-        _require(isinstance(phase["updates"], list) and (phase["updates"] or phase.get("outputs"))
-                 and all(_is_path(u) for u in phase["updates"]),
-                 f"{where}: 'updates' must list the submodules or parameters the phase trains (paths); "
-                 "a phase that trains nothing is a section, which lists its 'outputs'")
-        for field in V2_PHASE_FIELDS:
-            _require(not (v1 and field in phase), f"{where}: {field!r} is a ganc_spec 2 field; "
-                                                  "set \"ganc_spec\": 2")
-        if not v1:
-            phase.setdefault("accumulate", default("phase", "accumulate"))
-            phase.setdefault("precision", spec["precision"])
-        _require(phase.get("loss_scaler") is None or phase["loss_scaler"] in scalers,
-                 f"{where}: 'loss_scaler' {phase.get('loss_scaler')!r} is not one of the spec's 'loss_scalers'")
-        updated.update(phase["updates"])
-        phase.setdefault("inputs", [])
-        input_names = set()
-        for inp in phase["inputs"]:
-            _require(isinstance(inp.get("name"), str), f"{where}: an input has no 'name'")
-            _require(inp["name"] not in input_names, f"{where}: input {inp['name']!r} is declared twice")
-            input_names.add(inp["name"])
-            _known_keys(inp, "input", f"{where}: input {inp['name']!r}: ")
-            _require("source" in inp, f"{where}: input {inp['name']!r} needs a 'source'")
-            if inp["source"] in ("labels", "categorical"):
-                classes = inp.get("classes", data.get("classes", 0))
-                _require(classes > 0,
-                         f"{where}: input {inp['name']!r} needs 'classes' (or 'data.classes')")
-                _require(inp["source"] != "labels" or data.get("classes", 0) > 0,
-                         f"{where}: input {inp['name']!r} reads labels: set 'data.classes'")
-            elif inp["source"] == "controller":
-                _require(inp.get("controller") in spec.get("controllers", {}),
-                         f"{where}: input {inp['name']!r} reads controller {inp.get('controller')!r}, "
-                         "which 'controllers' does not declare")
-            elif inp["source"] == "output":
-                _require(isinstance(inp.get("output"), str) and "." in inp["output"],
-                         f"{where}: input {inp['name']!r} takes an earlier phase's value: set 'output' "
-                         "to \"PHASE.NAME\"")
-            elif inp["source"] == "fade":
-                _require("stages" in spec,
-                         f"{where}: input {inp['name']!r} reads the fade-in weight: declare 'stages'")
-            elif inp["source"] != "data":
-                _require(isinstance(inp.get("shape"), list),
-                         f"{where}: {inp['source']} input {inp['name']!r} needs a 'shape' (no batch dim)")
-                _require(_positive_ints(inp["shape"]),
-                         f"{where}: input {inp['name']!r} shape must be a list of positive integers")
-        if module is not None:
-            _require(hasattr(module, phase["method"]),
-                     f"{where}: method {phase['method']!r} does not exist on the module")
-    for name in scalers:
-        _require(any(phase.get("loss_scaler") == name for phase in phases),
-                 f"spec: loss scaler {name!r} is used by no phase (name it in a phase's 'loss_scaler', or remove it)")
-    return updated
-
-
-def _validate_optimizers(spec: dict, updated: set, v1: bool, module) -> None:
-    """The optimizer groups: their keys, paths and settings (normalised in place)."""
-    opts = spec.setdefault("optimizers", {})
-    _require(isinstance(opts, dict), "spec: 'optimizers' must map group names to settings")
-    for group, opt in opts.items():
+        for inp in phase.get("inputs", []):
+            _known_keys(inp, "input", f"{where}: input {inp.get('name')!r}: ")
+    for name, scaler in spec.get("loss_scalers", {}).items():
+        _known_keys(scaler, "scaler", f"spec: loss scaler {name!r}: ")
+    for group, opt in spec.get("optimizers", {}).items():
         where = f"spec: optimizer of {group!r}"
-        _require(_is_path(group), f"spec: optimizer group {group!r}: names hold letters, digits, '_' and '.'")
-        _require(isinstance(opt, dict), f"{where}: must be an object")
         _known_keys(opt, "optimizer", f"{where}: ")
-        for field in V2_OPTIMIZER_FIELDS:
-            _require(not (v1 and field in opt), f"{where}: {field!r} is a ganc_spec 2 field; set \"ganc_spec\": 2")
-        if "params" in opt:
-            _require(isinstance(opt["params"], list) and opt["params"] and all(_is_path(p) for p in opt["params"]),
-                     f"{where}: 'params' must list submodule or parameter paths")
-        for path in opt.get("params", [group]):
-            _require(any(within(path, u) or within(u, path) for u in updated),
-                     f"{where}: no phase updates {path!r} or anything in it")
-        _normalise_optimizer(group, opt)
-    if module is not None:  # resolves the paths; the default groups are not written back
-        optimizer_groups(spec, [name for name, _ in module.named_parameters()])
-
-
-def _validate_sampling(spec: dict, updated: set, module) -> None:
-    """The buffer policy, EMA, stages and sample grid."""
-    spec.setdefault("buffers", default("spec", "buffers"))
-    ema = spec.get("ema")
-    if ema is not None:
-        _require(isinstance(ema, dict) and "submodule" in ema and "copy" in ema,
-                 "spec: 'ema' needs 'submodule' (the trained one) and 'copy' (its average)")
-        _known_keys(ema, "ema", "spec: 'ema': ")
-        for field in _FIELDS["version"].get("ema", {}):
-            _require(not (spec.get("ganc_spec", 1) == 1 and field in ema),
-                     f"spec: 'ema': {field!r} is a ganc_spec 2 field; set \"ganc_spec\": 2")
-        _require(not ema.get("rampup") or ema.get("half_life_images", 0) > 0,
-                 "spec: 'ema': rampup ramps half_life_images up: give one")
-        _require(not any(within(u, ema["copy"]) or within(ema["copy"], u) for u in updated),
-                 f"spec: 'ema': {ema['copy']!r} is trained by a phase; it must only be averaged")
-        if module is not None:
-            for name in (ema["submodule"], ema["copy"]):
-                _require(isinstance(getattr(module, name, None), torch_module()),
-                         f"spec: 'ema': {name!r} is not a submodule")
-    if "stages" in spec:
-        _validate_stages(spec["stages"], module)
-    controllers = spec.get("controllers", {})
-    _require(isinstance(controllers, dict), "spec: 'controllers' must map names to controllers")
-    for name, controller in controllers.items():
-        _require(isinstance(controller, dict), f"spec: controller {name!r}: must be an object")
+        _require("type" in opt, f"{where} needs a 'type'")
+        _known_keys(opt.get("clip_grad_norm"), "clip", f"{where}: clip_grad_norm: ")
+        _known_keys(opt.get("lr_schedule"), "schedule", f"{where}: lr_schedule: ")
+    for key, kind in (("ema", "ema"), ("sample", "sample"), ("stages", "stages")):
+        _known_keys(spec.get(key), kind, f"spec: {key!r}: ")
+    for stage in spec.get("stages", {}).get("list", []):
+        _known_keys(stage, "stage", f"spec: stage {stage.get('name')!r}: ")
+    for name, controller in spec.get("controllers", {}).items():
         _known_keys(controller, "controller", f"spec: controller {name!r}: ")
+
+
+def _check_against(spec: dict, module) -> None:
+    """What the spec names exists in the module: methods, submodules, batch norm layers, the
+    stages' attributes, and the optimizer groups' parameters."""
+    import torch
+    submodules = dict(module.named_modules())  # dotted paths too ("generator.main.1"), as compile takes
+    for sub in spec.get("sync_batch_norm", []):
+        _require(sub in submodules, f"spec: 'sync_batch_norm': {sub!r} is not a submodule")
+        _require(any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in submodules[sub].modules()),
+                 f"spec: 'sync_batch_norm': {sub!r} has no batch norm layer")
+    for phase in spec["phases"]:
+        _require(hasattr(module, phase["method"]),
+                 f"spec: phase {phase['name']!r}: method {phase['method']!r} does not exist on the module")
+    optimizer_groups(spec, [name for name, _ in module.named_parameters()])
+    ema = spec.get("ema")
+    for name in (ema["submodule"], ema["copy"]) if ema else ():
+        _require(isinstance(getattr(module, name, None), torch.nn.Module), f"spec: 'ema': {name!r} is not a submodule")
     sample = spec.get("sample")
-    if sample is not None and "method" in sample:  # a method of the GAN on the inputs it names
-        _known_keys(sample, "sample", "spec: 'sample': ")
-        _require(isinstance(sample["method"], str) and isinstance(sample.get("inputs"), list),
-                 "spec: 'sample': 'method' needs 'inputs', the method's arguments in order")
-        _require(module is None or hasattr(module, sample["method"]),
-                 f"spec: sample method {sample['method']!r} does not exist on the module")
+    if sample is not None and "method" in sample:
+        _require(hasattr(module, sample["method"]), f"spec: sample method {sample['method']!r} does not exist on the module")
     elif sample is not None:
-        _known_keys(sample, "sample", "spec: 'sample': ")
-        _require("submodule" in sample and isinstance(sample.get("noise_shape"), list),
-                 "spec: 'sample' needs 'submodule' and 'noise_shape'")
-        _require(_positive_ints(sample["noise_shape"]),
-                 "spec: 'sample.noise_shape' must be a list of positive integers")
-        if module is not None:
-            _require(isinstance(getattr(module, sample["submodule"], None), torch_module()),
-                     f"spec: sample submodule {sample['submodule']!r} does not exist")
+        _require(isinstance(getattr(module, sample["submodule"], None), torch.nn.Module),
+                 f"spec: sample submodule {sample['submodule']!r} does not exist")
+    stages = spec.get("stages")
+    for stage in stages["list"] if stages else ():
+        for block in stage["grows"]:
+            _require(isinstance(_resolve(module, block), torch.nn.Module),
+                     f"spec: stage {stage['name']!r} grows {block!r}, which is not a submodule of the model")
+    for path in stages["attributes"] if stages else ():
+        _require(_is_integer(_resolve(module, path)),
+                 f"spec: stages: attribute {path!r} is not an int attribute of the model")
 
 
 def check_with_compiler(spec: dict) -> None:
@@ -466,27 +322,6 @@ def check_with_compiler(spec: dict) -> None:
         raise SpecError(f"spec: {message}")
 
 
-def _positive_ints(shape) -> bool:
-    return isinstance(shape, list) and all(_is_integer(n) and n > 0 for n in shape)
-
-
-def _validate_scaler(name, scaler) -> None:
-    where = f"spec: loss scaler {name!r}"
-    _require(name and not any(c in name for c in "\" \t\n"),
-             f"{where}: a name cannot be empty or hold quotes or spaces")
-    _require(isinstance(scaler, dict), f"{where} must be an object")
-    _known_keys(scaler, "scaler", f"{where}: ")
-    for key in KEYS["scaler"]:
-        scaler.setdefault(key, default("scaler", key))
-
-
-def _validate_clip(clip, where) -> None:
-    _known_keys(clip, "clip", f"{where}: clip_grad_norm: ")
-    _require(isinstance(clip, dict) and "max_norm" in clip,
-             f"{where}: 'clip_grad_norm' needs a positive 'max_norm'")
-    clip.setdefault("norm_type", default("clip", "norm_type"))
-
-
 def _resolve(module, path):
     obj = module
     for part in path.split("."):
@@ -494,38 +329,6 @@ def _resolve(module, path):
             return None
         obj = getattr(obj, part, None)
     return obj
-
-
-def _validate_stages(stages, module=None) -> None:
-    _require(isinstance(stages, dict) and isinstance(stages.get("attributes"), list)
-             and stages["attributes"],
-             "spec: 'stages' needs 'attributes': the int module attributes that select the stage")
-    _require(isinstance(stages.get("list"), list) and stages["list"],
-             "spec: 'stages.list' must be a non-empty list of stages")
-    _known_keys(stages, "stages", "spec: 'stages': ")
-    names = set()
-    for i, stage in enumerate(stages["list"]):
-        last = i == len(stages["list"]) - 1
-        _require(isinstance(stage.get("name"), str) and stage["name"], "spec: every stage needs a 'name'")
-        where = f"spec: stage {stage['name']!r}"
-        _known_keys(stage, "stage", f"{where}: ")
-        _require(stage["name"] not in names, f"{where}: name used twice")
-        _require(not any(c in stage["name"] for c in "@\" \t\n"),
-                 f"{where}: a stage name cannot hold '@', quotes or spaces")
-        names.add(stage["name"])
-        _require(last or "steps" in stage,
-                 f"{where} needs 'steps' (only the last stage may omit it; it runs to the end)")
-        stage.setdefault("fade_steps", default("stage", "fade_steps"))
-        stage.setdefault("grows", [])
-        if module is not None:
-            for block in stage["grows"]:
-                _require(isinstance(_resolve(module, block), torch_module()),
-                         f"{where} grows {block!r}, which is not a submodule of the model")
-    if module is not None:
-        for path in stages["attributes"]:
-            value = _resolve(module, path)
-            _require(_is_integer(value),
-                     f"spec: stages: attribute {path!r} is not an int attribute of the model")
 
 
 def stage_at(stages: dict, step: int):
@@ -543,11 +346,6 @@ def fade_at(stages: dict, step: int) -> float:
     index, begin = stage_at(stages, step)
     fade_steps = stages["list"][index].get("fade_steps", 0)
     return 1.0 if fade_steps == 0 else min(1.0, (step - begin) / fade_steps)
-
-
-def torch_module():
-    import torch
-    return torch.nn.Module
 
 
 def dumps(spec: dict) -> str:

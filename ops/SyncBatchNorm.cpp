@@ -15,7 +15,7 @@
 // exist, ATen expressions of the same arithmetic, so the CPU tests run the same steps.
 // The weight and bias gradients stay local (the bucketed all-reduce averages them like any
 // parameter's). Eval mode is plain batch norm with the running statistics.
-#include "backend/SyncBatchNorm.h"
+#include "ops/Ops.h"
 
 #include "support/torch/Collectives.h"
 
@@ -25,7 +25,7 @@
 
 #include <mutex>
 
-namespace ganc::backend {
+namespace ganc::ops {
 
 namespace {
 
@@ -271,7 +271,6 @@ at::Tensor syncBatchNorm(const at::Tensor &input, const std::optional<at::Tensor
 
 } // namespace
 
-// The kernel of the op frontend/SyncBatchNorm.cpp declares.
 TORCH_LIBRARY_IMPL(ganc, CompositeImplicitAutograd, m) {
   m.impl("sync_batch_norm", &syncBatchNorm);
 }
@@ -280,4 +279,4 @@ void setSyncBatchNormGroup(c10::intrusive_ptr<c10d::Backend> group) {
   syncGroup() = std::move(group);
 }
 
-} // namespace ganc::backend
+} // namespace ganc::ops
