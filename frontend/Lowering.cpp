@@ -3,6 +3,7 @@
 #include "frontend/Lowering.h"
 
 #include "frontend/Archive.h"
+#include "frontend/DoubleBackward.h"
 #include "frontend/IRTypes.h"
 #include "frontend/Sections.h"
 #include "frontend/Shapes.h"
@@ -103,6 +104,10 @@ public:
     // continue into sections run their graph as the executor joins it: not fused.
     if (fusion && through_.empty())
       report = fused(*graph->copy());
+    // A phase that differentiates inside itself takes ganc's double backward for its grouped
+    // convolutions (the runtime's rewrite; --double-backward chooses how). Phases that
+    // continue into sections run their graph as the executor joins it: PyTorch's.
+    const bool ownDoubleBackward = through_.empty() && differentiatesTwice(*graph);
     foldModuleAttributes(graph);
     // A submodule returning (x, img) packs both into one tuple value; unpacking it at once
     // keeps their gradient paths apart in the IR.
@@ -116,6 +121,7 @@ public:
     GANC_TRY(recordShapes(graph));
     auto phase = lower(*graph);
     if (phase) {
+      (*phase)->doubleBackward = ownDoubleBackward ? "filters" : "";
       (*phase)->fusedResamplings = report.resamplings;
       (*phase)->fusedBiasActs = report.biasActs;
       for (const NearMiss &miss : report.nearMisses)

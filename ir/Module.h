@@ -218,6 +218,11 @@ struct Phase {
   int64_t fusedResamplings = 0;
   int64_t fusedBiasActs = 0;
   std::vector<NotFused> notFused;
+  /// A phase that differentiates inside itself (R1, path length): whose double backward its
+  /// grouped convolutions take, as ganc::convolution: "filters" (ganc's where the weight takes
+  /// no gradient), "grouped" (ganc's for every one); "" runs PyTorch's. Decided by `ganc
+  /// compile`, set by `ganc train --double-backward`.
+  std::string doubleBackward;
   /// This phase's bucket caps (0: the module's); `ganc compile --bucket-cap-mb auto` sets them.
   int64_t bucketCapBytes = 0;
   int64_t firstBucketCapBytes = 0;

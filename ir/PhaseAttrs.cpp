@@ -135,6 +135,12 @@ Status checkTuned(const Phase &p, const Module &) {
   return Status::ok();
 }
 
+Status checkDoubleBackward(const Phase &p, const Module &) {
+  if (!p.doubleBackward.empty() && p.doubleBackward != "filters" && p.doubleBackward != "grouped")
+    return Status::error("double_backward is filters or grouped, not '" + p.doubleBackward + "'");
+  return Status::ok();
+}
+
 Status checkFused(const Phase &p, const Module &) {
   if (p.fusedResamplings < 0 || p.fusedBiasActs < 0)
     return Status::error("fused counts must not be negative");
@@ -200,6 +206,18 @@ std::string explainLossScaler(const Phase &p) {
   return "loss scaling: by scaler " + p.lossScaler +
          " (loss x scale; gradients unscaled after the all-reduce; on inf/NaN the step is "
          "skipped and the scale backs off)";
+}
+
+std::string explainDoubleBackward(const Phase &p) {
+  if (p.doubleBackward.empty())
+    return "";
+  return "double backward: the phase differentiates inside itself; its grouped convolutions "
+         "run as ganc::convolution, whose second derivative is ganc's " +
+         std::string(p.doubleBackward == "filters"
+                         ? "where the weight takes no gradient (FIR filters: bit for bit "
+                           "PyTorch's)"
+                         : "for every one (to rounding)") +
+         " (ganc train --double-backward pytorch runs PyTorch's)";
 }
 
 std::string explainFused(const Phase &p) {

@@ -1,5 +1,5 @@
 // ganc::convolution (ops/Ops.def): a convolution whose double backward is written with the
-// weight-gradient kernels of `convolution_backward` (backend/DoubleBackward.h says why and
+// weight-gradient kernels of `convolution_backward` (frontend/DoubleBackward.h says why and
 // when the rewrite puts it in a phase).
 //
 // The op's autograd, for groups > 1 and a weight that takes no gradient, or any weight with

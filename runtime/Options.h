@@ -132,7 +132,7 @@ struct TrainOptions {
   /// double backward computes each gradient for every group in one call: those whose weight
   /// takes no gradient, bit for bit PyTorch's results ("filters"), or every one, to rounding
   /// ("grouped"); or they keep PyTorch's, which makes one convolution per group ("pytorch").
-  /// See backend/DoubleBackward.h.
+  /// The plan says which phases take it (their `double_backward`); see frontend/DoubleBackward.h.
   DoubleBackward doubleBackward = DoubleBackward::Filters;
   /// On CUDA: cuDNN benchmark mode (algorithms timed during warm-up, before capture).
   /// Ignored with `deterministic`.

@@ -157,6 +157,11 @@ Status applyOverrides(frontend::Spec &spec, ir::Module &plan, const TrainOptions
       phase->fusedResamplings = phase->fusedBiasActs = 0;
       phase->notFused.clear();
     }
+  for (const auto &phase : plan.phases) // --double-backward: how the planned phases take it
+    if (!phase->doubleBackward.empty())
+      phase->doubleBackward = o.doubleBackward == DoubleBackward::PyTorch
+                                  ? ""
+                                  : nameOf(o.doubleBackward, doubleBackwardNames());
   return ir::verifyInvariants(plan).withContext("the recipe given to ganc train");
 }
 

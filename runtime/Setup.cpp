@@ -2,7 +2,7 @@
 #include "runtime/Setup.h"
 
 #include "backend/Device.h"
-#include "backend/DoubleBackward.h"
+#include "frontend/DoubleBackward.h"
 #include "frontend/SpecSchema.h"
 #include "ir/Plan.h"
 #include "ops/Ops.h"
@@ -182,9 +182,8 @@ Status createExecutor(Session &s) {
       options.lossScales[phase->name] = s.lossScalers.at(phase->lossScaler).scale();
   // The graphs phases run instead of their method: every stage's phases specialised now
   // (switching stage later only picks them); phases with synchronised batch norm, as they
-  // were compiled; phases the plan fuses, fused (--fusion); phases that differentiate twice,
-  // their grouped convolutions as ganc::convolution (--double-backward).
-  const bool ownDoubleBackward = s.options.doubleBackward != DoubleBackward::PyTorch;
+  // were compiled; phases the plan fuses, fused (--fusion); phases the plan gives ganc's
+  // double backward, their grouped convolutions as ganc::convolution (--double-backward).
   std::set<std::string> told;
   for (size_t stage = 0; stage < (spec.stages ? spec.stages->list.size() : 1); ++stage)
     for (const frontend::PhaseSpec &phase : spec.phases) {
@@ -194,8 +193,9 @@ Status createExecutor(Session &s) {
       const bool plain = phase.isSection() || !phase.throughSections().empty();
       const bool fuses =
           !plain && compiled && compiled->fusedResamplings + compiled->fusedBiasActs > 0;
+      const bool ownDoubleBackward = compiled && !compiled->doubleBackward.empty();
       const bool needed = spec.stages || !spec.syncBatchNorm.empty();
-      if (!needed && !fuses && (!ownDoubleBackward || plain))
+      if (!needed && !fuses && !ownDoubleBackward)
         continue;
       frontend::FusionReport fusion;
       auto graph = frontend::phaseGraph(
@@ -213,9 +213,9 @@ Status createExecutor(Session &s) {
                              ": compile the plan again from this archive")
             .inFile(s.options.plan);
       size_t rewritten = 0;
-      if (ownDoubleBackward && backend::differentiatesTwice(**graph))
-        rewritten = backend::rewriteGroupedConvolutions(**graph, s.options.doubleBackward ==
-                                                                     DoubleBackward::Grouped);
+      if (ownDoubleBackward)
+        rewritten = frontend::rewriteGroupedConvolutions(**graph,
+                                                         compiled->doubleBackward == "grouped");
       if ((rewritten || fuses) && s.isRankZero() && told.insert(phase.name).second)
         tellRewrites(phase.name, fuses ? &fusion : nullptr, rewritten, s.options.doubleBackward);
       if (needed || rewritten || fuses)

@@ -345,6 +345,7 @@ std::string planJson(const ir::Module &plan) {
                {"tuned_exposed_seconds", phase->tunedExposedSeconds},
                {"default_exposed_seconds", phase->defaultExposedSeconds}};
     ph["fused"] = {{"upfirdn2d", phase->fusedResamplings}, {"bias_act", phase->fusedBiasActs}};
+    ph["double_backward"] = phase->doubleBackward;
     ph["not_fused"] = json::array();
     for (const ir::NotFused &miss : phase->notFused)
       ph["not_fused"].push_back({{"pattern", miss.pattern}, {"why", miss.why}});

@@ -222,6 +222,8 @@ def test_every_grouped_convolution_takes_ganc_double_backward_to_rounding(ganc_b
     model = archive("stylegan2_ada_f64")
     out = train_two_ranks(ganc_bin, model, digits16, str(tmp_path), "--double-backward", "grouped")
     assert "(--double-backward grouped)" in out, out
+    trained = open(os.path.join(tmp_path, "train", "plan.ganc")).read()  # the plan as it trained
+    assert trained.count("double_backward grouped") == 2 and "double_backward filters" not in trained
     reference.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Gpl": "manual", "Dreg": "manual"})
     worst = largest_difference(ganc.load_spec(model), str(tmp_path / "dump"), str(tmp_path / "ddp"), exact=False)
     assert 0 < worst <= 1e-9, worst
@@ -279,6 +281,10 @@ def test_fusion_is_planned_explained_and_switched_off(ganc_bin, tmp_path):
         assert phase["used"] == off[name]["used"] and phase["buckets"] == off[name]["buckets"]
     report = subprocess.run([ganc_bin, "explain", plan], capture_output=True, text=True, check=True).stdout
     assert "fused: 4 resampling(s) as ganc::upfirdn2d" in report, report
+    # R1 and path length differentiate inside themselves: ganc's double backward, decided here.
+    assert {name: phase["double_backward"] for name, phase in on.items()} == \
+        {"Gmain": "", "Gpl": "filters", "Dmain": "", "Dreg": "filters"}
+    assert "double backward: the phase differentiates inside itself" in report, report
 
     z = {"name": "z", "source": "normal", "shape": [2]}
     spec = {"ganc_spec": 1, "name": "learned", "batch_size": 4, "data": {"shape": [4, 4, 4]},

@@ -4,7 +4,7 @@
 // gradient (its own formulation throughout), and bit for bit in float32 for a FIR filter that
 // takes none. And the rewrite of a phase graph's grouped convolutions, with FileCheck, run
 // against the graph it rewrote.
-#include "backend/DoubleBackward.h"
+#include "frontend/DoubleBackward.h"
 
 #include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
@@ -197,8 +197,8 @@ graph(%y : Tensor, %x : Tensor):
                         graph.get());
     return graph;
   };
-  EXPECT_TRUE(ganc::backend::differentiatesTwice(*graphWith(true)));
-  EXPECT_FALSE(ganc::backend::differentiatesTwice(*graphWith(false)));
+  EXPECT_TRUE(ganc::frontend::differentiatesTwice(*graphWith(true)));
+  EXPECT_FALSE(ganc::frontend::differentiatesTwice(*graphWith(false)));
 }
 
 TEST(DoubleBackward, RewritesTheGroupedConvolutionsAndRunsThemAlike) {
@@ -225,7 +225,7 @@ graph(%x : Tensor, %w : Tensor, %w1 : Tensor, %wt : Tensor, %g : int):
   auto original = std::make_shared<torch::jit::Graph>();
   torch::jit::parseIR(ir, original.get());
   auto rewritten = original->copy();
-  EXPECT_EQ(ganc::backend::rewriteGroupedConvolutions(*rewritten, false), 3U);
+  EXPECT_EQ(ganc::frontend::rewriteGroupedConvolutions(*rewritten, false), 3U);
   // Each in place, naming the op it replaced (for autocast); b and c as they were.
   torch::jit::testing::FileCheck()
       .check("value=\"aten::_convolution\"")

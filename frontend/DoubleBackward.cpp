@@ -1,35 +1,15 @@
-// The rewrite of grouped convolutions into ganc::convolution (ops/Convolution.cpp; see
-// DoubleBackward.h).
-//
-// The op's autograd, for groups > 1 and a weight that takes no gradient, or any weight with
-// weight_gradients (otherwise it is PyTorch's convolution, autograd and all):
-//   forward            y  = conv(x, w) + b
-//   backward           gx = InputGrad(gy, w)   convolution_backward's input gradient
-//                      gw = WeightGrad(gy, x)  convolution_backward's weight gradient
-//                      gb = sum of gy over all but the channel dimension
-//   InputGrad's        d/dgy = conv(ggx, w);  d/dw = WeightGrad(gy, ggx)
-//   WeightGrad's       d/dgy = conv(x, ggw);  d/dx = InputGrad(gy, ggw)
-// each conv again this op's autograd, each gradient PyTorch's kernels for the whole
-// convolution (every group in one call). For a transposed convolution the same identities
-// hold with convolution_backward of the transposed configuration.
-#include "backend/DoubleBackward.h"
+// The rewrite of a twice-differentiated phase's grouped convolutions into ganc::convolution
+// (ops/Convolution.cpp holds the op and its autograd; DoubleBackward.h says why).
+#include "frontend/DoubleBackward.h"
 
-#include "ops/Ops.h"
-
-#include <ATen/autocast_mode.h>
-#include <torch/autograd.h>
 #include <torch/csrc/jit/ir/constants.h>
-#include <torch/library.h>
 
-#include <array>
 #include <functional>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
-namespace ganc::backend {
+namespace ganc::frontend {
 
 namespace {
 
@@ -151,4 +131,4 @@ size_t rewriteGroupedConvolutions(torch::jit::Graph &graph, bool weightGradients
   return found.size();
 }
 
-} // namespace ganc::backend
+} // namespace ganc::frontend

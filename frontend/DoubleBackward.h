@@ -17,7 +17,7 @@
 
 #include <cstddef>
 
-namespace ganc::backend {
+namespace ganc::frontend {
 
 /// Whether `graph` differentiates inside itself (a torch.autograd.grad call: aten::grad),
 /// so that its backward is differentiated again.
@@ -33,4 +33,4 @@ bool differentiatesTwice(const torch::jit::Graph &graph);
 /// gradient then differs from PyTorch's by rounding).
 size_t rewriteGroupedConvolutions(torch::jit::Graph &graph, bool weightGradients);
 
-} // namespace ganc::backend
+} // namespace ganc::frontend
