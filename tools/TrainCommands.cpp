@@ -288,7 +288,8 @@ std::vector<Option<TrainOptions>> deviceOptions() {
        "convolutions whose weight takes no gradient (FIR filters) get a double backward of "
        "one call per gradient, bit for bit PyTorch's results (filters, the default); every "
        "grouped convolution does, modulated ones too, equal to rounding (grouped); or all keep "
-       "PyTorch's, one convolution per group (pytorch)",
+       "PyTorch's, one convolution per group (pytorch); it sets the plan's `double_backward` "
+       "of the phases ganc compile gave it",
        storeChoice(&O::doubleBackward, runtime::doubleBackwardNames())},
   };
 }
