@@ -188,6 +188,13 @@ class StyleGAN2Loss(nn.Module):
     def phase_dreg(self, real: torch.Tensor):
         return self.dreg(real, torch.zeros([real.shape[0], 0], device=real.device))
 
+    # The sample grid: G_ema(z, c) with c of no classes, or one-hot of classes cycling 0, 1, ...
+    def sample_grid(self, z: torch.Tensor):
+        return self.G_ema(z, torch.zeros([z.shape[0], 0], device=z.device))
+
+    def sample_grid_c(self, z: torch.Tensor, labels: torch.Tensor):
+        return self.G_ema(z, self.one_hot(labels))
+
     # The phases of a conditional G: the real images' labels, and random classes for the fakes.
     def phase_gmain_c(self, z: torch.Tensor, gen_c: torch.Tensor):
         return self.gmain(z, self.one_hot(gen_c))
@@ -231,17 +238,21 @@ def _spec(gan: StyleGAN2Loss, p: StyleGAN2Preset, gpus: int, batch_gpu: int | No
         ema["rampup"] = p.ema_rampup
     g_int = p.g_reg_interval if p.pl_weight > 0 else 0
     d_int = p.d_reg_interval if p.gamma > 0 else 0
-    version = 2 if accumulate > 1 or p.ema_rampup is not None else 1  # accumulate and ema.rampup are v2
+    c = inspect.signature(G.forward).parameters.get("c")
+    if not conditional and c is not None and c.default is not inspect.Parameter.empty:
+        sample = {"submodule": "G_ema", "noise_shape": [int(G.z_dim)]}  # G_ema(z): c has a default
+    else:  # G_ema(z, c): a method of the loss calls it (`--metrics` need G_ema(z) alone)
+        sample = {"method": "sample_grid" + suffix,
+                  "inputs": [z, {"name": "labels", "source": "categorical"}] if conditional else [z]}
+    # accumulate, ema.rampup and the grid's method are version 2's
+    version = 2 if accumulate > 1 or p.ema_rampup is not None or "method" in sample else 1
     spec = {"ganc_spec": version, "name": f"stylegan2_{p.cfg}", "batch_size": per_gpu,
             "data": {"shape": [int(G.img_channels), int(G.img_resolution), int(G.img_resolution)]},
             "phases": phases,
             "optimizers": {"G": p.optimizer(g_int), "D": p.optimizer(d_int)},
-            "ema": ema}
+            "ema": ema, "sample": sample}
     if conditional:
         spec["data"]["classes"] = gan.c_dim
-    c = inspect.signature(G.forward).parameters.get("c")
-    if not conditional and c is not None and c.default is not inspect.Parameter.empty:
-        spec["sample"] = {"submodule": "G_ema", "noise_shape": [int(G.z_dim)]}  # G_ema(z): c has a default
     return spec
 
 
