@@ -147,6 +147,11 @@ struct TrainOptions {
   /// --kimg: the run's length in thousands of real images (0: --steps gives it); set-up
   /// turns it into steps.
   double kimg = 0;
+  /// --tick-kimg: a tick in thousands of real images (StyleGAN's --tick); set-up turns it into
+  /// logEvery (the steps that reach it). --snap: the sample grid and a checkpoint every this
+  /// many ticks (StyleGAN's --snap), set-up's sampleEvery and checkpointEvery. 0: not given.
+  double tickKimg = 0;
+  int64_t snap = 0;
   int64_t logEvery = 50;
   int64_t sampleEvery = 500;
   int64_t checkpointEvery = 1000;

@@ -309,6 +309,15 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
     const auto images = static_cast<double>(s->stepImages());
     s->options.steps = static_cast<int64_t>(std::ceil(options.kimg * 1000.0 / images));
   }
+  if (options.snap > 0 && options.tickKimg <= 0)
+    return Status::error("--snap counts ticks: give --tick-kimg too");
+  if (options.tickKimg > 0) {
+    const auto tick = static_cast<int64_t>(
+        std::ceil(options.tickKimg * 1000.0 / static_cast<double>(s->stepImages())));
+    s->options.logEvery = tick;
+    if (options.snap > 0)
+      s->options.sampleEvery = s->options.checkpointEvery = tick * options.snap;
+  }
   s->inputType = frontend::inputScalarType(s->spec());
   GANC_TRY(setUpDevice(*s));
   GANC_TRY(planShards(*s));

@@ -97,6 +97,14 @@ std::vector<Option<TrainOptions>> runOptions() {
        "place of --steps: the steps that reach it (each trains batch x ranks x the data phases' "
        "micro-batches images)",
        [](S &f, S &v, O &o) { o.kimg = realIn(f, v, 0.001, 1e12); }},
+      {"--tick-kimg", "K",
+       "a progress line every K thousand real images over every rank (StyleGAN's --tick), in "
+       "place of --log-every",
+       [](S &f, S &v, O &o) { o.tickKimg = realIn(f, v, 0.001, 1e12); }},
+      {"--snap", "N",
+       "with --tick-kimg: the sample grid and a checkpoint every N ticks (StyleGAN's --snap), "
+       "in place of --sample-every and --checkpoint-every",
+       storeInteger(&O::snap, 1, kMax)},
       {"--out", "DIR",
        "the run's directory (default ganc-out): samples, stats.jsonl, TensorBoard events, "
        "checkpoints, run.json (options and effective spec); one that holds a run is refused "

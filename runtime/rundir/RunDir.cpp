@@ -261,6 +261,8 @@ nlohmann::json segmentRecord(const Session &s, int64_t firstStep, const std::str
       {"options",
        {{"steps", o.steps},
         {"kimg", o.kimg},
+        {"tick_kimg", o.tickKimg},
+        {"snap", o.snap},
         {"seed", o.seed},
         {"log_every", o.logEvery},
         {"sample_every", o.sampleEvery},

@@ -130,6 +130,28 @@ Status checkSampler(Session &s, const PhaseInputs &inputs) {
   return Status::ok();
 }
 
+Status writeReals(Session &s, const PhaseInputs &inputs) {
+  const at::Tensor &all = inputs.dataset();
+  if (!s.isRankZero() || s.options.sampleEvery == 0 || !all.defined())
+    return Status::ok();
+  at::Tensor rows = all.narrow(0, 0, std::min<int64_t>(s.options.samples, all.size(0)));
+  rows = rows.to(torch::kFloat);
+  const std::vector<frontend::DataField> &fields = s.spec().dataFields;
+  int64_t columns = 0;
+  if (!fields.empty()) {
+    const bool alike = std::all_of(fields.begin(), fields.end(), [&](const frontend::DataField &f) {
+      return f.shape == fields.front().shape;
+    });
+    std::vector<at::Tensor> parts;
+    for (const frontend::DataField &f : fields)
+      if (alike || parts.empty())
+        parts.push_back(rows.narrow(1, f.offset, f.shape[0]));
+    columns = parts.size() > 1 ? static_cast<int64_t>(parts.size()) : 0;
+    rows = torch::stack(parts, 1).flatten(0, 1);
+  }
+  return writeSampleGrid(rows, s.options.outDir + "/reals.png", columns);
+}
+
 Status writeSamples(Session &s, const PhaseInputs &inputs, int64_t step, bool last) {
   if (!s.spec().sample || !s.isRankZero())
     return Status::ok();

@@ -17,4 +17,9 @@ Status checkSampler(Session &session, const PhaseInputs &inputs);
 /// back afterwards), so BatchNorm statistics are not touched by sampling.
 Status writeSamples(Session &session, const PhaseInputs &inputs, int64_t step, bool last);
 
+/// Writes reals.png, the data set's first samples as the grids show fakes (each field beside
+/// the others where the sample has fields of one shape), as StyleGAN's training loop does at
+/// its start (rank 0, where samples are drawn; other ranks do nothing).
+Status writeReals(Session &session, const PhaseInputs &inputs);
+
 } // namespace ganc::runtime

@@ -372,6 +372,8 @@ Status prepare(const TrainOptions &options, std::unique_ptr<Session> &session,
   }
   GANC_TRY(checkRanksStartAlike(*session, firstStep, inputs->dataDigest()));
   GANC_TRY(checkSampler(*session, *inputs));
+  if (firstStep == 0)
+    GANC_TRY(writeReals(*session, *inputs));
   auto scored = Metrics::create(*session, *inputs); // after the resume: its best snapshot
   if (!scored)
     return scored.status();

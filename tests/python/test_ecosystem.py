@@ -310,6 +310,24 @@ def test_kimg_gives_the_runs_length_in_images(ganc_bin, datasets, tmp_path):
     assert r.returncode == 2 and "--kimg and --steps both give the run's length: give one" in r.stderr, r.stderr
 
 
+def test_ticks_set_the_progress_and_snapshots_in_images(ganc_bin, datasets, tmp_path):
+    """--tick-kimg K: a progress line every K thousand images; --snap N: the sample grid and a
+    checkpoint every N ticks (StyleGAN's --tick and --snap; the MLP GAN at 2 ranks trains 128
+    images a step, so 0.256 kimg is 2 steps); reals.png holds the data's first samples."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    out = tmp_path / "run"
+    r = run_ganc(ganc_bin, "run", "--nproc", "2", plan, "--model", archive("mlp"), "--data", datasets["ring"],
+                 "--steps", "8", "--tick-kimg", "0.256", "--snap", "2", "--out", str(out), "--tensorboard", "off")
+    assert r.returncode == 0, r.stderr
+    options = json.loads((out / "run.json").read_text())["options"]
+    assert (options["log_every"], options["sample_every"], options["checkpoint_every"]) == (2, 4, 4), options
+    assert sorted(p.name for p in out.glob("checkpoint-*.pt")) == ["checkpoint-0000004.pt", "checkpoint-0000008.pt"]
+    assert sorted(p.name for p in out.glob("samples_step*.png")) == ["samples_step4.png", "samples_step8.png"]
+    assert (out / "reals.png").stat().st_size > 0
+    r = run_ganc(ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(tmp_path / "bad"), 5, "--snap", "2"))
+    assert r.returncode == 2 and "--snap counts ticks: give --tick-kimg too" in r.stderr, r.stderr
+
+
 def test_a_spec_with_zero_2_compiles(ganc_bin, tmp_path):
     """"zero": 2 is a documented value (docs/spec.md); the C++ reader once wanted a string."""
     import zoo
