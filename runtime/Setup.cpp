@@ -214,8 +214,8 @@ Status createExecutor(Session &s) {
             .inFile(s.options.plan);
       size_t rewritten = 0;
       if (ownDoubleBackward)
-        rewritten = frontend::rewriteGroupedConvolutions(**graph,
-                                                         compiled->doubleBackward == "grouped");
+        rewritten =
+            frontend::rewriteGroupedConvolutions(**graph, compiled->doubleBackward == "grouped");
       if ((rewritten || fuses) && s.isRankZero() && told.insert(phase.name).second)
         tellRewrites(phase.name, fuses ? &fusion : nullptr, rewritten, s.options.doubleBackward);
       if (needed || rewritten || fuses)

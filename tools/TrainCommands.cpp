@@ -121,6 +121,24 @@ std::vector<Option<TrainOptions>> runOptions() {
        storeTrue(&O::acceptChanges)},
       {"--seed", "S", "data order and noise seed (rank r draws noise from seed + r)",
        [](S &f, S &v, O &o) { o.seed = static_cast<uint64_t>(integerIn(f, v, 0, kMax)); }},
+      {"--resume", "CKPT|auto",
+       "continue exactly from a checkpoint; auto: from --out's checkpoint.pt (where it is "
+       "damaged or missing, the newest whole step snapshot), or from step 0 if it has none "
+       "(for restarted torchrun workers)",
+       storeText(&O::resume)},
+      {"--tensorboard", "on|off",
+       "TensorBoard event files in --out, written beside the run by python -m "
+       "ganc.tensorboard (default on)",
+       storeChoice(&O::tensorboard, onOff())},
+  };
+}
+
+/// What a run writes, and how often: progress, sample grids, checkpoints, metrics.
+std::vector<Option<TrainOptions>> writtenOptions() {
+  using O = TrainOptions;
+  using S = const std::string;
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  return {
       {"--log-every", "N", "progress line every N steps (default 50)",
        storeInteger(&O::logEvery, 1, kMax)},
       {"--sample-every", "N", "sample grid every N steps and at the end (default 500, 0: never)",
@@ -150,15 +168,6 @@ std::vector<Option<TrainOptions>> runOptions() {
        "the feature network of --metrics: inception-2015-12-05.pt, a TorchScript file NVIDIA "
        "publishes (default $GANC_INCEPTION, else ~/.cache/ganc/inception-2015-12-05.pt)",
        storeText(&O::inception)},
-      {"--resume", "CKPT|auto",
-       "continue exactly from a checkpoint; auto: from --out's checkpoint.pt (where it is "
-       "damaged or missing, the newest whole step snapshot), or from step 0 if it has none "
-       "(for restarted torchrun workers)",
-       storeText(&O::resume)},
-      {"--tensorboard", "on|off",
-       "TensorBoard event files in --out, written beside the run by python -m "
-       "ganc.tensorboard (default on)",
-       storeChoice(&O::tensorboard, onOff())},
   };
 }
 
@@ -341,7 +350,7 @@ std::vector<Option<TrainOptions>> diagnosticOptions() {
 /// Every option of `ganc train` (and so of `ganc run`), in the order `--help` lists them.
 std::vector<Option<TrainOptions>> trainOptionTable() {
   std::vector<Option<TrainOptions>> all;
-  for (auto group : {runOptions, recipeOptions, deviceOptions, diagnosticOptions})
+  for (auto group : {runOptions, writtenOptions, recipeOptions, deviceOptions, diagnosticOptions})
     for (Option<TrainOptions> &option : group())
       all.push_back(std::move(option));
   return all;
