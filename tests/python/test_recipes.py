@@ -139,10 +139,24 @@ def test_the_recipe_trains_like_eager_ddp(ganc_bin, digits16, tmp_path):
     with pytest.raises(ValueError, match="holds no submodule 'mapping'"):
         ganc.stylegan_snapshot(str(tmp_path / "train" / "checkpoint.pt"), str(tmp_path / "snapshots"), mapping=G)
 
-    # The sample grid: G_ema(z, c) through the loss's method (the zoo's G, as NVIDIA's, takes c
-    # without a default), drawn by a one-step run; a conditional G's grid cycles the classes.
-    assert spec["sample"] == {"method": "sample_grid", "inputs": [{"name": "z", "source": "normal", "shape": [32]}]}
-    grid = subprocess.run([ganc_bin, "train", plan, "--model", model, "--data", digits16, "--steps", "1", "--out",
+    # The sample grid: G_ema(z) where c has a default (the zoo's G); else G_ema(z, c) through
+    # the loss's method (NVIDIA's G takes c without one), drawn by a one-step run; a
+    # conditional G's grid cycles the classes.
+    assert spec["sample"] == {"submodule": "G_ema", "noise_shape": [32]}
+
+    class NoDefaultC(Generator):
+        def forward(self, z, c, truncation_psi: float = 1.0):
+            return super().forward(z, c, truncation_psi=truncation_psi)
+
+    torch.manual_seed(0)
+    Gn = NoDefaultC(z_dim=32, c_dim=0, w_dim=32, img_resolution=16, img_channels=3,
+                    mapping_kwargs=dict(num_layers=2), synthesis_kwargs=dict(channel_base=512, channel_max=32))
+    gan_n, spec_n = recipes.stylegan2(Gn, D, cfg="auto", gpus=1, batch=8, gamma=1.0)
+    assert spec_n["sample"] == {"method": "sample_grid", "inputs": [{"name": "z", "source": "normal", "shape": [32]}]}
+    model_n, plan_n = str(tmp_path / "nodefault.pt"), str(tmp_path / "nodefault.plan")
+    ganc.export(gan_n, model_n, spec_n, verbose=False)
+    subprocess.run([ganc_bin, "compile", model_n, "-o", plan_n], check=True, capture_output=True)
+    grid = subprocess.run([ganc_bin, "train", plan_n, "--model", model_n, "--data", digits16, "--steps", "1", "--out",
                            str(tmp_path / "grid"), "--sample-every", "1", "--fusion", "off"],
                           capture_output=True, text=True, timeout=600)
     assert grid.returncode == 0, grid.stderr
