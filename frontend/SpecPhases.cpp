@@ -30,17 +30,17 @@ Status parseInput(const json &in, const Spec &spec, bool hasStages, const std::s
   GANC_TRY(need((input.source == InputSource::Controller) == in.contains("controller"),
                 at + ": an input of source 'controller' names its 'controller', and only it"));
   if (input.source == InputSource::Controller) {
-    GANC_TRY(field(in, "controller", input.controller, at + ": "));
+    input.controller = in.value("controller", input.controller);
   } else if (input.source == InputSource::Output) {
     std::string output;
-    GANC_TRY(field(in, "output", output, at + ": "));
+    output = in.value("output", output);
     const size_t dot = output.rfind('.');
     GANC_TRY(need(dot != std::string::npos && dot > 0 && dot + 1 < output.size(),
                   at + " takes an earlier phase's value: set 'output' to \"PHASE.NAME\" "
                        "(\"forward.fake\")"));
     input.producer = output.substr(0, dot);
     input.value = output.substr(dot + 1);
-    GANC_TRY(field(in, "detach", input.detach, at + ": "));
+    input.detach = in.value("detach", input.detach);
   } else if (input.source == InputSource::Fade) {
     GANC_TRY(need(hasStages, at + " reads the fade-in weight: declare 'stages'"));
   } else if (input.isClassIds()) {
@@ -50,7 +50,7 @@ Status parseInput(const json &in, const Spec &spec, bool hasStages, const std::s
     GANC_TRY(need(input.source != InputSource::Labels || spec.dataClasses > 0,
                   at + " reads labels: set 'data.classes'"));
   } else if (input.source == InputSource::Data) {
-    GANC_TRY(field(in, "field", input.field, at + ": "));
+    input.field = in.value("field", input.field);
     if (spec.dataFields.empty())
       GANC_TRY(need(input.field.empty(),
                     at + " takes field '" + input.field + "': 'data' declares no 'fields'"));
@@ -144,7 +144,7 @@ Status parseSample(const json &s, Spec &spec) {
                 "'method' and 'inputs' (a method of the GAN), not both"));
   sample.train = s.value("mode", defaultOf<std::string>("sample", "mode")) == "train";
   if (method) {
-    GANC_TRY(field(s, "method", sample.method, "'sample': "));
+    sample.method = s.value("method", sample.method);
     GANC_TRY(need(s.contains("inputs") && s["inputs"].is_array(),
                   "'sample': 'method' needs 'inputs', the method's arguments in order"));
     for (const json &in : s["inputs"]) {
@@ -160,12 +160,12 @@ Status parseSample(const json &s, Spec &spec) {
   }
   GANC_TRY(need(s.contains("submodule") && s.contains("noise_shape"),
                 "'sample' needs 'submodule' and 'noise_shape'"));
-  GANC_TRY(field(s, "submodule", sample.submodule, "'sample': "));
+  sample.submodule = s.value("submodule", sample.submodule);
   auto shape = shapeOf(s["noise_shape"], "'sample.noise_shape'");
   if (!shape)
     return shape.status();
   sample.noiseShape = shape.take();
-  GANC_TRY(field(s, "classes", sample.classes, "'sample': "));
+  sample.classes = s.value("classes", sample.classes);
   spec.sample = sample;
   return Status::ok();
 }

@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
-#include <type_traits>
 #include <vector>
 
 namespace ganc::frontend::reading {
@@ -16,34 +15,6 @@ using nlohmann::json;
 
 /// ok() when `condition` holds, else the error `message`.
 Status need(bool condition, const std::string &message);
-
-/// Reads the optional field `key` of `j` into `out` (left as it is when absent), checking its
-/// JSON type: a number for double, an integer for int and int64_t, a string for std::string. The
-/// error names the field.
-template <typename T>
-Status field(const json &j, const char *key, T &out, const std::string &where) {
-  if (!j.is_object() || !j.contains(key))
-    return Status::ok();
-  const json &v = j[key];
-  bool ok = false;
-  // bool before the other integral types: it is one of them.
-  if constexpr (std::is_same_v<T, double>)
-    ok = v.is_number();
-  else if constexpr (std::is_same_v<T, bool>)
-    ok = v.is_boolean();
-  else if constexpr (std::is_integral_v<T>)
-    ok = v.is_number_integer();
-  else
-    ok = v.is_string();
-  const char *expected = std::is_same_v<T, double> ? "a number"
-                         : std::is_same_v<T, bool> ? "true or false"
-                         : std::is_integral_v<T>   ? "an integer"
-                                                   : "a string";
-  if (!ok)
-    return Status::error(where + "'" + key + "' must be " + expected + ", got " + v.dump());
-  out = v.get<T>();
-  return Status::ok();
-}
 
 /// A list of positive integers (a shape); the error names `where`.
 Expected<std::vector<int64_t>> shapeOf(const json &j, const std::string &where);
