@@ -18,6 +18,16 @@ def _g(value):
     return "0" if value == 0 else f"{value:.2g}"
 
 
+def augment_nvidia(r):
+    n = r["numbers"]
+    worst = max(v["max_relative_difference"] for v in n.values())
+    bgc = n["bgc"]
+    return [("every --augpipe at p 0, 0.5, 1, same seed: largest image difference", "NVIDIA's AugmentPipe", _g(worst),
+             ""),
+            ("bgc, one call on the CPU", f"NVIDIA's {bgc['nvidia_ms']:.0f} ms", f"{bgc['ganc_ms']:.0f} ms",
+             _x(bgc["nvidia_ms"] / bgc["ganc_ms"]))]
+
+
 def double_backward_probe(r):
     rows = []
     for batch, row in r["by_batch"].items():
@@ -102,6 +112,7 @@ def resample_probe(r):
 
 
 SUMMARIES = {
+    "augment_nvidia": augment_nvidia,
     "double_backward_probe": double_backward_probe,
     "fid_speed_standin_fourier": fid_speed,
     "fid_speed_standin_inception": fid_speed,

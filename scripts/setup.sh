@@ -42,11 +42,11 @@ fi
 
 # --- Python environment with the pinned torch wheel ---------------------------------------
 PY="$VENV/bin/python"
-PY_PACKAGES=(numpy scikit-learn pillow scikit-build-core tensorboard matplotlib)
+PY_PACKAGES=(numpy scikit-learn pillow scikit-build-core tensorboard matplotlib pywavelets)
 # torchvision: the release whose requirement this torch meets (pip picks it: torch is pinned in
 # the same command), for the tests of networks built from it.
 [ "$TESTS" = ON ] && PY_PACKAGES+=(pytest lizard torchvision)
-MODULES=$(printf '%s\n' "${PY_PACKAGES[@]}" | sed 's/scikit-learn/sklearn/; s/pillow/PIL/; s/-/_/g' | paste -sd, -)
+MODULES=$(printf '%s\n' "${PY_PACKAGES[@]}" | sed 's/scikit-learn/sklearn/; s/pillow/PIL/; s/pywavelets/pywt/; s/-/_/g' | paste -sd, -)
 if ! "$PY" -c "import torch, $MODULES, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
   if [ ! -x "$PY" ]; then
     log "creating the Python environment $VENV"
@@ -66,11 +66,8 @@ if ! "$PY" -c "import torch, $MODULES, sys; sys.exit(0 if torch.__version__.spli
 fi
 
 # --- Build and install (pip, editable; CMake builds in ./build) ----------------------------
-# ccache keeps objects across build trees: `pip install .` of this checkout (the packaging
-# test builds in a temporary tree) compiles only what changed. Paths stay absolute (no
-# CCACHE_BASEDIR: the trees sit at different depths), so objects are shared between trees
-# of the same checkout.
-export CCACHE_NOHASHDIR=1
+# ccache (CMakeLists.txt sets its base directory to the checkout) keeps objects across build
+# trees and clones: a second clone, or the packaging test's tree, compiles only what changed.
 log "building in $BUILD and installing ganc into $VENV (pip install -e)"
 mkdir -p "$BUILD"
 set +o pipefail

@@ -16,19 +16,26 @@ group) are for building G and D: `preset(...).network_kwargs()`.
 
 `r3gan(G, D, gamma=...)` is R3GAN's loss (its training/loss.py): the relativistic pairing loss
 (RpGAN) with zero-centred gradient penalties on the real (R1) and the generated (R2) images,
-both every step, for a `G(z, c)` and a `D(img, c)`."""
+both every step, for a `G(z, c)` and a `D(img, c)`.
+
+`stylegan2(..., augment="bgc")` adds StyleGAN2-ADA's augmentation (`ganc.augment`): D sees
+every image through the pipe (train.py's `--augpipe`; NVIDIA's own AugmentPipe instance is
+taken as well), its probability p adjusted by ADA's controller (`ada_target`, train.py's
+`--target`; every 4 steps by `ada_kimg`) or fixed (`ada_target=None`, `augment_p`: train.py's
+`--aug fixed --p`)."""
 from __future__ import annotations
 
 import copy
 import inspect
 import math
 from dataclasses import dataclass, field, replace
+from typing import Optional
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["PRESETS", "R3GANLoss", "StyleGAN2Loss", "StyleGAN2Preset", "preset", "r3gan", "stylegan2"]
+__all__ = ["PRESETS", "NoAugment", "R3GANLoss", "StyleGAN2Loss", "StyleGAN2Preset", "preset", "r3gan", "stylegan2"]
 
 
 @dataclass(frozen=True)
@@ -115,13 +122,24 @@ def preset(cfg: str, resolution: int, gpus: int = 1, **overrides) -> StyleGAN2Pr
     return replace(p, **overrides)
 
 
-class StyleGAN2Loss(nn.Module):
-    """StyleGAN2Loss's phases as methods around `G`, `D` and `G_ema` (see the module)."""
+class NoAugment(nn.Module):
+    """The pipe of a run without augmentation: images as they are."""
 
-    def __init__(self, G: nn.Module, D: nn.Module, p: StyleGAN2Preset, G_ema: nn.Module | None = None):
+    def forward(self, images: torch.Tensor, p: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return images
+
+
+class StyleGAN2Loss(nn.Module):
+    """StyleGAN2Loss's phases as methods around `G`, `D` and `G_ema` (see the module); D sees
+    every image through `augment_pipe` (a `ganc.augment.AugmentPipe`), whose p is the phase's
+    last argument where the method's name ends in `_a` (ADA's controller), else its own `p`."""
+
+    def __init__(self, G: nn.Module, D: nn.Module, p: StyleGAN2Preset, G_ema: nn.Module | None = None,
+                 augment_pipe: nn.Module | None = None):
         super().__init__()
         self.G = G
         self.D = D
+        self.augment_pipe = augment_pipe if augment_pipe is not None else NoAugment()
         self.G_ema = G_ema if G_ema is not None else copy.deepcopy(G).eval().requires_grad_(False)
         self.register_buffer("pl_mean", torch.zeros([]))
         self.c_dim = int(getattr(G, "c_dim", 0))
@@ -148,9 +166,12 @@ class StyleGAN2Loss(nn.Module):
             ws = torch.where(later, other, ws)
         return self.G.synthesis(ws), ws
 
-    def gmain(self, z: torch.Tensor, c: torch.Tensor):
+    def run_d(self, img: torch.Tensor, c: torch.Tensor, p: Optional[torch.Tensor]):
+        return self.D(self.augment_pipe(img, p), c)
+
+    def gmain(self, z: torch.Tensor, c: torch.Tensor, p: Optional[torch.Tensor] = None):
         img, _ = self.run_g(z, c)
-        return F.softplus(-self.D(img, c)).mean()
+        return F.softplus(-self.run_d(img, c, p)).mean()
 
     def greg(self, z: torch.Tensor, c: torch.Tensor):
         n = z.shape[0] // self.pl_batch_shrink
@@ -163,14 +184,17 @@ class StyleGAN2Loss(nn.Module):
         self.pl_mean.copy_(pl_mean.detach())
         return ((lengths - pl_mean).square() * self.pl_weight).mean() * self.g_reg_interval
 
-    def dmain(self, real: torch.Tensor, real_c: torch.Tensor, z: torch.Tensor, gen_c: torch.Tensor):
+    def dmain(self, real: torch.Tensor, real_c: torch.Tensor, z: torch.Tensor, gen_c: torch.Tensor,
+              p: Optional[torch.Tensor] = None):
+        """The loss, and the mean sign of D's real logits (ADA's statistic, `signs_real`)."""
         fake, _ = self.run_g(z, gen_c)
-        loss_gen = F.softplus(self.D(fake.detach(), gen_c)).mean()
-        return loss_gen + F.softplus(-self.D(real, real_c)).mean()
+        loss_gen = F.softplus(self.run_d(fake.detach(), gen_c, p)).mean()
+        real_logits = self.run_d(real, real_c, p)
+        return loss_gen + F.softplus(-real_logits).mean(), {"signs_real": real_logits.sign().mean()}
 
-    def dreg(self, real: torch.Tensor, c: torch.Tensor):
+    def dreg(self, real: torch.Tensor, c: torch.Tensor, p: Optional[torch.Tensor] = None):
         x = real.detach().requires_grad_(True)
-        grads = torch.autograd.grad([self.D(x, c).sum()], [x], create_graph=True)[0]
+        grads = torch.autograd.grad([self.run_d(x, c, p).sum()], [x], create_graph=True)[0]
         assert grads is not None
         return (grads.square().sum([1, 2, 3]) * (self.r1_gamma / 2)).mean() * self.d_reg_interval
 
@@ -208,8 +232,29 @@ class StyleGAN2Loss(nn.Module):
     def phase_dreg_c(self, real: torch.Tensor, labels: torch.Tensor):
         return self.dreg(real, self.one_hot(labels))
 
+    # The same with the augmentation probability p as the last argument (ADA's controller).
+    def phase_gmain_a(self, z: torch.Tensor, p: torch.Tensor):
+        return self.gmain(z, torch.zeros([z.shape[0], 0], device=z.device), p)
 
-def _spec(gan: StyleGAN2Loss, p: StyleGAN2Preset, gpus: int, batch_gpu: int | None) -> dict:
+    def phase_dmain_a(self, real: torch.Tensor, z: torch.Tensor, p: torch.Tensor):
+        c = torch.zeros([z.shape[0], 0], device=z.device)
+        return self.dmain(real, c, z, c, p)
+
+    def phase_dreg_a(self, real: torch.Tensor, p: torch.Tensor):
+        return self.dreg(real, torch.zeros([real.shape[0], 0], device=real.device), p)
+
+    def phase_gmain_c_a(self, z: torch.Tensor, gen_c: torch.Tensor, p: torch.Tensor):
+        return self.gmain(z, self.one_hot(gen_c), p)
+
+    def phase_dmain_c_a(self, real: torch.Tensor, labels: torch.Tensor, z: torch.Tensor, gen_c: torch.Tensor,
+                        p: torch.Tensor):
+        return self.dmain(real, self.one_hot(labels), z, self.one_hot(gen_c), p)
+
+    def phase_dreg_c_a(self, real: torch.Tensor, labels: torch.Tensor, p: torch.Tensor):
+        return self.dreg(real, self.one_hot(labels), p)
+
+
+def _spec(gan: StyleGAN2Loss, p: StyleGAN2Preset, gpus: int, batch_gpu: int | None, ada: dict | None) -> dict:
     G = gan.G
     per_gpu = batch_gpu or max(1, min(p.batch_gpu, p.batch // gpus))
     if p.batch % (per_gpu * gpus):
@@ -222,14 +267,17 @@ def _spec(gan: StyleGAN2Loss, p: StyleGAN2Preset, gpus: int, batch_gpu: int | No
     suffix = "_c" if conditional else ""
     gen = [z, {"name": "gen_c", "source": "categorical"}] if conditional else [z]
     reals = [real, {"name": "labels", "source": "labels"}] if conditional else [real]
-    phases = [{"name": "Gmain", "method": "phase_gmain" + suffix, "updates": ["G"], "inputs": gen}]
+    # The phases that call D take ADA's p last.
+    aug, p_in = ("_a", [{"name": "p", "source": "controller", "controller": "augment_p"}]) if ada else ("", [])
+    phases = [{"name": "Gmain", "method": "phase_gmain" + suffix + aug, "updates": ["G"], "inputs": gen + p_in}]
     if p.pl_weight > 0:
         phases.append({"name": "Greg", "method": "phase_greg" + suffix, "updates": ["G"],
                        "interval": p.g_reg_interval, "inputs": gen})
-    phases.append({"name": "Dmain", "method": "phase_dmain" + suffix, "updates": ["D"], "inputs": reals + gen})
+    phases.append({"name": "Dmain", "method": "phase_dmain" + suffix + aug, "updates": ["D"],
+                   "inputs": reals + gen + p_in})
     if p.gamma > 0:
-        phases.append({"name": "Dreg", "method": "phase_dreg" + suffix, "updates": ["D"],
-                       "interval": p.d_reg_interval, "inputs": reals})
+        phases.append({"name": "Dreg", "method": "phase_dreg" + suffix + aug, "updates": ["D"],
+                       "interval": p.d_reg_interval, "inputs": reals + p_in})
     if accumulate > 1:
         for phase in phases:
             phase["accumulate"] = accumulate
@@ -244,8 +292,8 @@ def _spec(gan: StyleGAN2Loss, p: StyleGAN2Preset, gpus: int, batch_gpu: int | No
     else:  # G_ema(z, c): a method of the loss calls it (`--metrics` need G_ema(z) alone)
         sample = {"method": "sample_grid" + suffix,
                   "inputs": [z, {"name": "labels", "source": "categorical"}] if conditional else [z]}
-    # accumulate, ema.rampup and the grid's method are version 2's
-    version = 2 if accumulate > 1 or p.ema_rampup is not None or "method" in sample else 1
+    # accumulate, ema.rampup, the grid's method and controllers are version 2's
+    version = 2 if accumulate > 1 or p.ema_rampup is not None or "method" in sample or ada else 1
     spec = {"ganc_spec": version, "name": f"stylegan2_{p.cfg}", "batch_size": per_gpu,
             "data": {"shape": [int(G.img_channels), int(G.img_resolution), int(G.img_resolution)]},
             "phases": phases,
@@ -253,18 +301,53 @@ def _spec(gan: StyleGAN2Loss, p: StyleGAN2Preset, gpus: int, batch_gpu: int | No
             "ema": ema, "sample": sample}
     if conditional:
         spec["data"]["classes"] = gan.c_dim
+    if ada:
+        spec["controllers"] = {"augment_p": ada}
     return spec
 
 
+def _augment_pipe(augment) -> nn.Module | None:
+    """`augment` as ganc's pipe: a name of train.py's --augpipe, ganc's pipe, or NVIDIA's
+    AugmentPipe (the same settings and p, its shapes made static: see ganc.augment)."""
+    from . import augment as pipes
+    if augment is None or isinstance(augment, pipes.AugmentPipe):
+        return augment
+    if isinstance(augment, str):
+        if augment not in pipes.PIPES:
+            raise ValueError(f"ganc.recipes: no augmentation pipe {augment!r} (train.py's --augpipe: "
+                             f"{', '.join(pipes.PIPES)})")
+        return pipes.AugmentPipe(**pipes.PIPES[augment])
+    if isinstance(augment, nn.Module):
+        return pipes.from_nvidia(augment)
+    raise ValueError(f"ganc.recipes: augment is a pipe's name, ganc.augment.AugmentPipe or NVIDIA's AugmentPipe "
+                     f"(got {type(augment).__name__})")
+
+
 def stylegan2(G: nn.Module, D: nn.Module, cfg: str = "auto", gpus: int = 1, G_ema: nn.Module | None = None,
-              batch_gpu: int | None = None, **overrides):
+              batch_gpu: int | None = None, augment=None, augment_p: float = 0.0, ada_target: float | None = 0.6,
+              ada_kimg: float = 500, **overrides):
     """(the GAN to export, its spec): StyleGAN2's loss around `G` and `D` with train.py's preset
     `cfg` for `gpus` GPUs (the images' resolution is G's), and `overrides` of the preset
     (gamma=, batch=, ...). Each GPU takes `batch_gpu` images per pass (train.py's --batch-gpu;
-    by default its batch // ref_gpus, at most batch // gpus), accumulating up to the batch."""
+    by default its batch // ref_gpus, at most batch // gpus), accumulating up to the batch.
+
+    `augment` (train.py's --augpipe: "bgc", ...; or a pipe) puts StyleGAN2-ADA's augmentation in
+    front of D, with p from `augment_p` adjusted by ADA (the mean sign of D's real logits in
+    Dmain against `ada_target`, every 4 steps, by the images seen over `ada_kimg` thousand:
+    train.py's --target and training_loop's ada_interval and ada_kimg) or fixed at `augment_p`
+    where `ada_target` is None (train.py's --aug fixed --p)."""
     p = preset(cfg, int(G.img_resolution), gpus, **overrides)
-    gan = StyleGAN2Loss(G, D, p, G_ema)
-    return gan, _spec(gan, p, gpus, batch_gpu)
+    pipe = _augment_pipe(augment)
+    if not 0 <= augment_p <= 1 or ada_kimg <= 0:
+        raise ValueError(f"ganc.recipes: augment_p is in [0, 1] and ada_kimg above 0 (got {augment_p}, {ada_kimg})")
+    ada = None
+    if pipe is not None:
+        pipe.p.fill_(augment_p)
+        if ada_target is not None:
+            ada = {"type": "ada", "phase": "Dmain", "statistic": "signs_real", "target": float(ada_target),
+                   "interval": 4, "speed_kimg": float(ada_kimg), "initial": float(augment_p)}
+    gan = StyleGAN2Loss(G, D, p, G_ema, pipe)
+    return gan, _spec(gan, p, gpus, batch_gpu, ada)
 
 
 class R3GANLoss(nn.Module):

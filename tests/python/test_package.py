@@ -4,6 +4,7 @@ tools (not a build tree), and the Python API trains the MLP GAN from that enviro
 package's layout: no module imports one that imports it."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -22,11 +23,13 @@ def test_pip_install_into_a_fresh_environment(tmp_path, datasets):
     with open(os.path.join(site, "test-env.pth"), "w") as f:
         f.write(sysconfig.get_paths()["purelib"] + "\n")
     env = {k: v for k, v in os.environ.items() if k not in ("GANC_BUILD_DIR", "PYTHONPATH", "GANC_PYTHON")}
-    # The objects are shared with the checkout's own build through ccache (setup.sh).
-    env.pop("CCACHE_BASEDIR", None)
-    env["CCACHE_NOHASHDIR"] = "1"
-    r = subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", ROOT], capture_output=True, text=True, env=env,
-                       cwd=tmp_path)
+    # The objects come from the checkout's own build through ccache, whose paths are relative
+    # to the checkout: the tree sits one level below it, as ./build does.
+    tree = os.path.join(ROOT, "build-package")
+    shutil.rmtree(tree, ignore_errors=True)
+    r = subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "-C", f"build-dir={tree}", ROOT],
+                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    shutil.rmtree(tree, ignore_errors=True)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
     ganc_cmd = str(venv / "bin" / "ganc")

@@ -256,3 +256,96 @@ def test_style_mixing_as_nvidia_writes_it_trains_like_eager_ddp(ganc_bin, digits
     got = ganc.load_checkpoint(str(tmp_path / "dump" / "params_final.pt"))
     ref = torch.load(str(tmp_path / "ddp" / "params_final.pt"))
     assert set(got) == set(ref) and all(torch.equal(got[name], ref[name]) for name in ref)
+
+
+def test_augmentation_scripts_and_differentiates_twice():
+    """ganc.augment's pipes script as they are (bit for bit like the Python module at the same
+    seed), every pipe changes images at p = 1 and none at p = 0 apart from the geometric
+    resampling's rounding, and the pipe's first and second derivatives with respect to the
+    images (all but the filter bank's plain convolutions) are exact (float64 gradcheck and
+    gradgradcheck: R1 through the augmentation)."""
+    from ganc import augment
+    torch.manual_seed(0)
+    images = torch.randn(3, 3, 24, 24)  # the filter bank's 43 taps reflect-pad by 21
+    for name, settings in augment.PIPES.items():
+        eager = augment.AugmentPipe(**settings)
+        scripted = torch.jit.script(eager)
+        for p in (0.0, 1.0):
+            torch.manual_seed(5)
+            a = eager(images, torch.tensor(p))
+            torch.manual_seed(5)
+            assert torch.equal(a, scripted(images, torch.tensor(p))), name
+            moved = (a - images).abs().max().item()
+            assert (moved > 0.05) if p else (moved < 1e-5), (name, p, moved)
+    pipe = augment.AugmentPipe(**augment.PIPES["bgc"], noise=1, cutout=1).double()
+    x = torch.randn(1, 3, 5, 5, dtype=torch.float64, requires_grad=True)
+
+    def run(x):
+        torch.manual_seed(7)
+        return pipe(x, torch.tensor(0.8, dtype=torch.float64))
+    assert torch.autograd.gradcheck(run, (x,)) and torch.autograd.gradgradcheck(run, (x,))
+    with pytest.raises(ValueError, match="imgfilter_bands has 4 entries"):
+        augment.AugmentPipe(imgfilter=1, imgfilter_bands=[1, 1])
+
+
+def test_nvidias_augment_pipe_is_taken_with_its_settings_and_p():
+    """A module with NVIDIA's AugmentPipe's attributes (their training/augment.py's names) and
+    buffers becomes ganc's pipe with the same settings and p; another module is refused in one
+    line; a fixed p (ada_target=None) goes into the pipe and the spec has no controller."""
+    from zoo.stylegan2_ada import Discriminator, Generator
+    from ganc import augment
+    theirs = augment.AugmentPipe(**augment.PIPES["bgc"], xint_max=0.25, hue_max=0.5)
+    theirs.p.fill_(0.3)
+    theirs.__class__ = type("AugmentPipe", (nn.Module,), {})  # not ganc's class: taken by its attributes
+    ours = recipes._augment_pipe(theirs)
+    assert type(ours) is augment.AugmentPipe and ours.p.item() == pytest.approx(0.3)
+    assert ours.xint_max == 0.25 and ours.hue_max == 0.5 and ours.rotate == 1.0 and ours.imgfilter == 0.0
+    with pytest.raises(ValueError, match="ganc.augment: Linear is not an AugmentPipe: it has no 'xflip'"):
+        recipes._augment_pipe(nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="no augmentation pipe 'bgx'"):
+        recipes._augment_pipe("bgx")
+    G = Generator(z_dim=32, c_dim=0, w_dim=32, img_resolution=16, img_channels=3,
+                  mapping_kwargs=dict(num_layers=2), synthesis_kwargs=dict(channel_base=512, channel_max=32))
+    D = Discriminator(c_dim=0, img_resolution=16, img_channels=3, channel_base=512, channel_max=32)
+    gan, spec = recipes.stylegan2(G, D, cfg="auto", gpus=2, batch=8, augment="bgc", augment_p=0.25, ada_target=None)
+    assert "controllers" not in spec and gan.augment_pipe.p.item() == 0.25
+    assert [phase["method"] for phase in spec["phases"]] == ["phase_gmain", "phase_greg", "phase_dmain", "phase_dreg"]
+
+
+def test_ada_with_the_full_pipe_trains_like_eager_ddp(ganc_bin, digits16, tmp_path):
+    """The zoo's StyleGAN2-ADA-style networks with ADA on train.py's default pipe (bgc): every
+    phase that calls D sees the augmented images, p adjusted every 4 steps from Dmain's mean
+    sign of D's real logits. 9 steps at 2 ranks (R1 through the augmentation at steps 0 and 8):
+    every gradient, the final parameters and p after every step equal eager DDP's on the
+    archive bit for bit, and p moved."""
+    from zoo.stylegan2_ada import Discriminator, Generator
+    torch.manual_seed(2)
+    G = Generator(z_dim=32, c_dim=0, w_dim=32, img_resolution=16, img_channels=3,
+                  mapping_kwargs=dict(num_layers=2), synthesis_kwargs=dict(channel_base=512, channel_max=32))
+    D = Discriminator(c_dim=0, img_resolution=16, img_channels=3, channel_base=512, channel_max=32)
+    gan, spec = recipes.stylegan2(G, D, cfg="auto", gpus=2, batch=8, gamma=1.0, d_reg_interval=8, augment="bgc",
+                                  augment_p=0.5, ada_kimg=0.1)
+    assert spec["controllers"]["augment_p"] == {"type": "ada", "phase": "Dmain", "statistic": "signs_real",
+                                                "target": 0.6, "interval": 4, "speed_kimg": 0.1, "initial": 0.5}
+    assert [phase["method"] for phase in spec["phases"]] == ["phase_gmain_a", "phase_greg", "phase_dmain_a",
+                                                             "phase_dreg_a"]
+    model, plan, steps = str(tmp_path / "ada.pt"), str(tmp_path / "ada.plan"), 9
+    ganc.export(gan, model, spec, verbose=False)
+    subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
+    run = subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", model, "--data", digits16, "--steps",
+                          str(steps), "--seed", "4", "--out", str(tmp_path / "train"), "--sample-every", "0",
+                          "--log-every", "1", "--checkpoint-every", "0", "--fusion", "off", "--dump-grads",
+                          str(tmp_path / "dump")], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    ref_dir = str(tmp_path / "ddp")
+    reference.run(model, digits16, 2, steps, 4, ref_dir, reducer={"Dreg": "manual", "Greg": "manual"})
+    for step, phase, got, ref in gradient_dumps(spec, steps, str(tmp_path / "dump"), ref_dir):
+        assert all(torch.equal(got[name], ref[name]) for name in ref), (step, phase)
+    got = ganc.load_checkpoint(str(tmp_path / "dump" / "params_final.pt"))
+    ref = torch.load(os.path.join(ref_dir, "params_final.pt"))
+    assert set(got) == set(ref) and all(torch.equal(got[name], ref[name]) for name in ref)
+    with open(os.path.join(ref_dir, "controllers.json")) as f:
+        expected = json.load(f)["augment_p"]
+    with open(tmp_path / "train" / "stats.jsonl") as f:
+        p = [json.loads(line)["Controller/augment_p"] for line in f]
+    assert p == pytest.approx(expected, rel=0, abs=1e-7) and len(set(p)) > 1, (p, expected)
