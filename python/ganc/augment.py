@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["AugmentPipe", "PIPES", "from_nvidia"]
+__all__ = ["AugmentPipe", "PIPES", "from_nvidia", "is_nvidias"]
 
 _BLIT = {"xflip": 1, "rotate90": 1, "xint": 1}
 _GEOM = {"scale": 1, "rotate": 1, "aniso": 1, "xfrac": 1}
@@ -322,6 +322,17 @@ class AugmentPipe(nn.Module):
             outside_y = ((ys + 0.5) / h - center[:, 1]).abs() >= size[:, 1] / 2
             images = images * (outside_x | outside_y).to(images.dtype)
         return images
+
+
+# The export's line for NVIDIA's AugmentPipe, which it replaces by ganc's.
+REPLACED = ("NVIDIA's AugmentPipe pads each batch by a margin drawn at random (a shape a trace would freeze): "
+            "exported as ganc.augment.AugmentPipe, with its settings, p and draws, every shape static")
+
+
+def is_nvidias(module: nn.Module) -> bool:
+    """Whether `module` is NVIDIA's AugmentPipe (by its class name, settings and filter), not ganc's."""
+    return (type(module) is not AugmentPipe and type(module).__name__ == "AugmentPipe"
+            and all(hasattr(module, name) for name in _SETTINGS) and hasattr(module, "Hz_geom"))
 
 
 def from_nvidia(pipe: nn.Module) -> AugmentPipe:

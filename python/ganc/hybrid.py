@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from . import augment
 from .probe import _STDLIB_DIR, _TORCH_DIR, Probe
 from .scriptable import ExportError, _location, python_call
 from .tracing import trace_module
@@ -198,6 +199,8 @@ class Resolver:
         # The methods the phases call besides forward (a discriminator's compute_loss) must
         # script too, else the module is traced at its calls, those methods included.
         called = sorted({c.method for c in self.probe.calls.get(path, []) if c.method != "forward"})
+        if augment.is_nvidias(module) and not called:
+            return augment.from_nvidia(module), [Decision(path, "replaced", augment.REPLACED)], None
         failure = _script_failure(module, called)
         if failure is None:
             return module, [Decision(path, "scripted")], None

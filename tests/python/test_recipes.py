@@ -10,6 +10,7 @@ import subprocess
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import ganc
 from ganc import recipes, reference
@@ -349,3 +350,77 @@ def test_ada_with_the_full_pipe_trains_like_eager_ddp(ganc_bin, digits16, tmp_pa
     with open(tmp_path / "train" / "stats.jsonl") as f:
         p = [json.loads(line)["Controller/augment_p"] for line in f]
     assert p == pytest.approx(expected, rel=0, abs=1e-7) and len(set(p)) > 1, (p, expected)
+
+
+class AugmentPipe(nn.Module):
+    """A stand-in for NVIDIA's training.augment.AugmentPipe, as their code is written: the same
+    class name, settings and buffers, and a geometric pipe whose padding is a margin drawn at
+    random and read into Python (which neither scripts nor traces)."""
+
+    def __init__(self, **settings):
+        super().__init__()
+        from ganc import augment
+        ours = augment.AugmentPipe(**settings)
+        for name in augment._SETTINGS:
+            setattr(self, name, getattr(ours, name))
+        for name, buffer in ours.named_buffers():
+            self.register_buffer(name, buffer.clone())
+
+    def forward(self, images, debug_percentile=None):
+        margin = int(torch.randint(1, 4, [1]).item())
+        padded = F.pad(images, [margin] * 4, mode="reflect")
+        shift = torch.where(torch.rand([]) < self.p * self.xint, 1, 0)
+        return padded.roll(int(shift), dims=3)[:, :, margin:-margin, margin:-margin]
+
+
+class HandWrittenADA(nn.Module):
+    """A hand-written loss with NVIDIA's pipe in front of D."""
+
+    def __init__(self):
+        super().__init__()
+        self.G = nn.Sequential(nn.Linear(8, 3 * 16 * 16), nn.Tanh())
+        self.D = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, 1))
+        self.augment_pipe = AugmentPipe(xflip=1, xint=1, rotate=1, brightness=1)
+        self.augment_pipe.p.fill_(0.5)
+
+    def phase_d(self, real, z):
+        fake = self.G(z).view(-1, 3, 16, 16).detach()
+        return (F.softplus(self.D(self.augment_pipe(fake))).mean()
+                + F.softplus(-self.D(self.augment_pipe(real))).mean())
+
+    def phase_g(self, z):
+        return F.softplus(-self.D(self.augment_pipe(self.G(z).view(-1, 3, 16, 16)))).mean()
+
+
+def test_nvidias_augment_pipe_in_a_hand_written_loss_is_exported_as_ganc_s(ganc_bin, digits16, tmp_path):
+    """NVIDIA's AugmentPipe (a stand-in by their class name, settings and buffers) inside a
+    hand-written loss: the export says it replaced it by ganc's pipe with the same settings and
+    p (every shape static) instead of failing in the trace, and the archive trains at 2 ranks
+    bit for bit like eager DDP."""
+    torch.manual_seed(0)
+    gan = HandWrittenADA()
+    spec = {"ganc_spec": 1, "name": "hand_ada", "batch_size": 4, "data": {"shape": [3, 16, 16]},
+            "phases": [{"name": "d", "method": "phase_d", "updates": ["D"],
+                        "inputs": [{"name": "real", "source": "data"}, {"name": "z", "source": "normal", "shape": [8]}]},
+                       {"name": "g", "method": "phase_g", "updates": ["G"],
+                        "inputs": [{"name": "z", "source": "normal", "shape": [8]}]}],
+            "optimizers": {"D": {"type": "adam", "lr": 1e-3}, "G": {"type": "adam", "lr": 1e-3}}}
+    model, plan = str(tmp_path / "hand.pt"), str(tmp_path / "hand.plan")
+    import contextlib
+    import io
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        ganc.export(gan, model, spec)
+    assert "augment_pipe: replaced (NVIDIA's AugmentPipe pads each batch by a margin drawn at random" in out.getvalue()
+    archive = torch.jit.load(model)
+    assert archive.augment_pipe.original_name == "AugmentPipe" and archive.augment_pipe.xflip == 1.0
+    assert archive.augment_pipe.p.item() == 0.5 and archive.augment_pipe.geom_taps == 12  # ganc's pipe
+    subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
+    run = subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", model, "--data", digits16, "--steps", "3",
+                          "--seed", "5", "--out", str(tmp_path / "train"), "--sample-every", "0",
+                          "--checkpoint-every", "0", "--dump-grads", str(tmp_path / "dump")],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    reference.run(model, digits16, 2, 3, 5, str(tmp_path / "ddp"))
+    for step, phase, got, ref in gradient_dumps(spec, 3, str(tmp_path / "dump"), str(tmp_path / "ddp")):
+        assert all(torch.equal(got[name], ref[name]) for name in ref), (step, phase)
