@@ -24,7 +24,9 @@ def stylegan_snapshot(checkpoint: str, out_dir: str, training_set_kwargs: dict |
     submodule's trained parameters and buffers (strictly: every name must match), and is
     pickled as StyleGAN's training loop pickles it (a copy, in eval mode, without gradients,
     on the CPU). KIMG is the thousands of real images the checkpoint had trained on. A
-    submodule the checkpoint does not hold is refused, naming what it holds."""
+    submodule the checkpoint does not hold is refused, naming what it holds. An `augment_pipe`
+    (NVIDIA's AugmentPipe or ganc's, as their training loop pickles it) takes the p that ADA's
+    controller (`augment_p`, ganc.recipes') had reached."""
     state = load_checkpoint(checkpoint)
     held = sorted(k for k, v in state.items() if isinstance(v, dict) and k not in ("optimizers", "best"))
     snapshot = {"training_set_kwargs": training_set_kwargs, "augment_pipe": None}
@@ -35,6 +37,9 @@ def stylegan_snapshot(checkpoint: str, out_dir: str, training_set_kwargs: dict |
         module = copy.deepcopy(module)
         module.load_state_dict(state[name], strict=True)
         snapshot[name] = module.eval().requires_grad_(False).cpu()
+    ada = state.get("controllers", {}).get("augment_p")
+    if ada is not None and snapshot["augment_pipe"] is not None and hasattr(snapshot["augment_pipe"], "p"):
+        snapshot["augment_pipe"].p.copy_(ada["value"].reshape(snapshot["augment_pipe"].p.shape))
     kimg = int(state.get("images", 0)) // 1000
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"network-snapshot-{kimg:06d}.pkl")

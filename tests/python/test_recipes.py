@@ -335,7 +335,7 @@ def test_ada_with_the_full_pipe_trains_like_eager_ddp(ganc_bin, digits16, tmp_pa
     subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
     run = subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", model, "--data", digits16, "--steps",
                           str(steps), "--seed", "4", "--out", str(tmp_path / "train"), "--sample-every", "0",
-                          "--log-every", "1", "--checkpoint-every", "0", "--fusion", "off", "--dump-grads",
+                          "--log-every", "1", "--checkpoint-every", str(steps), "--fusion", "off", "--dump-grads",
                           str(tmp_path / "dump")], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     ref_dir = str(tmp_path / "ddp")
@@ -350,6 +350,13 @@ def test_ada_with_the_full_pipe_trains_like_eager_ddp(ganc_bin, digits16, tmp_pa
     with open(tmp_path / "train" / "stats.jsonl") as f:
         p = [json.loads(line)["Controller/augment_p"] for line in f]
     assert p == pytest.approx(expected, rel=0, abs=1e-7) and len(set(p)) > 1, (p, expected)
+    # StyleGAN's network pickle holds the pipe with the p ADA reached.
+    from ganc import augment
+    path = ganc.stylegan_snapshot(str(tmp_path / "train" / "checkpoint.pt"), str(tmp_path / "snapshots"), G=G,
+                                  augment_pipe=augment.AugmentPipe(**augment.PIPES["bgc"]))
+    import pickle
+    with open(path, "rb") as f:
+        assert pickle.load(f)["augment_pipe"].p.item() == pytest.approx(p[-1], abs=1e-7)
 
 
 class AugmentPipe(nn.Module):
