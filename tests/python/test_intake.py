@@ -194,23 +194,28 @@ def test_fused_stylegan2_ada_trains_like_eager_ddp_in_float32(ganc_bin, digits16
     ranks, 17 steps. Each phase's first all-reduced gradients (the same parameters on both
     sides) within 1e-5 relative (R1's is the largest, 3e-6): the fused resampling's filter is
     flipped and its stride taken by the convolution, so its sums round otherwise (bias_act is
-    the reference's kernels on the CPU, bit for bit). Every later gradient and the final
-    parameters within 1e-3 (3.5e-5 measured): Adam's first, sign-like steps amplify those last
-    bits (the float64 test above bounds the same comparison at 1e-9 throughout). Unfused, the
-    same run is bit for bit (the test above)."""
+    the reference's kernels on the CPU, bit for bit). Every gradient of the first 8 steps (two
+    path-length runs) within 1e-4 (1.1e-5 measured). From there the two runs part: Adam's
+    first steps are sign-like, so a gradient element within rounding of Adam's eps moves its
+    parameter by a learning rate on one side and not the other, and a leaky ReLU input within
+    rounding of zero takes the other slope; how soon depends on the CPU's vector width
+    (with AVX-512, 0.016 at step 8 and 2.0 at step 14 on a noise strength near zero). The float64
+    test above bounds the whole run at 1e-9; unfused, the float32 run is bit for bit (the test
+    above)."""
     model = archive("stylegan2_ada")
     spec = ganc.load_spec(model)
     train_two_ranks(ganc_bin, model, digits16, str(tmp_path))
     reference.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Gpl": "manual", "Dreg": "manual"})
-    first, worst = {}, 0.0
+    first, early = {}, 0.0
     for step, phase, got, ref in gradient_dumps(spec, STEPS, str(tmp_path / "dump"), str(tmp_path / "ddp")):
         err = max(relative_error(got[name], ref[name]) for name in ref)
         first.setdefault(phase, err)
-        worst = max(worst, err)
-    print(f"fused float32 against eager DDP: first gradients {first}, {worst:.3g} relative at worst")
+        if step < 8:
+            early = max(early, err)
+    print(f"fused float32 against eager DDP: first gradients {first}, {early:.3g} relative at worst in steps 0-7")
     assert set(first) == {"Gmain", "Gpl", "Dmain", "Dreg"}
     assert all(err <= 1e-5 for err in first.values()), first
-    assert largest_difference(spec, str(tmp_path / "dump"), str(tmp_path / "ddp"), exact=False) <= 1e-3
+    assert early <= 1e-4, early
 
 
 def test_every_grouped_convolution_takes_ganc_double_backward_to_rounding(ganc_bin, digits16, tmp_path):
