@@ -4,7 +4,10 @@
 
 #include "support/Status.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -170,6 +173,9 @@ struct TrainOptions {
   /// Sharded optimizer state stage instead of the plan's: 0, 1 or 2 (-1: the plan's).
   int zero = -1;
   int threads = 0; // 0: cores / local ranks
+  /// The record of these options that run.json keeps ("options"): the command's option table
+  /// records each option it declares recorded (its record column); none where unset.
+  std::function<nlohmann::json(const TrainOptions &)> record;
 };
 
 } // namespace ganc::runtime

@@ -4,6 +4,9 @@
 
 #include "support/Status.h"
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <stdexcept>
@@ -18,13 +21,28 @@ struct OptionError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// What the setter helpers below make: how an option sets its target, and how a record of
+/// the run shows the value it set (run.json: the option table's record column).
+template <typename Target> struct Stored {
+  std::function<void(const std::string &flag, const std::string &value, Target &)> set;
+  std::function<nlohmann::json(const Target &)> record;
+};
+
 /// One option of a command.
 template <typename Target> struct Option {
   using Setter = std::function<void(const std::string &flag, const std::string &value, Target &)>;
+  using Recorder = std::function<nlohmann::json(const Target &)>;
   Option(std::string name, std::string value, std::string help, Setter set,
          std::vector<std::string> aliases = std::vector<std::string>())
       : name(std::move(name)), value(std::move(value)), help(std::move(help)), set(std::move(set)),
         aliases(std::move(aliases)) {}
+  /// An option made by a setter helper: recorded as it shows its value.
+  Option(std::string name, std::string value, std::string help, Stored<Target> stored,
+         std::vector<std::string> aliases = std::vector<std::string>())
+      : Option(std::move(name), std::move(value), std::move(help), std::move(stored.set),
+               std::move(aliases)) {
+    record = std::move(stored.record);
+  }
   /// "--steps"; other spellings ("-o") in `aliases`.
   std::string name;
   /// The value's placeholder in help ("N", "on|off"); empty for a flag that takes none.
@@ -34,7 +52,24 @@ template <typename Target> struct Option {
   /// Sets the target from the value ("" for a flag); throws OptionError naming `flag`.
   Setter set;
   std::vector<std::string> aliases;
+  /// The value the option set, as a run's record shows it; empty: not recorded.
+  Recorder record;
 };
+
+/// The record of `target`'s options (run.json's "options"): each recorded option under its
+/// name without the dashes, `-` as `_` ("--log-every": "log_every").
+template <typename Target>
+nlohmann::json recordOf(const std::vector<Option<Target>> &table, const Target &target) {
+  nlohmann::json record = nlohmann::json::object();
+  for (const Option<Target> &option : table) {
+    if (!option.record)
+      continue;
+    std::string key = option.name.substr(option.name.find_first_not_of('-'));
+    std::replace(key.begin(), key.end(), '-', '_');
+    record[key] = option.record(target);
+  }
+  return record;
+}
 
 /// The documentation side of an option, independent of its target.
 struct OptionDoc {
@@ -168,47 +203,68 @@ template <typename T> std::string choiceValue(const std::vector<std::pair<std::s
 
 // ---- setters for the common cases -----------------------------------------------------------
 
+/// Records a member as it is (a number, text, bool or list).
+template <typename Target, typename T> auto recordMember(T Target::*member) {
+  return [member](const Target &t) { return nlohmann::json(t.*member); };
+}
+/// A setter the table writes by hand, recorded by `record`.
+template <typename Target, typename Set, typename Record>
+Stored<Target> recorded(Set set, Record record) {
+  return {std::move(set), std::move(record)};
+}
+
 /// Stores the value as it is.
-template <typename Target> auto storeText(std::string Target::*member) {
-  return [member](const std::string &, const std::string &v, Target &t) { t.*member = v; };
+template <typename Target> Stored<Target> storeText(std::string Target::*member) {
+  return {[member](const std::string &, const std::string &v, Target &t) { t.*member = v; },
+          recordMember(member)};
 }
 /// Sets a bool member true (a flag without a value).
-template <typename Target> auto storeTrue(bool Target::*member) {
-  return [member](const std::string &, const std::string &, Target &t) { t.*member = true; };
+template <typename Target> Stored<Target> storeTrue(bool Target::*member) {
+  return {[member](const std::string &, const std::string &, Target &t) { t.*member = true; },
+          recordMember(member)};
 }
 /// An integer in [low, high] into an integral member.
 template <typename Target, typename Int>
-auto storeInteger(Int Target::*member, int64_t low, int64_t high) {
-  return [=](const std::string &flag, const std::string &v, Target &t) {
-    t.*member = static_cast<Int>(integerIn(flag, v, low, high));
-  };
+Stored<Target> storeInteger(Int Target::*member, int64_t low, int64_t high) {
+  return {[=](const std::string &flag, const std::string &v, Target &t) {
+            t.*member = static_cast<Int>(integerIn(flag, v, low, high));
+          },
+          recordMember(member)};
 }
-/// One of `choices` into a member.
+/// One of `choices` into a member; recorded by its word.
 template <typename Target, typename T>
-auto storeChoice(T Target::*member, std::vector<std::pair<std::string, T>> choices) {
-  return [=](const std::string &flag, const std::string &v, Target &t) {
-    t.*member = choice(flag, v, choices);
-  };
+Stored<Target> storeChoice(T Target::*member, std::vector<std::pair<std::string, T>> choices) {
+  return {[=](const std::string &flag, const std::string &v, Target &t) {
+            t.*member = choice(flag, v, choices);
+          },
+          [=](const Target &t) {
+            for (const auto &[word, value] : choices)
+              if (value == t.*member)
+                return nlohmann::json(word);
+            return nlohmann::json(nullptr);
+          }};
 }
 /// Items of a comma-separated value appended to a list member (the option may repeat).
-template <typename Target> auto appendList(std::vector<std::string> Target::*member) {
-  return [member](const std::string &, const std::string &v, Target &t) {
-    for (std::string &item : listOf(v))
-      (t.*member).push_back(std::move(item));
-  };
+template <typename Target> Stored<Target> appendList(std::vector<std::string> Target::*member) {
+  return {[member](const std::string &, const std::string &v, Target &t) {
+            for (std::string &item : listOf(v))
+              (t.*member).push_back(std::move(item));
+          },
+          recordMember(member)};
 }
 
 /// Appends the files a value names: the value itself where a file of that name exists (a
 /// path may hold a comma), else each comma-separated item.
-template <typename Target> auto appendPaths(std::vector<std::string> Target::*member) {
-  return [member](const std::string &, const std::string &v, Target &t) {
-    if (isFile(v)) {
-      (t.*member).push_back(v);
-      return;
-    }
-    for (std::string &item : listOf(v))
-      (t.*member).push_back(std::move(item));
-  };
+template <typename Target> Stored<Target> appendPaths(std::vector<std::string> Target::*member) {
+  return {[member](const std::string &, const std::string &v, Target &t) {
+            if (isFile(v)) {
+              (t.*member).push_back(v);
+              return;
+            }
+            for (std::string &item : listOf(v))
+              (t.*member).push_back(std::move(item));
+          },
+          recordMember(member)};
 }
 
 /// "on" and "off" as a bool.

@@ -88,19 +88,23 @@ std::vector<Option<TrainOptions>> runOptions() {
        "(resized to the spec's data shape)",
        storeText(&O::data)},
       {"--steps", "N", "training steps (default 1000); a phase runs when step % interval == 0",
-       [](S &f, S &v, O &o) {
-         o.steps = integerIn(f, v, 0, kMax);
-         o.stepsGiven = true;
-       }},
+       recorded<O>(
+           [](S &f, S &v, O &o) {
+             o.steps = integerIn(f, v, 0, kMax);
+             o.stepsGiven = true;
+           },
+           recordMember(&O::steps))},
       {"--kimg", "K",
        "the run's length in thousands of real images over every rank (StyleGAN's --kimg), in "
        "place of --steps: the steps that reach it (each trains batch x ranks x the data phases' "
        "micro-batches images)",
-       [](S &f, S &v, O &o) { o.kimg = realIn(f, v, 0.001, 1e12); }},
+       recorded<O>([](S &f, S &v, O &o) { o.kimg = realIn(f, v, 0.001, 1e12); },
+                   recordMember(&O::kimg))},
       {"--tick-kimg", "K",
        "a progress line every K thousand real images over every rank (StyleGAN's --tick), in "
        "place of --log-every",
-       [](S &f, S &v, O &o) { o.tickKimg = realIn(f, v, 0.001, 1e12); }},
+       recorded<O>([](S &f, S &v, O &o) { o.tickKimg = realIn(f, v, 0.001, 1e12); },
+                   recordMember(&O::tickKimg))},
       {"--snap", "N",
        "with --tick-kimg: the sample grid and a checkpoint every N ticks (StyleGAN's --snap), "
        "in place of --sample-every and --checkpoint-every",
@@ -120,7 +124,9 @@ std::vector<Option<TrainOptions>> runOptions() {
        "is recorded in run.json; without it such a resume is refused, naming them",
        storeTrue(&O::acceptChanges)},
       {"--seed", "S", "data order and noise seed (rank r draws noise from seed + r)",
-       [](S &f, S &v, O &o) { o.seed = static_cast<uint64_t>(integerIn(f, v, 0, kMax)); }},
+       recorded<O>(
+           [](S &f, S &v, O &o) { o.seed = static_cast<uint64_t>(integerIn(f, v, 0, kMax)); },
+           recordMember(&O::seed))},
       {"--resume", "CKPT|auto",
        "continue exactly from a checkpoint; auto: from --out's checkpoint.pt (where it is "
        "damaged or missing, the newest whole step snapshot), or from step 0 if it has none "
@@ -159,11 +165,13 @@ std::vector<Option<TrainOptions>> writtenOptions() {
        "images: the data set's first N, or all of it with _full: fid50k_full); in "
        "metrics.jsonl, stats.jsonl (Metrics/NAME), TensorBoard and the progress line; the first "
        "one ranks snapshots (checkpoint-best.pt)",
-       [](S &, S &v, O &o) { tools::appendMetricNames(v, o.metrics); }},
+       recorded<O>([](S &, S &v, O &o) { tools::appendMetricNames(v, o.metrics); },
+                   recordMember(&O::metrics))},
       {"--metrics-every", "KIMG",
        "compute --metrics each time another KIMG thousand real images are trained on, and at "
        "the end (default 0: at the end only)",
-       [](S &f, S &v, O &o) { o.metricsEveryKimg = realIn(f, v, 0, 1e12); }},
+       recorded<O>([](S &f, S &v, O &o) { o.metricsEveryKimg = realIn(f, v, 0, 1e12); },
+                   recordMember(&O::metricsEveryKimg))},
       {"--inception", "PATH",
        "the feature network of --metrics: inception-2015-12-05.pt, a TorchScript file NVIDIA "
        "publishes (default $GANC_INCEPTION, else ~/.cache/ganc/inception-2015-12-05.pt)",
@@ -258,11 +266,15 @@ std::vector<Option<TrainOptions>> deviceOptions() {
       {"--cuda-graphs", "on|off|step",
        "on: capture each phase and replay it (default); step: also launch each step's phases "
        "as one graph once all are captured; off: run every phase eagerly on the GPU",
-       [](S &f, S &v, O &o) {
-         const int mode = choice<int>(f, v, {{"on", 1}, {"off", 0}, {"step", 2}});
-         o.cudaGraphs = mode != 0;
-         o.stepGraphs = mode == 2;
-       }},
+       recorded<O>(
+           [](S &f, S &v, O &o) {
+             const int mode = choice<int>(f, v, {{"on", 1}, {"off", 0}, {"step", 2}});
+             o.cudaGraphs = mode != 0;
+             o.stepGraphs = mode == 2;
+           },
+           [](const O &o) {
+             return nlohmann::json(o.cudaGraphs ? (o.stepGraphs ? "step" : "on") : "off");
+           })},
       {"--comm-stream", choiceValue(runtime::commStreamNames()),
        "NCCL: run the gradient collectives on NCCL's own stream, overlapping backward (side), "
        "or in order on the compute stream, which makes each captured phase one straight line "
@@ -322,11 +334,12 @@ std::vector<Option<TrainOptions>> diagnosticOptions() {
       {"--non-finite", "stop|skip",
        "a non-finite loss or gradient (phases without a loss scaler): stop with exit 1, or "
        "skip the optimizer step and count it (default: the spec's non_finite, else stop)",
-       [](S &f, S &v, O &o) { o.nonFinite = specName(f, v, "spec", "non_finite"); }},
+       recorded<O>([](S &f, S &v, O &o) { o.nonFinite = specName(f, v, "spec", "non_finite"); },
+                   recordMember(&O::nonFinite))},
       {"--zero", "0|1|2",
        "sharded optimizer state instead of the plan's (spec's) stage: 1 shards optimizer "
        "state, 2 gradients as well, 0 off",
-       [](S &f, S &v, O &o) { o.zero = zeroStage(f, v); }},
+       recorded<O>([](S &f, S &v, O &o) { o.zero = zeroStage(f, v); }, recordMember(&O::zero))},
       {"--threads", "N", "intra-op threads per rank (default: cores / local ranks)",
        storeInteger(&O::threads, 1, 4096)},
       {"--dump-grads", "DIR", "rank 0 writes every all-reduced gradient (parity tests)",
@@ -476,6 +489,7 @@ Status checkTrain(const TrainOptions &o) {
 /// Parses and checks train's command line; `help` says --help was asked for.
 Status parseTrain(const std::vector<std::string> &args, TrainOptions &o, bool &help) {
   GANC_TRY(trainTable().parse(args, o, help));
+  o.record = [](const TrainOptions &options) { return recordOf(trainTable().options, options); };
   return help ? Status::ok() : checkTrain(o);
 }
 

@@ -1,6 +1,7 @@
 // Phase inputs: sharded data, staged batches, labels, noise, the fade-in weight.
 #include "runtime/data/Inputs.h"
 
+#include "runtime/Setup.h"
 #include "support/Hash.h"
 
 #include <cstdio>

@@ -4,7 +4,7 @@
 // and cached beside it.
 #pragma once
 
-#include "runtime/Setup.h"
+#include "runtime/Session.h"
 #include "runtime/data/Inputs.h"
 #include "runtime/metrics/MetricMath.h"
 

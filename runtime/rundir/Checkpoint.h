@@ -2,7 +2,7 @@
 // bit (weights, buffers, optimizer states, every rank's noise generator, the data position).
 #pragma once
 
-#include "runtime/Setup.h"
+#include "runtime/Session.h"
 #include "runtime/data/Inputs.h"
 
 namespace ganc::runtime {

@@ -2,7 +2,7 @@
 // final parameters and buffers, for the parity tests against eager PyTorch.
 #pragma once
 
-#include "runtime/Setup.h"
+#include "runtime/Session.h"
 
 #include <vector>
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "backend/Device.h"
-#include "runtime/Setup.h"
+#include "runtime/Session.h"
 #include "runtime/rundir/TensorBoard.h"
 
 #include <nlohmann/json.hpp>

@@ -3,7 +3,7 @@
 
 #include "ir/Plan.h"
 #include "runtime/Overrides.h"
-#include "runtime/Setup.h"
+#include "runtime/Session.h"
 #include "support/Files.h"
 
 #include <nlohmann/json.hpp>
@@ -247,6 +247,10 @@ nlohmann::json segmentRecord(const Session &s, int64_t firstStep, const std::str
   std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char started[32];
   std::strftime(started, sizeof(started), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  // The option table's record column, and the backend the run used (--dist-backend auto
+  // resolved).
+  nlohmann::json options = o.record ? o.record(o) : nlohmann::json::object();
+  options["dist_backend"] = s.group.backend->getBackendName();
   return {
       {"ganc_version", GANC_VERSION_STRING},
       {"started", started},
@@ -258,31 +262,7 @@ nlohmann::json segmentRecord(const Session &s, int64_t firstStep, const std::str
       {"device", s.device.is_cuda() ? "cuda" : "cpu"},
       {"first_step", firstStep},
       {"resumed_from", resumedFrom},
-      {"options",
-       {{"steps", o.steps},
-        {"kimg", o.kimg},
-        {"tick_kimg", o.tickKimg},
-        {"snap", o.snap},
-        {"seed", o.seed},
-        {"log_every", o.logEvery},
-        {"sample_every", o.sampleEvery},
-        {"checkpoint_every", o.checkpointEvery},
-        {"keep_checkpoints", o.keepCheckpoints},
-        {"samples", o.samples},
-        {"metrics", o.metrics},
-        {"metrics_every_kimg", o.metricsEveryKimg},
-        {"inception", o.inception},
-        {"non_finite", o.nonFinite},
-        {"cuda_graphs", o.cudaGraphs ? (o.stepGraphs ? "step" : "on") : "off"},
-        {"dist_backend", s.group.backend->getBackendName()},
-        {"comm_stream", nameOf(o.commStream, commStreamNames())},
-        {"memset_nodes", nameOf(o.memsetNodes, graphNodesNames())},
-        {"copy_nodes", nameOf(o.copyNodes, graphNodesNames())},
-        {"upload_stream", nameOf(o.uploadStream, uploadStreamNames())},
-        {"deterministic", o.deterministic},
-        {"memory_format", nameOf(o.memoryFormat, memoryFormatNames())},
-        {"double_backward", nameOf(o.doubleBackward, doubleBackwardNames())},
-        {"fusion", o.fusion}}},
+      {"options", options},
       {"overrides", overridesOf(o)},
   };
 }

@@ -2,7 +2,7 @@
 // inputs, written as PNG by rank 0.
 #pragma once
 
-#include "runtime/Setup.h"
+#include "runtime/Session.h"
 #include "runtime/data/Inputs.h"
 
 namespace ganc::runtime {

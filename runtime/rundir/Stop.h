@@ -3,7 +3,7 @@
 // from the step reached.
 #pragma once
 
-#include "runtime/Setup.h"
+#include "runtime/Session.h"
 
 #include <c10/core/Event.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>

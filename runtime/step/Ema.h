@@ -2,7 +2,7 @@
 // step with StyleGAN2's rule: p_ema = p.lerp(p_ema, beta); buffers are copied.
 #pragma once
 
-#include "runtime/Setup.h"
+#include "runtime/Session.h"
 
 #include <memory>
 #include <vector>

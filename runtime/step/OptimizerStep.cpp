@@ -1,6 +1,6 @@
 #include "runtime/step/OptimizerStep.h"
 
-#include "runtime/Setup.h"
+#include "runtime/Session.h"
 #include "support/torch/Collectives.h"
 
 #include <algorithm>

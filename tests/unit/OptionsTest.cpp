@@ -24,7 +24,12 @@ const Command<Target> &table() {
        {"--out", "DIR", "where | it goes", storeText(&Target::out), {"-o"}},
        {"--lib", "LIB.so", "a library; repeatable", appendList(&Target::libraries)},
        {"--mode", "auto|side", "the mode",
-        storeChoice(&Target::mode, {{"auto", Target::Mode::Auto}, {"side", Target::Mode::Side}})}},
+        storeChoice(&Target::mode, {{"auto", Target::Mode::Auto}, {"side", Target::Mode::Side}})},
+       {"--twice", "N", "twice N steps, recorded as set",
+        recorded<Target>([](const std::string &, const std::string &v,
+                            Target &t) { t.steps = 2 * std::stoll(v); },
+                         [](const Target &t) { return nlohmann::json(t.steps / 2); })},
+       {"--quiet", "", "not recorded", [](const std::string &, const std::string &, Target &) {}}},
       [](const std::string &a, Target &t) { t.positional.push_back(a); }};
   return command;
 }
@@ -81,4 +86,14 @@ TEST(OptionsTest, HelpAndMarkdownComeFromTheTable) {
   EXPECT_NE(markdown.find("| `--mode auto\\|side` | the mode |"), std::string::npos) << markdown;
   EXPECT_NE(markdown.find("| `-o, --out DIR` | where \\| it goes |"), std::string::npos)
       << markdown;
+}
+
+TEST(OptionsTest, TheRecordColumnShowsEachRecordedValueByItsName) {
+  Target t;
+  ASSERT_TRUE(
+      parse({"--out", "runs/a", "--lib", "a.so,b.so", "--mode", "side", "--twice", "3"}, t).isOk());
+  const nlohmann::json record = recordOf(table().options, t);
+  EXPECT_EQ(record, nlohmann::json::parse(R"({"steps": 6, "force": false, "out": "runs/a",
+      "lib": ["a.so", "b.so"], "mode": "side", "twice": 3})"));
+  EXPECT_FALSE(record.contains("quiet")); // a setter written by hand records nothing unless told
 }
