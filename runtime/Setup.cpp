@@ -325,4 +325,17 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
   return s;
 }
 
+Status setUpWithInputs(const TrainOptions &options, std::unique_ptr<Session> &session,
+                       std::unique_ptr<PhaseInputs> &inputs) {
+  auto s = setUp(options);
+  if (!s)
+    return s.status();
+  session = s.take();
+  auto in = PhaseInputs::create(*session);
+  if (!in)
+    return in.status();
+  inputs = in.take();
+  return Status::ok();
+}
+
 } // namespace ganc::runtime

@@ -1,7 +1,6 @@
 // Phase inputs: sharded data, staged batches, labels, noise, the fade-in weight.
 #include "runtime/data/Inputs.h"
 
-#include "runtime/Setup.h"
 #include "support/Hash.h"
 
 #include <cstdio>
@@ -266,19 +265,6 @@ void PhaseInputs::keepValues(const frontend::PhaseSpec &phase, int64_t micro,
 void PhaseInputs::setFade(double weight) {
   torch::NoGradGuard noGrad;
   fade_.fill_(weight);
-}
-
-Status setUpWithInputs(const TrainOptions &options, std::unique_ptr<Session> &session,
-                       std::unique_ptr<PhaseInputs> &inputs) {
-  auto s = setUp(options);
-  if (!s)
-    return s.status();
-  session = s.take();
-  auto in = PhaseInputs::create(*session);
-  if (!in)
-    return in.status();
-  inputs = in.take();
-  return Status::ok();
 }
 
 } // namespace ganc::runtime

@@ -85,8 +85,4 @@ private:
 at::Tensor fieldOf(const frontend::Spec &spec, const frontend::InputSpec &input,
                    const at::Tensor &samples);
 
-/// setUp() and PhaseInputs::create(): a rank ready to train, or to score a snapshot.
-Status setUpWithInputs(const TrainOptions &options, std::unique_ptr<Session> &session,
-                       std::unique_ptr<PhaseInputs> &inputs);
-
 } // namespace ganc::runtime

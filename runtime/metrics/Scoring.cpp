@@ -2,6 +2,7 @@
 // snapshot, evaluate.
 #include "runtime/metrics/Scoring.h"
 
+#include "runtime/Setup.h"
 #include "runtime/metrics/Metrics.h"
 #include "runtime/rundir/Checkpoint.h"
 #include "support/Files.h"

@@ -2,7 +2,7 @@
 // exit 1) are separate functions; the loop reads as the algorithm.
 #include "runtime/step/Trainer.h"
 
-#include "runtime/Session.h"
+#include "runtime/Setup.h"
 #include "runtime/data/Inputs.h"
 #include "runtime/metrics/Metrics.h"
 #include "runtime/rundir/Checkpoint.h"
