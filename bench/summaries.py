@@ -67,6 +67,13 @@ def nvidia_stylegan2_ada(r):
              f"{r['final_tensors_bitwise_equal']} of {r['final_tensors']}", "")]
 
 
+def nvidia_workflow(r):
+    n = r["numbers"]
+    return [("their networks (paper256 sizes) and AugmentPipe unchanged: export, 2 CPU ranks, snapshot, their "
+             "loader", "NVIDIA's workflow", f"{n['steps']} steps, pickle holds {', '.join(n['snapshot_keys'])}",
+             "ok" if n["losses_finite"] and n["generated_finite"] else "failed")]
+
+
 def nvidia_stylegan3(r):
     rows = []
     for mode, run in r["numbers"]["fusion"].items():
@@ -120,6 +127,7 @@ SUMMARIES = {
     "gpu_dcgan64_baselines": gpu_dcgan64_baselines,
     "nvidia_stylegan2_ada": nvidia_stylegan2_ada,
     "nvidia_stylegan3_t": nvidia_stylegan3,
+    "nvidia_workflow": nvidia_workflow,
     "nvidia_train_speed": nvidia_train_speed,
     "resample_probe": resample_probe,
 }
