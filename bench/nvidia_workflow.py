@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import ganc  # noqa: E402
-from ganc import recipes  # noqa: E402
+from ganc import augment, recipes  # noqa: E402
 
 
 def dataset_zip(path: str, size: int) -> int:
@@ -79,7 +79,7 @@ def main():
         torch.manual_seed(0)
         G, D = Generator(**kwargs), Discriminator(c_dim=0, img_resolution=16, img_channels=3, **sizes["D"])
         gan, spec = recipes.stylegan2(G, D, cfg="paper256", gpus=2, batch=16, batch_gpu=8,
-                                      augment=AugmentPipe(**recipes_pipes()["bgc"]))
+                                      augment=AugmentPipe(**augment.PIPES["bgc"]))
         model, plan, out = (os.path.join(tmp, n) for n in ("sg2.pt", "sg2.plan", "run"))
         start = time.perf_counter()
         ganc.export(gan, model, spec)
@@ -96,7 +96,7 @@ def main():
                                        if k.startswith("Loss/") and isinstance(s[k], dict))
         numbers["augment_p"] = [s.get("Controller/augment_p") for s in stats]
         fresh = dict(G=Generator(**kwargs), D=Discriminator(c_dim=0, img_resolution=16, img_channels=3, **sizes["D"]),
-                     G_ema=Generator(**kwargs), augment_pipe=AugmentPipe(**recipes_pipes()["bgc"]))
+                     G_ema=Generator(**kwargs), augment_pipe=AugmentPipe(**augment.PIPES["bgc"]))
         pkl = ganc.stylegan_snapshot(os.path.join(out, "checkpoint.pt"), os.path.join(tmp, "snapshots"), **fresh)
         with open(pkl, "rb") as f:
             loaded = legacy.load_network_pkl(f)  # their loader, as generate.py calls it
@@ -117,11 +117,6 @@ def main():
                       "paper256 with ADA (bgc), a dataset zip, --kimg/--tick-kimg/--snap on 2 CPU ranks, "
                       "their network pickle loader", numbers,
                       {"columns": ["what", "baseline", "ganc", "result"], "rows": rows})
-
-
-def recipes_pipes():
-    from ganc import augment
-    return augment.PIPES
 
 
 if __name__ == "__main__":

@@ -31,6 +31,20 @@ def subset(small, big, where=""):
             assert value == big[key], f"{where}{key}: ganc {value!r}, train.py {big[key]!r}"
 
 
+def gradients_equal_eager_ddp(ganc_bin, model, plan, spec, data, steps, seed, tmp_path):
+    """Compiles `model`, trains it at 2 ranks for `steps` steps and asserts every phase's
+    all-reduced gradients equal eager DDP's on the archive bit for bit."""
+    subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
+    run = subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", model, "--data", data, "--steps",
+                          str(steps), "--seed", str(seed), "--out", str(tmp_path / "train"), "--sample-every", "0",
+                          "--checkpoint-every", "0", "--dump-grads", str(tmp_path / "dump")],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    reference.run(model, data, 2, steps, seed, str(tmp_path / "ddp"))
+    for step, phase, got, ref in gradient_dumps(spec, steps, str(tmp_path / "dump"), str(tmp_path / "ddp")):
+        assert all(torch.equal(got[name], ref[name]) for name in ref), (step, phase)
+
+
 @pytest.mark.parametrize("case", RECORDED["cases"], ids=lambda c: f"{c['cfg']}-{c['resolution']}px-{c['gpus']}gpu")
 def test_each_preset_is_what_train_py_sets(case):
     o = case["options"]
@@ -206,15 +220,7 @@ def test_r3gans_loss_trains_like_eager_ddp(ganc_bin, digits16, tmp_path):
     assert [p["name"] for p in spec["phases"]] == ["D", "G"] and spec["optimizers"]["D"]["betas"] == [0.0, 0.9]
     model, plan = str(tmp_path / "r3.pt"), str(tmp_path / "r3.plan")
     ganc.export(gan, model, spec)
-    subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
-    run = subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", model, "--data", digits16, "--steps", "6",
-                          "--seed", "3", "--out", str(tmp_path / "train"), "--sample-every", "0",
-                          "--checkpoint-every", "0", "--dump-grads", str(tmp_path / "dump")],
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
-    reference.run(model, digits16, 2, 6, 3, str(tmp_path / "ddp"))
-    for step, phase, got, ref in gradient_dumps(spec, 6, str(tmp_path / "dump"), str(tmp_path / "ddp")):
-        assert all(torch.equal(got[name], ref[name]) for name in ref), (step, phase)
+    gradients_equal_eager_ddp(ganc_bin, model, plan, spec, digits16, 6, 3, tmp_path)
     got = ganc.load_checkpoint(str(tmp_path / "dump" / "params_final.pt"))
     ref = torch.load(str(tmp_path / "ddp" / "params_final.pt"))
     assert set(got) == set(ref) and all(torch.equal(got[name], ref[name]) for name in ref)
@@ -422,12 +428,4 @@ def test_nvidias_augment_pipe_in_a_hand_written_loss_is_exported_as_ganc_s(ganc_
     archive = torch.jit.load(model)
     assert archive.augment_pipe.original_name == "AugmentPipe" and archive.augment_pipe.xflip == 1.0
     assert archive.augment_pipe.p.item() == 0.5 and archive.augment_pipe.geom_taps == 12  # ganc's pipe
-    subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
-    run = subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", model, "--data", digits16, "--steps", "3",
-                          "--seed", "5", "--out", str(tmp_path / "train"), "--sample-every", "0",
-                          "--checkpoint-every", "0", "--dump-grads", str(tmp_path / "dump")],
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
-    reference.run(model, digits16, 2, 3, 5, str(tmp_path / "ddp"))
-    for step, phase, got, ref in gradient_dumps(spec, 3, str(tmp_path / "dump"), str(tmp_path / "ddp")):
-        assert all(torch.equal(got[name], ref[name]) for name in ref), (step, phase)
+    gradients_equal_eager_ddp(ganc_bin, model, plan, spec, digits16, 3, 5, tmp_path)
