@@ -9,6 +9,7 @@
 #include "passes/Pass.h"
 #include "runtime/rundir/RunDir.h"
 #include "support/Files.h"
+#include "support/TextFormat.h"
 #include "support/torch/Collectives.h"
 
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -290,8 +291,13 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
     const auto tick = static_cast<int64_t>(
         std::ceil(options.tickKimg * 1000.0 / static_cast<double>(s->stepImages())));
     s->options.logEvery = tick;
+    int64_t every = 0;
+    if (options.snap > 0 && __builtin_mul_overflow(tick, options.snap, &every))
+      return Status::error("--snap " + std::to_string(options.snap) + " ticks of --tick-kimg " +
+                           formatDouble(options.tickKimg) + " (" + std::to_string(tick) +
+                           " steps each) is past any run's length; give a smaller --snap");
     if (options.snap > 0)
-      s->options.sampleEvery = s->options.checkpointEvery = tick * options.snap;
+      s->options.sampleEvery = s->options.checkpointEvery = every;
   }
   s->inputType = frontend::inputScalarType(s->spec());
   GANC_TRY(setUpDevice(*s));

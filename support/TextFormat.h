@@ -27,15 +27,14 @@ inline std::optional<int64_t> parseInt64(const std::string &text) {
   return value;
 }
 
-/// The whole of `text` as a finite double, or nullopt when it is not one (never an
-/// exception: command-line values reach this).
+/// The whole of `text` as a finite decimal double ("16", "0.5", "1e-3"), or nullopt when it
+/// is not one (never an exception: command-line values reach this). Hexadecimal ("0x10"),
+/// leading spaces, "inf" and "nan" are not numbers here, as they are to strtod.
 inline std::optional<double> parseDouble(const std::string &text) {
-  if (text.empty())
-    return std::nullopt;
-  char *end = nullptr;
-  errno = 0;
-  const double value = std::strtod(text.c_str(), &end);
-  if (*end != '\0' || errno != 0 || !std::isfinite(value))
+  double value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value,
+                                      std::chars_format::general);
+  if (error != std::errc() || end != text.data() + text.size() || !std::isfinite(value))
     return std::nullopt;
   return value;
 }

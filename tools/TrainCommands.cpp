@@ -129,8 +129,9 @@ std::vector<Option<TrainOptions>> runOptions() {
            recordMember(&O::seed))},
       {"--resume", "CKPT|auto",
        "continue exactly from a checkpoint; auto: from --out's checkpoint.pt (where it is "
-       "damaged or missing, the newest whole step snapshot), or from step 0 if it has none "
-       "(for restarted torchrun workers)",
+       "damaged or missing, the newest whole step snapshot), or from step 0 if --out holds no "
+       "checkpoint (for restarted torchrun workers); where every checkpoint there is damaged, "
+       "it stops and changes nothing",
        storeText(&O::resume)},
       {"--tensorboard", "on|off",
        "TensorBoard event files in --out, written beside the run by python -m "

@@ -3,14 +3,18 @@ ganc wrote (ganc.load_spec, ganc.load_checkpoint)."""
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 import sys
 import warnings
+import zipfile
+import zlib
 
 import torch
 
 from . import functions, oplibs
+from .hooks import refuse_gradient_hooks
 from .hybrid import Resolver, script_error, fresh_types_on_failure, script_failure
 from .probe import Probe
 from .script_types import constants_typed
@@ -155,6 +159,7 @@ def _export(gan, path, spec, trace, verbose, op_libraries) -> dict:
         raise FileNotFoundError(f"ganc.export: {path}: the folder {folder} does not exist")
     libraries = oplibs.load(op_libraries)
     spec = _list_sync_batch_norms(validate(spec, gan), gan)
+    refuse_gradient_hooks(gan)
     model = make_scriptable(gan)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     model.train()
@@ -382,15 +387,62 @@ def load_spec(path: str) -> dict:
 
 
 def load_checkpoint(path: str) -> dict:
-    """Loads a file ganc wrote (checkpoint.pt, gradient dumps) with torch.load.
+    """Loads a file ganc wrote (checkpoint.pt, gradient dumps) with torch.load, after checking
+    it is whole as `ganc train --resume` does: the CRC-32 seal ganc's checkpoints carry and
+    every entry's own CRC-32. A damaged file raises ValueError naming it and the damage.
 
     LibTorch's pickler wraps containers in `torch.jit._pickle` helpers (restore_type_tag,
     build_doublelist, ...), plain identity functions that the weights-only unpickler does not
     allow by default; allowing them keeps the load weights-only.
     `torch.load(path, weights_only=False)` also works.
     """
+    return read_checkpoint(path, "ganc.load_checkpoint")
+
+
+def read_checkpoint(path: str, who: str) -> dict:
+    """load_checkpoint for `who`, the call its errors name."""
+    check_whole(path, who)
     import torch.jit._pickle as jp
     helpers = [jp.restore_type_tag, jp.build_intlist, jp.build_tensorlist, jp.build_doublelist,
                jp.build_boollist]
     with torch.serialization.safe_globals(helpers):
         return torch.load(path, weights_only=True)
+
+
+# The comment ganc's checkpoints carry (support/Files.cpp, sealZipArchive): the CRC-32 of every
+# byte before it, as eight hex digits.
+_SEAL = b"ganc-crc32 "
+_SEAL_SIZE = len(_SEAL) + 8
+
+
+def check_whole(path: str, who: str) -> None:
+    """Raises ValueError (`who: path is damaged: why`) unless `path` is a whole zip archive:
+    its seal, where it has one, matches the CRC-32 of the bytes before it, and every entry
+    reads back with its own CRC-32 (torch records 0 where it computed none)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ValueError(f"{who}: {path}: {e.strerror}") from None
+
+    def damaged(why: str) -> ValueError:
+        return ValueError(f"{who}: {path} is damaged: {why}")
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile as e:
+        raise damaged(f"not a whole zip archive ({e})") from None
+    with archive:
+        if len(archive.comment) == _SEAL_SIZE:
+            if not archive.comment.startswith(_SEAL):
+                raise damaged("its seal (the archive's comment) is damaged")
+            if archive.comment[len(_SEAL):] != b"%08x" % zlib.crc32(data[:len(data) - _SEAL_SIZE]):
+                raise damaged("the file's CRC-32 does not match its seal (the file is corrupted)")
+        for info in archive.infolist():
+            if info.CRC == 0 or info.is_dir():
+                continue
+            try:
+                with archive.open(info) as entry:
+                    while entry.read(1 << 24):
+                        pass
+            except (zipfile.BadZipFile, zlib.error, EOFError) as e:
+                raise damaged(f"entry {info.filename!r}: {e}") from None

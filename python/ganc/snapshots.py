@@ -10,7 +10,7 @@ import pickle
 
 import torch
 
-from .exporter import load_checkpoint
+from .exporter import read_checkpoint
 
 __all__ = ["stylegan_snapshot"]
 
@@ -26,8 +26,9 @@ def stylegan_snapshot(checkpoint: str, out_dir: str, training_set_kwargs: dict |
     on the CPU). KIMG is the thousands of real images the checkpoint had trained on. A
     submodule the checkpoint does not hold is refused, naming what it holds. An `augment_pipe`
     (NVIDIA's AugmentPipe or ganc's, as their training loop pickles it) takes the p that ADA's
-    controller (`augment_p`, ganc.recipes') had reached."""
-    state = load_checkpoint(checkpoint)
+    controller (`augment_p`, ganc.recipes') had reached. A damaged checkpoint (its CRC-32 seal
+    or an entry's) raises ValueError naming it, as `ganc train --resume` refuses it."""
+    state = read_checkpoint(checkpoint, "ganc.stylegan_snapshot")
     held = sorted(k for k, v in state.items() if isinstance(v, dict) and k not in ("optimizers", "best"))
     snapshot = {"training_set_kwargs": training_set_kwargs, "augment_pipe": None}
     for name, module in modules.items():

@@ -6,12 +6,14 @@
 #include "runtime/rundir/RunDir.h"
 #include "support/Files.h"
 #include "support/Hash.h"
+#include "support/TextFormat.h"
 #include "support/torch/Collectives.h"
 #include "support/torch/TorchError.h"
 
 #include <nlohmann/json.hpp>
 #include <torch/serialize.h>
 
+#include <cmath>
 #include <iostream>
 
 namespace ganc::runtime {
@@ -434,6 +436,22 @@ Status compareSettings(Session &s, PhaseInputs &inputs, const c10::impl::Generic
                        "with these (run.json records each change)");
 }
 
+/// --kimg counts the images every rank has trained on: after a resume (on as many ranks as
+/// before or not) the run ends at the steps that bring the checkpoint's images to it.
+Status continueKimg(Session &s, const std::string &path, int64_t step) {
+  if (s.options.kimg <= 0)
+    return Status::ok();
+  const double goal = s.options.kimg * 1000.0;
+  const auto seen = static_cast<double>(s.imagesSeen);
+  if (seen >= goal)
+    return Status::error("--resume " + path + ": the checkpoint has trained on " +
+                         formatDouble(seen / 1000.0) + " kimg, so --kimg " +
+                         formatDouble(s.options.kimg) + " leaves nothing to train");
+  s.options.steps =
+      step + static_cast<int64_t>(std::ceil((goal - seen) / static_cast<double>(s.stepImages())));
+  return Status::ok();
+}
+
 } // namespace
 
 Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::string &path,
@@ -445,13 +463,14 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
   auto rng = ckpt.at("rng").toGenericDict();
   const int64_t savedWorld = rng.at("world_size").toInt();
   const int64_t step = ckpt.at("step").toInt();
+  // Older checkpoints did not count images: as many per step as this run stages.
+  s.imagesSeen = ckpt.contains("images") ? ckpt.at("images").toInt()
+                                         : step * s.spec().batchSize * s.rank.worldSize;
+  GANC_TRY(continueKimg(s, path, step));
   if (step >= s.options.steps)
     return Status::error("--resume " + path + ": the checkpoint is at step " +
                          std::to_string(step) + ", so --steps " + std::to_string(s.options.steps) +
                          " leaves nothing to train (--steps counts from step 0)");
-  // Older checkpoints did not count images: as many per step as this run stages.
-  s.imagesSeen = ckpt.contains("images") ? ckpt.at("images").toInt()
-                                         : step * s.spec().batchSize * s.rank.worldSize;
   if (ckpt.contains("best")) {
     auto best = ckpt.at("best").toGenericDict();
     s.best = {best.at("metric").toStringRef(), best.at("value").toDouble(),

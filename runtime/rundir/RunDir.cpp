@@ -42,6 +42,9 @@ bool isRunFile(const std::string &name) {
 /// The plan the run trains, written at its start (and at each resume).
 constexpr const char *kTrainedPlan = "plan.ganc";
 
+/// The hard link to a new step snapshot that becomes checkpoint.pt in one rename.
+constexpr const char *kStagedSuffix = ".link";
+
 /// Where --force keeps the replaced run's latest checkpoint until the new run writes one.
 constexpr const char *kReplacedCheckpoint = "checkpoint-replaced.pt";
 
@@ -154,11 +157,14 @@ std::string damage(const fs::path &path) {
 
 } // namespace
 
-std::string resolveResume(const TrainOptions &o, bool say) {
+Expected<std::string> resolveResume(const TrainOptions &o, bool say) {
   if (o.resume != "auto")
     return o.resume;
   const fs::path latest = fs::path(o.outDir) / "checkpoint.pt";
   std::error_code ec;
+  // A hard link storeCheckpoint staged and never renamed (the run was killed in between): the
+  // snapshot it links to is still there.
+  fs::remove(latest.string() + kStagedSuffix, ec);
   const bool exists = fs::exists(latest, ec);
   const std::string why = exists ? damage(latest) : "";
   if (exists && why.empty())
@@ -169,21 +175,33 @@ std::string resolveResume(const TrainOptions &o, bool say) {
   for (const auto &[step, path] : stepCheckpoints(o.outDir))
     snapshots.emplace_back(fs::last_write_time(path, ec), path);
   std::sort(snapshots.rbegin(), snapshots.rend());
+  const std::string latestWhy =
+      exists ? "checkpoint.pt is damaged (" + why + ")" : std::string("checkpoint.pt is missing");
+  std::string firstDamage;
   for (const auto &[time, path] : snapshots) {
-    if (!damage(path).empty())
+    const std::string hurt = damage(path);
+    if (!hurt.empty()) {
+      if (firstDamage.empty())
+        firstDamage = path.filename().string() + ": " + hurt;
       continue;
+    }
     if (say)
-      std::cout << "--resume auto: "
-                << (exists ? "checkpoint.pt is damaged (" + why + ")"
-                           : std::string("checkpoint.pt is missing"))
-                << "; resuming from " << path.filename().string() << ", the newest whole snapshot"
-                << std::endl;
+      std::cout << "--resume auto: " << latestWhy << "; resuming from "
+                << path.filename().string() << ", the newest whole snapshot" << std::endl;
     return path.string();
   }
-  if (say && exists)
-    std::cout << "--resume auto: checkpoint.pt is damaged (" << why
-              << ") and no snapshot is whole; starting at step 0" << std::endl;
-  return "";
+  if (!exists && snapshots.empty())
+    return std::string(); // a run that never wrote a checkpoint: step 0
+  // Checkpoints are there and none is whole: starting over would train from step 0 and, at
+  // its first checkpoints, rotate the damaged ones away. Nothing is touched.
+  const size_t n = snapshots.size();
+  return Status::error(
+      "--resume auto: " + latestWhy +
+      (n == 0 ? std::string(" and there is no step snapshot")
+              : " and no step snapshot is whole (" + std::to_string(n) + " in " + o.outDir +
+                    "; " + firstDamage + ")") +
+      "; nothing was changed: resume from a checkpoint you trust with --resume PATH, or start "
+      "over with --force");
 }
 
 Status truncateHistory(const std::string &outDir, int64_t step) {
@@ -317,15 +335,18 @@ Status storeCheckpoint(const std::string &outDir, int64_t step, const std::vecto
   GANC_TRY(writeFileAtomically(snapshot, bytes));
   // checkpoint.pt becomes the new snapshot in one rename: a hard link made beside it first
   // (a copy where the file system has no hard links).
-  const std::string staged = latest + ".link";
+  const std::string staged = latest + kStagedSuffix;
   fs::remove(staged, ec);
   fs::create_hard_link(snapshot, staged, ec);
   if (ec) {
     GANC_TRY(writeFileAtomically(latest, bytes));
   } else {
     fs::rename(staged, latest, ec);
-    if (ec)
+    if (ec) {
+      std::error_code ignored;
+      fs::remove(staged, ignored); // a link to the snapshot just written: nothing is lost
       return Status::failure("cannot replace " + latest + ": " + ec.message());
+    }
   }
   fs::remove(fs::path(outDir) / kReplacedCheckpoint, ec); // a run --force replaced
   // This run's snapshots are those up to this step: a later one is another run's (this one

@@ -25,9 +25,10 @@ Status claimRunDir(const TrainOptions &options);
 
 /// `--resume auto`: --out's checkpoint.pt if it is whole (its zip records and CRCs check);
 /// where it is missing or damaged, the most recently written step snapshot that is whole
-/// (said on stdout when `say`); "" where there is none (start at step 0). Any other value is
-/// returned as it is.
-std::string resolveResume(const TrainOptions &options, bool say);
+/// (said on stdout when `say`); "" where --out holds no checkpoint at all (start at step 0).
+/// Where checkpoints are there and none is whole, an error: a fresh start would rotate them
+/// away. Any other value is returned as it is.
+Expected<std::string> resolveResume(const TrainOptions &options, bool say);
 
 /// Rank 0, resuming at `step`: the rows of loss_history.csv, stats.jsonl and metrics.jsonl that
 /// the run wrote beyond its checkpoint are dropped, so the resumed run's rows follow on without

@@ -392,7 +392,10 @@ Status train(const TrainOptions &given) {
   if (rank->rank == 0)
     GANC_TRY(claimRunDir(given).as(ErrorKind::BadInput));
   TrainOptions options = given;
-  options.resume = resolveResume(given, rank->rank == 0);
+  auto resume = resolveResume(given, rank->rank == 0);
+  if (!resume)
+    return resume.status().as(ErrorKind::BadInput);
+  options.resume = resume.take();
   if (given.resume == "auto" && options.resume.empty() && rank->rank == 0)
     std::cout << "--resume auto: no checkpoint in " << given.outDir << " yet, starting at step 0"
               << std::endl;

@@ -310,6 +310,43 @@ def test_kimg_gives_the_runs_length_in_images(ganc_bin, datasets, tmp_path):
     assert r.returncode == 2 and "--kimg and --steps both give the run's length: give one" in r.stderr, r.stderr
 
 
+def test_kimg_after_a_resume_on_more_ranks_ends_at_the_images_asked_for(ganc_bin, datasets, tmp_path):
+    """--kimg counts images, not steps: 0.128 kimg on 1 rank (64 images a step: 2 steps), then
+    --kimg 0.512 resumed on 2 ranks (128 a step) trains 3 more steps to 512 images. The steps
+    computed from step 0 at the new world size (4) once ended the run at 0.384 kimg, exit 0."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    out = str(tmp_path / "run")
+    args = [plan, "--model", archive("mlp"), "--data", datasets["ring"], "--out", out, "--sample-every", "0",
+            "--tensorboard", "off"]
+    r = run_ganc(ganc_bin, "train", *args, "--kimg", "0.128")
+    assert r.returncode == 0, r.stderr
+    assert ganc.load_checkpoint(os.path.join(out, "checkpoint.pt"))["images"] == 128
+    r = run_ganc(ganc_bin, "run", "--nproc", "2", *args, "--kimg", "0.512", "--resume", "auto")
+    assert r.returncode == 0, r.stderr
+    state = ganc.load_checkpoint(os.path.join(out, "checkpoint.pt"))
+    assert (state["step"], state["images"]) == (5, 512), (state["step"], state["images"])
+    r = run_ganc(ganc_bin, "train", *args, "--kimg", "0.256", "--resume", "auto")
+    assert r.returncode == 2 and "has trained on 0.512 kimg, so --kimg 0.256 leaves nothing to train" in r.stderr, \
+        r.stderr
+
+
+def test_absurd_run_lengths_are_refused_in_one_line(ganc_bin, datasets, tmp_path):
+    """A hexadecimal --kimg (strtod read 0x10 as 16: 250 steps) and --snap ticks past int64
+    (their product once wrapped to checkpoint_every -140625000: no checkpoint, exit 0) are
+    refused before any step."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    common = [plan, "--model", archive("mlp"), "--data", datasets["ring"], "--sample-every", "0"]
+    for i, (bad, words) in enumerate((
+            (["--kimg", "0x10"], "--kimg takes a number in [0.001, 1e+12), not '0x10'"),
+            (["--tick-kimg", "0x1p3", "--kimg", "1"], "--tick-kimg takes a number in [0.001, 1e+12), not '0x1p3'"),
+            (["--kimg", "1", "--tick-kimg", "1e9", "--snap", "9000000000000"],
+             "--snap 9000000000000 ticks of --tick-kimg 1e+09 (15625000000 steps each) is past any run's length"))):
+        out = str(tmp_path / f"bad{i}")
+        r = run_ganc(ganc_bin, "train", *common, *bad, "--out", out)
+        assert r.returncode == 2 and words in r.stderr and r.stderr.count("\n") == 1, r.stderr
+        assert not os.path.exists(os.path.join(out, "checkpoint.pt"))
+
+
 def test_ticks_set_the_progress_and_snapshots_in_images(ganc_bin, datasets, tmp_path):
     """--tick-kimg K: a progress line every K thousand images; --snap N: the sample grid and a
     checkpoint every N ticks (StyleGAN's --tick and --snap; the MLP GAN at 2 ranks trains 128

@@ -582,6 +582,71 @@ def test_resume_auto_takes_the_newest_whole_snapshot_and_history_follows_on(ganc
     assert steps == [1, 2, 3, 4], steps
 
 
+def test_resume_auto_with_every_checkpoint_damaged_stops_and_deletes_nothing(ganc_bin, datasets, tmp_path):
+    """With checkpoint.pt and every step snapshot damaged, --resume auto once started over at
+    step 0 and its rotation deleted the damaged snapshots; now it stops in one line, touching
+    nothing. A staged checkpoint.pt.link a killed run left is removed by the next run."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    out = tmp_path / "o"
+    args = lambda steps, *extra: train_args(plan, "mlp", datasets["ring"], str(out), steps, "--tensorboard", "off",
+                                            "--checkpoint-every", "2", "--keep-checkpoints", "2", *extra)
+    subprocess.run([ganc_bin, "train", *args(4)], check=True, capture_output=True)
+    for name in ("checkpoint.pt", "checkpoint-0000002.pt"):  # checkpoint.pt is step 4's hard link
+        data = bytearray((out / name).read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (out / name).write_bytes(bytes(data))
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != ".ganc-lock"}
+    r = subprocess.run([ganc_bin, "train", *args(8, "--resume", "auto")], capture_output=True, text=True)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert re.search(r"--resume auto: checkpoint.pt is damaged \(.*\) and no step snapshot is whole \(2 in .*; "
+                     r"checkpoint-000000[24].pt: .*\); nothing was changed", r.stderr), r.stderr
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != ".ganc-lock"}
+    assert after == before
+
+    fresh = tmp_path / "fresh"
+    subprocess.run([ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(fresh), 2,
+                                                   "--tensorboard", "off", "--checkpoint-every", "2",
+                                                   "--keep-checkpoints", "2")], check=True, capture_output=True)
+    os.link(fresh / "checkpoint-0000002.pt", fresh / "checkpoint.pt.link")
+    r = subprocess.run([ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(fresh), 4,
+                                                       "--tensorboard", "off", "--checkpoint-every", "2",
+                                                       "--keep-checkpoints", "2", "--resume", "auto")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert not (fresh / "checkpoint.pt.link").exists()
+
+
+@pytest.mark.parametrize("reader", ["load_checkpoint", "stylegan_snapshot"])
+def test_the_python_readers_check_the_checkpoints_seal(ganc_bin, datasets, tmp_path, reader):
+    """One flipped byte in a tensor's data: torch.load reads it without a word (a parameter
+    off by the flip), so ganc.load_checkpoint and ganc.stylegan_snapshot check the CRC-32 seal
+    and the entries' CRCs as --resume does, and name the file."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    out = tmp_path / "o"
+    subprocess.run([ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(out), 1,
+                                                   "--tensorboard", "off")], check=True, capture_output=True)
+    path = out / "checkpoint.pt"
+    good = ganc.load_checkpoint(str(path))
+    data = bytearray(path.read_bytes())
+    weight = next(iter(good["generator"].values()))
+    raw = weight.detach().contiguous().numpy().tobytes()
+    at = bytes(data).find(raw)
+    assert at > 0
+    data[at + 2] ^= 0x40
+    path.write_bytes(bytes(data))
+    flipped = torch.load(str(path), weights_only=False)  # what torch reads: no error, another value
+    assert not torch.equal(next(iter(flipped["generator"].values())), weight)
+    with pytest.raises(ValueError) as info:
+        if reader == "load_checkpoint":
+            ganc.load_checkpoint(str(path))
+        else:
+            ganc.stylegan_snapshot(str(path), str(tmp_path / "pkl"), generator=torch.nn.Linear(1, 1))
+    message = str(info.value)
+    assert re.search(rf"^ganc.{reader}: .*checkpoint.pt is damaged: (the file's CRC-32 does not match its seal|"
+                     r"entry .*CRC)", message), message
+    assert not (tmp_path / "pkl").exists()
+
+
 def test_a_checkpoint_is_checked_before_it_is_resumed(ganc_bin, datasets, tmp_path):
     """A checkpoint of another format version, missing an entry, with a tensor of another shape
     or holding NaN (edited in Python and saved with torch.save) is refused at start-up in one

@@ -256,6 +256,78 @@ def test_a_straight_through_function_is_checked_beyond_the_probes_inputs(tmp_pat
                      r"relative on inputs 10 times those the probe saw\)", message), message
 
 
+class ClampAt(torch.autograd.Function):
+    """A straight-through clamp at +-bound (bound given as a Python number)."""
+
+    @staticmethod
+    def forward(ctx, x, bound):
+        return x.clamp(-bound, bound)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class ClampedAt(Net):
+    def __init__(self, bound):
+        super().__init__()
+        self.bound = bound
+
+    def body(self, x):
+        return ClampAt.apply(self.lin(x), self.bound)
+
+
+@pytest.mark.parametrize("bound", [20.0, 100.0, 1e5])
+def test_a_straight_through_function_is_refused_whatever_its_bound(tmp_path, bound):
+    """A clamp at +-20 or +-100 agrees with its forward's gradient on the probe's inputs and at
+    ten times them, and once exported silently; the check climbs until the bound shows."""
+    message = refusal(GAN(ClampedAt(bound)), tmp_path)
+    assert re.search(r"^ganc.export: torch.autograd.Function ClampAt \(.*\) in discriminator: its backward is not "
+                     r"the gradient of its forward \(the first derivatives differ by [0-9.e+-]+ relative on inputs "
+                     r"[0-9.e+]+ times those the probe saw\)", message), message
+
+
+class SoftplusFunction(torch.autograd.Function):
+    """Softplus with its exact derivative as its backward: the forward's own derivative (exp
+    over 1 + exp) overflows to NaN on large inputs where this backward does not."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.log1p(torch.exp(x))
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, = ctx.saved_tensors
+        return grad * torch.sigmoid(x)
+
+
+class Softplussed(Net):
+    def body(self, x):
+        return SoftplusFunction.apply(self.lin(x))
+
+
+def test_a_function_whose_forward_overflows_at_large_inputs_still_exports(tmp_path):
+    """The ladder of scales compares only where both gradients are finite."""
+    gan = GAN(Softplussed())
+    ganc.export(gan, str(tmp_path / "m.pt"), spec(), verbose=False)
+    assert os.path.exists(tmp_path / "m.pt")
+
+
+def test_a_global_module_hook_is_refused_naming_it(tmp_path):
+    def everywhere(module, args, output):
+        return output
+
+    handle = torch.nn.modules.module.register_module_forward_hook(everywhere)
+    try:
+        message = refusal(GAN(Harmless()), tmp_path)
+    finally:
+        handle.remove()
+    where = re.escape(f"test_trace_check.py:{inspect.getsourcelines(everywhere)[1]}")
+    assert re.search(rf"^ganc.export: a global module hook \(.*everywhere, .*{where}, registered with "
+                     r"torch\.nn\.modules\.module\.register_module_forward_hook\)", message), message
+
+
 class TwoSignatures(GAN):
     def phase_g(self, z):
         fake = self.generator(z)
@@ -369,3 +441,42 @@ def test_the_probe_knows_which_calls_a_phase_differentiates_twice():
     assert [c.twice for c in probe.calls["discriminator"]] == [True]
     assert [c.twice for c in probe.calls["generator"]] == [False]
     assert [c.phase for c in probe.calls["discriminator"]] == ["d"]
+
+
+# -- hooks outside the networks' code -----------------------------------------------------------
+
+class HookedInInit(Harmless):
+    def __init__(self):
+        super().__init__()
+        self.lin.weight.register_hook(lambda g: g * 0.1)
+
+
+def scale_gradient(g):
+    return g * 0.1
+
+
+def hooked_after(gan):
+    gan.generator.weight.register_hook(scale_gradient)
+    return gan
+
+
+def hooked_after_accumulation(gan):
+    gan.discriminator.lin.bias.register_post_accumulate_grad_hook(lambda p: None)
+    return gan
+
+
+@pytest.mark.parametrize("build,name,line", [
+    (lambda: GAN(HookedInInit()), r"HookedInInit\.__init__\.<locals>\.<lambda>",
+     re.escape(line_of(HookedInInit, "register_hook"))),
+    (lambda: hooked_after(GAN(Harmless())), "scale_gradient",
+     f"test_trace_check.py:{inspect.getsourcelines(scale_gradient)[1]}"),
+    (lambda: hooked_after_accumulation(GAN(Harmless())), r"hooked_after_accumulation\.<locals>\.<lambda>",
+     re.escape(line_of(hooked_after_accumulation, "register_post")))])
+def test_a_gradient_hook_on_a_parameter_is_refused_naming_it(tmp_path, build, name, line):
+    """A hook registered outside forward (in __init__, or on the built GAN) once exported
+    silently: the archive's gradient norm was 0.405 where eager's was 0.0405. Scripted
+    (TinyGAN's G) and traced (Net) networks alike."""
+    message = refusal(build(), tmp_path)
+    assert re.search(rf"^ganc.export: parameter '(discriminator\.lin\.(weight|bias)|generator\.weight)' has a "
+                     rf"gradient hook \({name}, .*{line}, registered with register_(post_accumulate_grad_)?hook\)",
+                     message), message
