@@ -38,7 +38,9 @@ bool writeAll(int fd, const char *data, size_t size) {
 } // namespace
 
 Expected<std::vector<char>> readFile(const std::string &path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever; it is
+  // then refused below as not a regular file (reads of a regular file ignore the flag).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return Status::error(path + ": cannot open (" + osReason() + ")");
   struct stat st {};

@@ -6,6 +6,7 @@
 #include "passes/Pass.h"
 #include "perf/CommModel.h"
 #include "support/Files.h"
+#include "support/Json.h"
 #include "support/TextFormat.h"
 #include "tools/CommonOptions.h"
 #include "tools/MetricsCommand.h"
@@ -330,10 +331,13 @@ int specCommand(const std::vector<std::string> &args) {
   if (!text)
     return fail("spec: " + text.status().message());
   if (a.each) {
-    const nlohmann::json specs = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    if (!specs.is_array())
-      return fail("spec: --each reads a JSON list of specs");
-    for (const nlohmann::json &one : specs) {
+    const std::string what = a.file == "-" ? std::string("spec --each") : a.file;
+    auto specs = parseJson(*text, what);
+    if (!specs)
+      return fail(specs.status().message());
+    if (!specs->is_array())
+      return fail(what + ": --each reads a JSON list of specs");
+    for (const nlohmann::json &one : *specs) {
       auto spec = frontend::parseSpec(one.dump());
       std::cout << (spec ? std::string("ok") : spec.status().message()) << "\n";
     }

@@ -6,6 +6,7 @@ import contextlib
 import io
 import os
 import re
+import stat
 import sys
 import warnings
 import zipfile
@@ -420,6 +421,8 @@ def check_whole(path: str, who: str) -> None:
     its seal, where it has one, matches the CRC-32 of the bytes before it, and every entry
     reads back with its own CRC-32 (torch records 0 where it computed none)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the read below forever
+            raise ValueError(f"{who}: {path}: not a regular file")
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:

@@ -119,7 +119,43 @@ def preset(cfg: str, resolution: int, gpus: int = 1, **overrides) -> StyleGAN2Pr
     unknown = sorted(set(overrides) - set(StyleGAN2Preset.__dataclass_fields__))
     if unknown:
         raise ValueError(f"ganc.recipes: {cfg}: no setting {unknown[0]!r}")
-    return replace(p, **overrides)
+    p = replace(p, **overrides)
+    _check_preset(p)
+    return p
+
+
+# Each number a preset holds, with what it must be: (name, integer, lowest, lowest allowed).
+_PRESET_RULES = (("batch", True, 1, True), ("kimg", False, 0, False), ("mbstd", True, 1, True),
+                 ("fmaps", False, 0, False), ("lr", False, 0, False), ("gamma", False, 0, True),
+                 ("ema_kimg", False, 0, True), ("map", True, 1, True), ("pl_weight", False, 0, True),
+                 ("style_mixing_prob", False, 0, True), ("pl_batch_shrink", True, 1, True),
+                 ("pl_decay", False, 0, True), ("g_reg_interval", True, 0, True), ("d_reg_interval", True, 0, True),
+                 ("eps", False, 0, False))
+
+
+def _number(value, integer: bool) -> bool:
+    if isinstance(value, bool):
+        return False
+    if integer:
+        return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _check_preset(p: StyleGAN2Preset) -> None:
+    """Refuses, naming the setting, a value train.py would refuse or that would train something
+    else silently (batch 0 became 1; gamma -1 or NaN dropped the R1 phase)."""
+    for name, integer, low, inclusive in _PRESET_RULES:
+        value = getattr(p, name)
+        if not _number(value, integer) or not (value >= low if inclusive else value > low):
+            what = "an integer" if integer else "a finite number"
+            bound = f">= {low}" if inclusive else f"> {low}"
+            raise ValueError(f"ganc.recipes: {p.cfg}: {name} is {what} {bound}, not {value!r}")
+    if p.style_mixing_prob > 1:
+        raise ValueError(f"ganc.recipes: {p.cfg}: style_mixing_prob is a probability in [0, 1], "
+                         f"not {p.style_mixing_prob!r}")
+    if not (isinstance(p.betas, (tuple, list)) and len(p.betas) == 2
+            and all(_number(b, False) and 0 <= b < 1 for b in p.betas)):
+        raise ValueError(f"ganc.recipes: {p.cfg}: betas are two numbers in [0, 1), not {p.betas!r}")
 
 
 class NoAugment(nn.Module):
@@ -338,9 +374,20 @@ def stylegan2(G: nn.Module, D: nn.Module, cfg: str = "auto", gpus: int = 1, G_em
     where `ada_target` is None (train.py's --aug fixed --p)."""
     p = preset(cfg, int(G.img_resolution), gpus, **overrides)
     pipe = _augment_pipe(augment)
-    if not 0 <= augment_p <= 1 or ada_kimg <= 0:
+    if not _number(augment_p, False) or not 0 <= augment_p <= 1 or not _number(ada_kimg, False) or ada_kimg <= 0:
         raise ValueError(f"ganc.recipes: augment_p is in [0, 1] and ada_kimg above 0 (got {augment_p}, {ada_kimg})")
+    if ada_target is not None and (not _number(ada_target, False) or not 0 <= ada_target <= 1):
+        raise ValueError(f"ganc.recipes: ada_target is the mean sign of D's real logits to aim at, in [0, 1] "
+                         f"(train.py's --target), or None for a fixed p; not {ada_target!r}")
+    if batch_gpu is not None and (not _number(batch_gpu, True) or batch_gpu < 1):
+        raise ValueError(f"ganc.recipes: batch_gpu is the images each GPU takes per pass, an integer >= 1, or None "
+                         f"for train.py's default; not {batch_gpu!r}")
     ada = None
+    if pipe is not None and pipe.imgfilter > 0 and int(G.img_resolution) <= pipe.fbank_taps // 2:
+        raise ValueError(f"ganc.recipes: augment {augment if isinstance(augment, str) else 'pipe'!r}: its image "
+                         f"filter pads each image by {pipe.fbank_taps // 2} pixels by reflection, which needs images "
+                         f"larger than that (G makes {int(G.img_resolution)} pixels); take a pipe without the "
+                         "filter ('bgc') or larger images")
     if pipe is not None:
         pipe.p.fill_(augment_p)
         if ada_target is not None:
@@ -400,7 +447,7 @@ def r3gan(G: nn.Module, D: nn.Module, gamma: float, batch_gpu: int, lr: float = 
     `ema_kimg` thousand images. R3GAN decays its learning rate, beta2, gamma and EMA half-life
     over training (cosine schedules): here they are constants; a learning-rate schedule can be
     added to the spec's optimizers (`lr_schedule`)."""
-    if gamma < 0 or batch_gpu < 1:
+    if not _number(gamma, False) or gamma < 0 or not _number(batch_gpu, True) or batch_gpu < 1:
         raise ValueError(f"ganc.recipes: r3gan: gamma must be >= 0 and batch_gpu >= 1 (got {gamma}, {batch_gpu})")
     gan = R3GANLoss(G, D, gamma, G_ema)
     conditional = gan.c_dim > 0

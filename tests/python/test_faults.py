@@ -521,6 +521,26 @@ def test_a_run_directory_holds_one_run_at_a_time(ganc_bin, datasets, tmp_path):
     assert again.returncode == 0, again.stderr
 
 
+def test_a_fifo_in_place_of_a_file_is_refused_not_waited_on(ganc_bin, datasets, tmp_path):
+    """A FIFO given as the model, plan, spec, data or checkpoint: opening it for reading waited
+    for a writer, and every command hung. Each is now one line naming it, exit 2."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo)
+    base = lambda out, **swap: train_args(swap.get("plan", plan), "mlp", swap.get("data", datasets["ring"]),
+                                          str(tmp_path / out), 1)
+    model = base("m")
+    model[model.index("--model") + 1] = fifo
+    for args in (["compile", fifo, "-o", str(tmp_path / "x.plan")], ["spec", fifo], ["explain", fifo],
+                 ["train", *base("p", plan=fifo)], ["train", *model], ["train", *base("d", data=fifo)],
+                 ["train", *base("r"), "--resume", fifo]):
+        r = subprocess.run([ganc_bin, *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and f"{fifo}: not a regular file" in r.stderr and r.stderr.count("\n") == 1, \
+            (args, r.stderr)
+    with pytest.raises(ValueError, match="fifo: not a regular file"):
+        ganc.load_checkpoint(fifo)
+
+
 def test_deep_json_and_numbers_past_their_type_are_refused_in_one_line(ganc_bin, tmp_path):
     """100,000 levels of nesting in a spec or a dataset.json, WORLD_SIZE and RANK past 2^31 and
     ganc_spec 2^32 + 1: one short line and exit 2 each, never a crash, a wrapped-around number
@@ -528,6 +548,13 @@ def test_deep_json_and_numbers_past_their_type_are_refused_in_one_line(ganc_bin,
     deep = "[" * 100000 + "]" * 100000
     r = subprocess.run([ganc_bin, "spec", "-"], input=deep, capture_output=True, text=True)
     assert r.returncode == 2 and "nested deeper than 64 levels" in r.stderr and len(r.stderr) < 300, r.stderr[:300]
+    # `ganc spec --each` read its list with the unguarded parser: rc 139 on this input.
+    (tmp_path / "deep.json").write_text(deep)
+    r = subprocess.run([ganc_bin, "spec", "--each", str(tmp_path / "deep.json")], capture_output=True, text=True)
+    assert r.returncode == 2 and "deep.json: JSON nested deeper than 64 levels" in r.stderr, r.stderr[:300]
+    (tmp_path / "bad.json").write_text("[{]")
+    r = subprocess.run([ganc_bin, "spec", "--each", str(tmp_path / "bad.json")], capture_output=True, text=True)
+    assert r.returncode == 2 and "bad.json: not valid JSON (" in r.stderr and r.stderr.count("\n") == 1, r.stderr
     spec = json.dumps({"ganc_spec": 2**32 + 1, "name": "x", "batch_size": 1, "data": {"shape": [1]},
                        "phases": []})
     r = subprocess.run([ganc_bin, "spec", "-"], input=spec, capture_output=True, text=True)

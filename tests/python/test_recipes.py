@@ -106,6 +106,36 @@ def test_bad_presets_are_refused_in_one_line():
         recipes.preset("auto", 100)
     with pytest.raises(ValueError, match="no setting 'lrate'"):
         recipes.preset("auto", 64, lrate=0.1)
+    # Values that once trained something else without a word: batch 0 or -8 became 1, gamma -1
+    # or NaN dropped the R1 phase.
+    for bad, words in ((dict(batch=0), "batch is an integer >= 1, not 0"),
+                       (dict(batch=-8), "batch is an integer >= 1, not -8"),
+                       (dict(gamma=-1), "gamma is a finite number >= 0, not -1"),
+                       (dict(gamma=float("nan")), "gamma is a finite number >= 0, not nan"),
+                       (dict(lr=0), "lr is a finite number > 0, not 0"),
+                       (dict(style_mixing_prob=2), r"style_mixing_prob is a probability in \[0, 1\], not 2"),
+                       (dict(betas=(0.0, 1.5)), r"betas are two numbers in \[0, 1\), not \(0.0, 1.5\)")):
+        with pytest.raises(ValueError, match=words):
+            recipes.preset("paper256", 256, **bad)
+    with pytest.raises(ValueError, match=r"gamma must be >= 0 and batch_gpu >= 1 \(got nan, 4\)"):
+        recipes.r3gan(nn.Linear(1, 1), nn.Linear(1, 1), gamma=float("nan"), batch_gpu=4)
+
+
+def test_bad_recipe_arguments_are_refused_in_one_line():
+    """ada_target 5 or -1 was accepted, batch_gpu=0 taken as unset, and 'bgcf' at 16 px ended
+    in PyTorch's raw "Padding size should be less than ..." at export."""
+    from zoo.stylegan2_ada import Discriminator, Generator
+    G = Generator(z_dim=32, c_dim=0, w_dim=32, img_resolution=16, img_channels=3,
+                  mapping_kwargs=dict(num_layers=2), synthesis_kwargs=dict(channel_base=512, channel_max=32))
+    D = Discriminator(c_dim=0, img_resolution=16, img_channels=3, channel_base=512, channel_max=32)
+    for bad, words in ((dict(augment="bgc", ada_target=5), "ada_target is the mean sign .* not 5"),
+                       (dict(augment="bgc", ada_target=-1), "ada_target is the mean sign .* not -1"),
+                       (dict(batch_gpu=0), "batch_gpu is the images each GPU takes per pass, an integer >= 1"),
+                       (dict(augment="bgc", augment_p=float("nan")), r"augment_p is in \[0, 1\]"),
+                       (dict(augment="bgcf"), "augment 'bgcf': its image filter pads each image by 21 pixels by "
+                                              "reflection, which needs images larger than that \\(G makes 16 pixels\\)")):
+        with pytest.raises(ValueError, match=words):
+            recipes.stylegan2(G, D, cfg="auto", gpus=2, batch=8, **bad)
 
 
 def test_the_recipe_trains_like_eager_ddp(ganc_bin, digits16, tmp_path):
