@@ -59,6 +59,9 @@ struct Session {
     std::string metric;
     double value = 0;
     int64_t step = -1;
+    /// The digest of the feature network that scored it (scores of two networks do not rank
+    /// against each other); "" in checkpoints written before it was kept.
+    std::string network;
   };
   Best best;
   /// The log interval a checkpoint cuts (it was written between log steps): the losses and

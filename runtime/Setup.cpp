@@ -247,6 +247,31 @@ Status checkProfilePath(const std::string &path) {
   return Status::ok();
 }
 
+/// --kimg, --tick-kimg and --snap in steps of this run (each step trains stepImages()).
+Status resolveRunLength(Session &s, const TrainOptions &options) {
+  if (options.kimg > 0) {
+    if (options.stepsGiven)
+      return Status::error("--kimg and --steps both give the run's length: give one");
+    const auto images = static_cast<double>(s.stepImages());
+    s.options.steps = static_cast<int64_t>(std::ceil(options.kimg * 1000.0 / images));
+  }
+  if (options.snap > 0 && options.tickKimg <= 0)
+    return Status::error("--snap counts ticks: give --tick-kimg too");
+  if (options.tickKimg > 0) {
+    const auto tick = static_cast<int64_t>(
+        std::ceil(options.tickKimg * 1000.0 / static_cast<double>(s.stepImages())));
+    s.options.logEvery = tick;
+    int64_t every = 0;
+    if (options.snap > 0 && __builtin_mul_overflow(tick, options.snap, &every))
+      return Status::error("--snap " + std::to_string(options.snap) + " ticks of --tick-kimg " +
+                           formatDouble(options.tickKimg) + " (" + std::to_string(tick) +
+                           " steps each) is past any run's length; give a smaller --snap");
+    if (options.snap > 0)
+      s.options.sampleEvery = s.options.checkpointEvery = every;
+  }
+  return Status::ok();
+}
+
 } // namespace
 
 Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
@@ -279,26 +304,7 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
     return Status::error(options.plan + " was compiled from another model (identity " +
                          s->plan->identity + "), not " + options.model + " (identity " +
                          s->archive->identity + "); run ganc compile " + options.model + " again");
-  if (options.kimg > 0) {
-    if (options.stepsGiven)
-      return Status::error("--kimg and --steps both give the run's length: give one");
-    const auto images = static_cast<double>(s->stepImages());
-    s->options.steps = static_cast<int64_t>(std::ceil(options.kimg * 1000.0 / images));
-  }
-  if (options.snap > 0 && options.tickKimg <= 0)
-    return Status::error("--snap counts ticks: give --tick-kimg too");
-  if (options.tickKimg > 0) {
-    const auto tick = static_cast<int64_t>(
-        std::ceil(options.tickKimg * 1000.0 / static_cast<double>(s->stepImages())));
-    s->options.logEvery = tick;
-    int64_t every = 0;
-    if (options.snap > 0 && __builtin_mul_overflow(tick, options.snap, &every))
-      return Status::error("--snap " + std::to_string(options.snap) + " ticks of --tick-kimg " +
-                           formatDouble(options.tickKimg) + " (" + std::to_string(tick) +
-                           " steps each) is past any run's length; give a smaller --snap");
-    if (options.snap > 0)
-      s->options.sampleEvery = s->options.checkpointEvery = every;
-  }
+  GANC_TRY(resolveRunLength(*s, options));
   s->inputType = frontend::inputScalarType(s->spec());
   GANC_TRY(setUpDevice(*s));
   GANC_TRY(planShards(*s));

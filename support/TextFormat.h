@@ -32,8 +32,8 @@ inline std::optional<int64_t> parseInt64(const std::string &text) {
 /// leading spaces, "inf" and "nan" are not numbers here, as they are to strtod.
 inline std::optional<double> parseDouble(const std::string &text) {
   double value = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value,
-                                      std::chars_format::general);
+  auto [end, error] =
+      std::from_chars(text.data(), text.data() + text.size(), value, std::chars_format::general);
   if (error != std::errc() || end != text.data() + text.size() || !std::isfinite(value))
     return std::nullopt;
   return value;

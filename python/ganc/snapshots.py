@@ -28,6 +28,9 @@ def stylegan_snapshot(checkpoint: str, out_dir: str, training_set_kwargs: dict |
     (NVIDIA's AugmentPipe or ganc's, as their training loop pickles it) takes the p that ADA's
     controller (`augment_p`, ganc.recipes') had reached. A damaged checkpoint (its CRC-32 seal
     or an entry's) raises ValueError naming it, as `ganc train --resume` refuses it."""
+    if not modules:
+        raise ValueError("ganc.stylegan_snapshot: give the networks to pickle by the GAN's submodule names "
+                         "(G=Generator(...), D=Discriminator(...), G_ema=Generator(...)); none was given")
     state = read_checkpoint(checkpoint, "ganc.stylegan_snapshot")
     held = sorted(k for k, v in state.items() if isinstance(v, dict) and k not in ("optimizers", "best"))
     snapshot = {"training_set_kwargs": training_set_kwargs, "augment_pipe": None}
@@ -35,8 +38,15 @@ def stylegan_snapshot(checkpoint: str, out_dir: str, training_set_kwargs: dict |
         if name not in state or not isinstance(state[name], dict):
             raise ValueError(f"ganc.stylegan_snapshot: {checkpoint} holds no submodule {name!r} "
                              f"(it holds {', '.join(held)})")
+        if not isinstance(module, torch.nn.Module):
+            raise ValueError(f"ganc.stylegan_snapshot: {name} is a {type(module).__name__}, not a torch.nn.Module")
         module = copy.deepcopy(module)
-        module.load_state_dict(state[name], strict=True)
+        try:
+            module.load_state_dict(state[name], strict=True)
+        except RuntimeError as e:
+            why = " ".join(str(e).split())
+            raise ValueError(f"ganc.stylegan_snapshot: {name} ({type(module).__name__}) does not take the "
+                             f"checkpoint's {name!r}: {why[:300]}") from None
         snapshot[name] = module.eval().requires_grad_(False).cpu()
     ada = state.get("controllers", {}).get("augment_p")
     if ada is not None and snapshot["augment_pipe"] is not None and hasattr(snapshot["augment_pipe"], "p"):
@@ -44,7 +54,11 @@ def stylegan_snapshot(checkpoint: str, out_dir: str, training_set_kwargs: dict |
     kimg = int(state.get("images", 0)) // 1000
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"network-snapshot-{kimg:06d}.pkl")
-    with open(path + ".tmp", "wb") as f:
-        pickle.dump(snapshot, f)
-    os.replace(path + ".tmp", path)
+    try:
+        with open(path + ".tmp", "wb") as f:
+            pickle.dump(snapshot, f)
+        os.replace(path + ".tmp", path)
+    finally:
+        if os.path.exists(path + ".tmp"):
+            os.remove(path + ".tmp")
     return path

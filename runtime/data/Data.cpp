@@ -345,6 +345,16 @@ Expected<at::Tensor> labelsOf(const c10::impl::GenericDict &dict, const std::str
   return labels.to(torch::kLong).flatten();
 }
 
+/// Samples are real numbers: a complex tensor's conversion to float32 drops its imaginary part
+/// with only a warning, and a sparse or quantized one is no image either.
+Status checkRealSamples(const at::Tensor &t, const std::string &what) {
+  if (t.is_complex() || t.is_sparse() || t.is_quantized())
+    return Status::error(what + " are " + std::string(c10::toString(t.scalar_type())) +
+                         (t.is_sparse() ? " (sparse)" : "") +
+                         ": ganc trains on real-valued samples (floating point or 8-bit pixels)");
+  return Status::ok();
+}
+
 } // namespace
 
 Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t> &sampleShape) {
@@ -376,6 +386,7 @@ Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t
   // float64 samples stay float64 (a float64 model trains on them exactly); anything else is
   // read as float32, the inputs' type of every other model.
   at::Tensor data = value.toTensor();
+  GANC_TRY(checkRealSamples(data, "--data " + path + ": samples"));
   data = data.to(data.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32)
              .contiguous();
   std::vector<int64_t> expected = {data.size(0)};
@@ -412,6 +423,7 @@ Expected<Dataset> loadFieldTensors(const std::string &path, const c10::IValue &v
     if (!dict.contains(f.name) || !dict.at(f.name).isTensor())
       return Status::error(at + " is missing (the dict holds no tensor of that name)");
     at::Tensor t = dict.at(f.name).toTensor();
+    GANC_TRY(checkRealSamples(t, at + ": its samples"));
     t = t.to(t.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32).contiguous();
     std::vector<int64_t> expected = {t.dim() ? t.size(0) : 0};
     expected.insert(expected.end(), f.shape.begin(), f.shape.end());

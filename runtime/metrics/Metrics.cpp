@@ -146,13 +146,25 @@ Expected<std::unique_ptr<Metrics>> Metrics::create(Session &s, const PhaseInputs
   m->everyImages_ = o.metricsEveryKimg * 1000;
   GANC_TRY(m->load(o.inception.empty() ? defaultInceptionPath() : o.inception));
   m->warnSmallSets();
+  char network[17];
+  std::snprintf(network, sizeof(network), "%016llx",
+                static_cast<unsigned long long>(
+                    digestWords(kDigestStart, m->networkBytes_.data(), m->networkBytes_.size())));
   if (!s.best.metric.empty() && s.best.metric != m->ranking()) {
     if (s.isRankZero())
       std::cout << "metrics: the checkpoint's best snapshot was ranked by " << s.best.metric
                 << "; this run ranks by " << m->ranking() << " from here" << std::endl;
     s.best = Session::Best();
+  } else if (s.best.step >= 0 && !s.best.network.empty() && s.best.network != network) {
+    if (s.isRankZero())
+      std::cout << "metrics: the checkpoint's best snapshot was scored by another feature network "
+                   "than --inception "
+                << m->networkPath_ << "; snapshots rank by this network's scores from here"
+                << std::endl;
+    s.best = Session::Best();
   }
   s.best.metric = m->ranking();
+  s.best.network = network;
   return m;
 }
 

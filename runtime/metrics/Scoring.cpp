@@ -76,6 +76,9 @@ Expected<TrainOptions> optionsOf(const ScoreOptions &given, const std::string &d
                            recordPath + ") is not there: give --" + flag + " PATH");
   o.resume = checkpoint;
   o.resumeFlag = "metrics: the checkpoint";
+  // Scoring trains nothing: another --data (the real images FID compares with) or settings
+  // that differ from the run's are no change to the run.
+  o.acceptChanges = true;
   o.steps = std::numeric_limits<int64_t>::max();
   o.outDir = dir;
   o.tensorboard = false;

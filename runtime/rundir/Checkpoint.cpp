@@ -243,6 +243,7 @@ Expected<std::vector<char>> checkpointBytes(Session &s, PhaseInputs &inputs, int
     best.insert("metric", s.best.metric);
     best.insert("value", s.best.value);
     best.insert("step", s.best.step);
+    best.insert("network", s.best.network);
     ckpt.insert("best", best);
   }
   if (!s.logInterval.empty())
@@ -473,8 +474,10 @@ Expected<int64_t> resumeCheckpoint(Session &s, PhaseInputs &inputs, const std::s
                          " leaves nothing to train (--steps counts from step 0)");
   if (ckpt.contains("best")) {
     auto best = ckpt.at("best").toGenericDict();
-    s.best = {best.at("metric").toStringRef(), best.at("value").toDouble(),
-              best.at("step").toInt()};
+    s.best = {best.at("metric").toStringRef(), best.at("value").toDouble(), best.at("step").toInt(),
+              best.contains("network") && best.at("network").isString()
+                  ? best.at("network").toStringRef()
+                  : std::string()};
   }
   GANC_TRY(compareSettings(s, inputs, ckpt, path));
   s.logInterval.clear();

@@ -186,8 +186,8 @@ Expected<std::string> resolveResume(const TrainOptions &o, bool say) {
       continue;
     }
     if (say)
-      std::cout << "--resume auto: " << latestWhy << "; resuming from "
-                << path.filename().string() << ", the newest whole snapshot" << std::endl;
+      std::cout << "--resume auto: " << latestWhy << "; resuming from " << path.filename().string()
+                << ", the newest whole snapshot" << std::endl;
     return path.string();
   }
   if (!exists && snapshots.empty())
@@ -198,8 +198,8 @@ Expected<std::string> resolveResume(const TrainOptions &o, bool say) {
   return Status::error(
       "--resume auto: " + latestWhy +
       (n == 0 ? std::string(" and there is no step snapshot")
-              : " and no step snapshot is whole (" + std::to_string(n) + " in " + o.outDir +
-                    "; " + firstDamage + ")") +
+              : " and no step snapshot is whole (" + std::to_string(n) + " in " + o.outDir + "; " +
+                    firstDamage + ")") +
       "; nothing was changed: resume from a checkpoint you trust with --resume PATH, or start "
       "over with --force");
 }
@@ -259,6 +259,15 @@ nlohmann::json overridesOf(const TrainOptions &o) {
 
 namespace {
 
+/// `path` made absolute: run.json is read from other directories (`ganc metrics RUN`).
+std::string absolutePath(const std::string &path) {
+  if (path.empty())
+    return path;
+  std::error_code ec;
+  const fs::path whole = fs::absolute(path, ec);
+  return ec ? path : whole.lexically_normal().string();
+}
+
 /// This run's segment of run.json: when and where it started and with which options.
 nlohmann::json segmentRecord(const Session &s, int64_t firstStep, const std::string &resumedFrom) {
   const TrainOptions &o = s.options;
@@ -269,13 +278,16 @@ nlohmann::json segmentRecord(const Session &s, int64_t firstStep, const std::str
   // resolved).
   nlohmann::json options = o.record ? o.record(o) : nlohmann::json::object();
   options["dist_backend"] = s.group.backend->getBackendName();
+  std::vector<std::string> libraries;
+  for (const std::string &library : o.opLibraries)
+    libraries.push_back(absolutePath(library));
   return {
       {"ganc_version", GANC_VERSION_STRING},
       {"started", started},
-      {"plan", o.plan},
-      {"model", o.model},
-      {"op_libraries", o.opLibraries},
-      {"data", o.data},
+      {"plan", absolutePath(o.plan)},
+      {"model", absolutePath(o.model)},
+      {"op_libraries", libraries},
+      {"data", absolutePath(o.data)},
       {"world_size", s.rank.worldSize},
       {"device", s.device.is_cuda() ? "cuda" : "cpu"},
       {"first_step", firstStep},

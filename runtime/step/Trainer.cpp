@@ -155,7 +155,7 @@ private:
     best = std::isfinite(value) &&
            (s_.best.step < 0 || !std::isfinite(s_.best.value) || value < s_.best.value);
     if (best)
-      s_.best = {metrics_->ranking(), value, done};
+      s_.best = {metrics_->ranking(), value, done, s_.best.network};
     progress.addMetrics(
         done, *values,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),

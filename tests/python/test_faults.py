@@ -541,6 +541,18 @@ def test_a_fifo_in_place_of_a_file_is_refused_not_waited_on(ganc_bin, datasets, 
         ganc.load_checkpoint(fifo)
 
 
+def test_complex_samples_are_refused_before_training(ganc_bin, datasets, tmp_path):
+    """A complex-valued data file trained on its real parts (the conversion only warned)."""
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    ring = torch.load(datasets["ring"])
+    path = str(tmp_path / "complex.pt")
+    torch.save(torch.complex(ring, torch.zeros_like(ring)), path)
+    r = subprocess.run([ganc_bin, "train", *train_args(plan, "mlp", path, str(tmp_path / "o"), 1)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"--data {path}: samples are ComplexFloat: ganc trains on real-valued samples" in r.stderr, r.stderr
+
+
 def test_deep_json_and_numbers_past_their_type_are_refused_in_one_line(ganc_bin, tmp_path):
     """100,000 levels of nesting in a spec or a dataset.json, WORLD_SIZE and RANK past 2^31 and
     ganc_spec 2^32 + 1: one short line and exit 2 each, never a crash, a wrapped-around number

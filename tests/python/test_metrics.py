@@ -116,9 +116,36 @@ def test_fid_and_kid_equal_the_reference_formulas(ganc_bin, setup):
     assert got["kid1000"] == pytest.approx(kid, rel=1e-6)
     # The last step's snapshot is the best (the only one scored) and scores the same again.
     best = ganc.load_checkpoint(os.path.join(out, "checkpoint-best.pt"))
-    assert best["step"] == 2 and best["best"] == {"metric": f"fid{IMAGES}", "value": got[f"fid{IMAGES}"], "step": 2}
+    network = best["best"]["network"]
+    assert re.fullmatch("[0-9a-f]{16}", network), network
+    assert best["step"] == 2 and best["best"] == {"metric": f"fid{IMAGES}", "value": got[f"fid{IMAGES}"], "step": 2,
+                                                  "network": network}
     again = score(ganc_bin, out, setup, "--metrics", f"fid{IMAGES},kid1000")
     assert again["step"] == 2 and again["results"] == pytest.approx(got, rel=1e-9)
+
+
+def test_a_run_is_scored_from_anywhere_and_against_other_data(ganc_bin, setup):
+    """A run trained with paths relative to its directory is scored from another directory
+    (run.json kept them relative: the plan was not found), and `ganc metrics RUN --data other`
+    scores against other real images, as documented (it was refused as a resume change)."""
+    work = setup["work"]
+    r = subprocess.run([ganc_bin, "train", *train_args(os.path.relpath(setup["plan"], work), "dcgan32",
+                                                      os.path.relpath(setup["data"], work), "relative", 1,
+                                                      "--tensorboard", "off")],
+                       capture_output=True, text=True, cwd=work)
+    assert r.returncode == 0, r.stderr
+    record = json.loads((work / "relative" / "run.json").read_text())
+    assert all(os.path.isabs(record[key]) for key in ("plan", "model", "data")), record
+    other = str(work / "other.pt")
+    torch.save(-setup["real"], other)
+    out = str(work / "relative")
+    scored = {}
+    for data in (None, other):
+        r = subprocess.run([ganc_bin, "metrics", out, "--inception", setup["net"], "--json", "--metrics", "fid100",
+                            *(["--data", data] if data else [])], capture_output=True, text=True, cwd="/")
+        assert r.returncode == 0, r.stderr
+        scored[data] = json.loads(r.stdout.strip().splitlines()[-1])["results"]["fid100"]
+    assert scored[None] != scored[other]
 
 
 def test_every_rank_embeds_its_share_and_the_best_snapshot_is_kept(ganc_bin, setup):
@@ -147,7 +174,8 @@ def test_every_rank_embeds_its_share_and_the_best_snapshot_is_kept(ganc_bin, set
     # goes on from the checkpoint's record of the best.
     straight = ganc.load_checkpoint(os.path.join(out, "checkpoint.pt"))["best"]
     assert ganc.load_checkpoint(os.path.join(out, "checkpoint-0000004.pt"))["best"] == {
-        "metric": f"fid{IMAGES}", "value": min(values[:2]), "step": log[int(np.argmin(values[:2]))]["step"]}
+        "metric": f"fid{IMAGES}", "value": min(values[:2]), "step": log[int(np.argmin(values[:2]))]["step"],
+        "network": straight["network"]}
     r = train(ganc_bin, setup, out, 5, "--metrics", f"fid{IMAGES}", "--metrics-every", "0.128",
               "--checkpoint-every", "4", "--resume", os.path.join(out, "checkpoint-0000004.pt"), nproc=2)
     assert r.returncode == 0, r.stderr
@@ -292,6 +320,27 @@ def test_scores_that_are_not_numbers_never_rank_and_stop_after_the_checkpoint(ga
     log = metrics_log(str(setup["work"] / "nan-best"))
     assert [(e["step"], e["best"]) for e in log] == [(3, True)], log
     assert ganc.load_checkpoint(str(setup["work"] / "nan-best" / "checkpoint-best.pt"))["step"] == 3
+
+
+def test_scores_of_another_feature_network_do_not_rank_against_the_runs(ganc_bin, setup):
+    """A resume with another --inception ranked the new network's scores against the old one's
+    (an FID of 0.06 "beat" 301 and replaced checkpoint-best.pt). The best is kept per network:
+    the first score of the new one starts the ranking afresh, and the run says so."""
+    out = str(setup["work"] / "renetworked")
+    r = train(ganc_bin, setup, out, 2, "--metrics", "fid100", "--checkpoint-every", "1")
+    assert r.returncode == 0, r.stderr
+    first = ganc.load_checkpoint(os.path.join(out, "checkpoint.pt"))["best"]
+    other = feature_network.save(str(setup["work"] / "other-inception.pt"), seed=7, scale=3.0)
+    r = subprocess.run([ganc_bin, "run", "--nproc", "1",
+                        *train_args(setup["plan"], "dcgan32", setup["data"], out, 3, "--inception", other,
+                                    "--tensorboard", "off", "--metrics", "fid100", "--checkpoint-every", "1",
+                                    "--resume", "auto")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "the checkpoint's best snapshot was scored by another feature network than --inception " + other \
+        in r.stdout, r.stdout
+    best = ganc.load_checkpoint(os.path.join(out, "checkpoint-best.pt"))
+    assert best["step"] == 3 and best["best"]["network"] != first["network"], best["best"]
+    assert metrics_log(out)[-1]["best"]
 
 
 def test_a_stop_during_an_evaluation_keeps_the_steps(ganc_bin, setup):

@@ -183,6 +183,13 @@ def test_the_recipe_trains_like_eager_ddp(ganc_bin, digits16, tmp_path):
     assert snapshot["G_ema"](torch.randn(2, 32), None).shape == (2, 3, 16, 16)
     with pytest.raises(ValueError, match="holds no submodule 'mapping'"):
         ganc.stylegan_snapshot(str(tmp_path / "train" / "checkpoint.pt"), str(tmp_path / "snapshots"), mapping=G)
+    # No networks (it pickled an empty snapshot), a network of another shape (a raw
+    # load_state_dict error): one line each, and no .pkl.tmp left behind.
+    with pytest.raises(ValueError, match="give the networks to pickle by the GAN's submodule names"):
+        ganc.stylegan_snapshot(str(tmp_path / "train" / "checkpoint.pt"), str(tmp_path / "empty"))
+    with pytest.raises(ValueError, match=r"^ganc.stylegan_snapshot: D \(Linear\) does not take the checkpoint's 'D': "):
+        ganc.stylegan_snapshot(str(tmp_path / "train" / "checkpoint.pt"), str(tmp_path / "snapshots"), D=nn.Linear(1, 1))
+    assert not list((tmp_path / "snapshots").glob("*.tmp"))
 
     # The sample grid: G_ema(z) where c has a default (the zoo's G); else G_ema(z, c) through
     # the loss's method (NVIDIA's G takes c without one), drawn by a one-step run; a
