@@ -8,6 +8,8 @@
 #   scripts/setup.sh --tests    # and what the tests need: GoogleTest, FileCheck/lit, clang
 #                               # (fuzzers, sanitizers), clang-format/clang-tidy, pytest, lizard
 #   GANC_VENV=/path scripts/setup.sh
+#   GANC_BUILD_TARGETS="ganc;ir_test" scripts/setup.sh --tests   # build only these CMake targets
+#                               # (and what they need; the installed tools are always built)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -71,8 +73,13 @@ fi
 log "building in $BUILD and installing ganc into $VENV (pip install -e)"
 mkdir -p "$BUILD"
 set +o pipefail
+TARGETS=()
+if [ -n "${GANC_BUILD_TARGETS:-}" ]; then
+  # The tools pip installs are built whatever the list says: the install step copies them.
+  TARGETS=(-C "build.targets=ganc;ganc-opt;ganc_ops;$GANC_BUILD_TARGETS")
+fi
 "$PY" -m pip install -v --no-build-isolation --no-deps -e "$ROOT" -C build-dir="$BUILD" \
-  -C cmake.define.GANC_BUILD_TESTS="$TESTS" -C cmake.define.GANC_PYTHON="$PY" 2>&1 \
+  -C cmake.define.GANC_BUILD_TESTS="$TESTS" -C cmake.define.GANC_PYTHON="$PY" "${TARGETS[@]}" 2>&1 \
   | tee "$BUILD/pip-install.log" | { grep --line-buffered -E '^ *\[[0-9]+/[0-9]+\] ' || true; }
 status=${PIPESTATUS[0]}  # pip's (grep finds nothing when nothing needed building)
 set -o pipefail
