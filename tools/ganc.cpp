@@ -9,6 +9,7 @@
 #include "support/Json.h"
 #include "support/TextFormat.h"
 #include "tools/CommonOptions.h"
+#include "tools/JointCommand.h"
 #include "tools/MetricsCommand.h"
 #include "tools/Report.h"
 #include "tools/Simulate.h"
@@ -51,6 +52,9 @@ commands:
                                        predicted step time and scaling efficiency per world
                                        size, from a `ganc train --profile` run
   spec FILE|-                          check a spec (ganc.json) with the C++ validator
+  joint GRAPH.pt [--inputs T.pt -o O.pt]
+                                       a phase's joint graph (ganc.joint): its ops and used
+                                       parameters; run through the dispatcher on given tensors
   plot OUT [-o PNG]                    a run's loss curves as a PNG (Python, matplotlib)
   (ganc COMMAND --help lists each command's options; ganc --version says which ganc;
    docs/cli.md has them all)
@@ -374,7 +378,7 @@ std::string cliMarkdown() {
   for (const CommandDoc &doc :
        {compileTable().documented(), explainTable().documented(), tools::trainCommandDoc(),
         tools::runCommandDoc(), tools::metricsCommandDoc(), tools::simulateCommandDoc(),
-        specTable().documented()})
+        tools::jointCommandDoc(), specTable().documented()})
     out += doc.markdown();
   return out;
 }
@@ -416,6 +420,8 @@ int main(int argc, char **argv) {
     return tools::metricsCommand(argv[0], args);
   if (command == "spec")
     return specCommand(args);
+  if (command == "joint")
+    return tools::jointCommand(args);
   if (command == "train")
     return tools::trainCommand(args);
   if (command == "run")

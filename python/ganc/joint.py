@@ -1,0 +1,180 @@
+"""Each phase captured as one joint graph of ATen ops: its forward, every `autograd.grad` inside
+it (`create_graph` included, so R1's and path length's double backward), and the gradients of
+the parameters it updates, with parameters, buffers and inputs as the graph's inputs.
+
+The capture runs the phase method once under `make_fx`, the way AOTAutograd builds its joint
+graphs: what autograd really ran is what is recorded. `no_grad` and `.detach()` leave no
+backward ops, a Function's own backward is recorded as the ops it ran, and an in-place buffer
+update (batch-norm statistics, a power iteration) is an in-place op on the buffer's input.
+The used parameters are read off the graph: those whose gradient it computes.
+
+A captured phase is written as ganc's op list (`to_file`): a torch.save container (the zip
+torch and LibTorch read) holding `graph`, the op list as JSON text, and `constants`, the
+tensors the phase's code made (its format is docs/ir.md's "Joint graphs"). `ganc joint` runs
+one on given tensors through the dispatcher, with no autograd engine and no TorchScript.
+"""
+from __future__ import annotations
+
+import json
+import math
+import operator
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.nn.utils.stateless import _reparametrize_module
+
+from .scriptable import ExportError
+
+__all__ = ["JOINT_VERSION", "JointGraph", "capture", "to_file"]
+
+JOINT_VERSION = 1
+
+
+@dataclass
+class JointGraph:
+    """One phase's joint graph: `inputs` and `outputs` are (kind, name) pairs in the graph's
+    order; kinds are parameter, buffer, input and constant in, loss, gradient and buffer out."""
+    phase: str
+    method: str
+    module: torch.fx.GraphModule
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    constants: dict = field(default_factory=dict)
+
+    @property
+    def used(self) -> list[str]:
+        """The parameters whose gradient the phase computes, in the gan's order."""
+        return [name for kind, name in self.outputs if kind == "gradient"]
+
+
+def _updated(gan: nn.Module, phase: dict) -> list[str]:
+    owners = phase["updates"]
+    return [n for n, _ in gan.named_parameters() if any(n == o or n.startswith(o + ".") for o in owners)]
+
+
+def capture(gan: nn.Module, phase: dict, args: tuple) -> JointGraph:
+    """`phase`'s joint graph (a spec phase: its method and the submodules it updates) traced on
+    the phase method's arguments `args`. `gan` is left as it was: the capture runs on copies
+    of its parameters and buffers."""
+    from .exporter import phase_loss
+    params = dict(gan.named_parameters())
+    buffers = dict(gan.named_buffers())
+    updated = _updated(gan, phase)
+    pnames, bnames = list(params), list(buffers)
+    used: list[str] = []
+
+    def joint(p, b, inputs):
+        state = {**dict(zip(pnames, p)), **dict(zip(bnames, b))}
+        with _reparametrize_module(gan, state, tie_weights=True):
+            loss = phase_loss(getattr(gan, phase["method"])(*inputs), phase)
+            wrt = [state[n] for n in updated]
+            grads = torch.autograd.grad(loss, wrt, allow_unused=True) if wrt else ()
+        used[:] = [n for n, g in zip(updated, grads) if g is not None]  # known while tracing
+        return loss, [g for g in grads if g is not None], list(b)
+
+    p = [t.detach().clone().requires_grad_(t.requires_grad) for t in params.values()]
+    b = [t.detach().clone() for t in buffers.values()]
+    inputs = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
+    try:
+        module = make_fx(joint)(p, b, inputs)
+    except RuntimeError as e:
+        if "tracing tensor" not in str(e) and "data-dependent" not in str(e):
+            raise
+        raise ExportError(f"ganc.joint: phase {phase['name']!r} ({phase['method']}): a Python value read from a "
+                          f"tensor ({_user_line(e)}) decides what runs, which a joint graph cannot hold; keep the "
+                          "phase with TorchScript (ganc.export) or write the choice with torch.where or "
+                          "torch.cond") from None
+    graph = JointGraph(phase["name"], phase["method"], module)
+    graph.inputs = ([("parameter", n) for n in pnames] + [("buffer", n) for n in bnames]
+                    + [("input", inp["name"]) for inp in phase["inputs"]])
+    graph.outputs = [("loss", "loss")] + [("gradient", n) for n in used] + [("buffer", n) for n in bnames]
+    graph.constants = {name: getattr(module, name).detach().clone() for name in _constants(module)}
+    return graph
+
+
+def _user_line(error: BaseException) -> str:
+    """file:line of the innermost frame of the user's code in `error`'s traceback."""
+    import os
+    import traceback
+    from .scriptable import _location
+    own = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)))
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(own)]
+    return _location(frames[-1].filename, frames[-1].lineno) if frames else "<unknown>"
+
+
+def _constants(module: torch.fx.GraphModule) -> list[str]:
+    return [n.target for n in module.graph.nodes if n.op == "get_attr"]
+
+
+# -- the op list -------------------------------------------------------------------------------
+
+_NAMES = {torch.dtype: "dtype", torch.device: "device", torch.layout: "layout", torch.memory_format: "memory_format"}
+
+
+def _encode(a, where: str):
+    """An op's argument in the op list's JSON (docs/ir.md, "Joint graphs")."""
+    if isinstance(a, torch.fx.Node):
+        return {"value": a.name}
+    if isinstance(a, bool):
+        return {"bool": a}
+    if isinstance(a, int):
+        return a
+    if isinstance(a, float):
+        return {"float": a if math.isfinite(a) else repr(a)}
+    if a is None:
+        return None
+    if isinstance(a, str):
+        return {"str": a}
+    for kind, key in _NAMES.items():
+        if isinstance(a, kind):
+            return {key: str(a).replace("torch.", "")}
+    if isinstance(a, (list, tuple)):
+        return [_encode(x, where) for x in a]
+    raise ExportError(f"ganc.joint: {where}: an argument of type {type(a).__name__} ({a!r}) has no form in the "
+                      "op list")
+
+
+def _op(target) -> tuple[str, str]:
+    """('aten::addmm', 'default') of an OpOverload."""
+    schema = target._schema
+    return schema.name, schema.overload_name or "default"
+
+
+def op_list(graph: JointGraph) -> dict:
+    """The graph as ganc's op list: inputs, nodes in execution order, outputs."""
+    nodes, inputs, outputs = [], [], []
+    placeholders = [n for n in graph.module.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(graph.inputs):
+        raise ExportError(f"ganc.joint: phase {graph.phase!r}: {len(placeholders)} graph inputs for "
+                          f"{len(graph.inputs)} parameters, buffers and inputs")
+    for node, (kind, name) in zip(placeholders, graph.inputs):
+        inputs.append({"value": node.name, "kind": kind, "name": name})
+    for node in graph.module.graph.nodes:
+        where = f"phase {graph.phase!r}, node {node.name}"
+        if node.op == "get_attr":
+            inputs.append({"value": node.name, "kind": "constant", "name": node.target})
+        elif node.op == "call_function" and node.target is operator.getitem:
+            nodes.append({"out": node.name, "op": "getitem", "args": [_encode(a, where) for a in node.args]})
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            name, overload = _op(node.target)
+            nodes.append({"out": node.name, "op": name, "overload": overload,
+                          "args": [_encode(a, where) for a in node.args],
+                          "kwargs": {k: _encode(v, where) for k, v in node.kwargs.items()}})
+        elif node.op == "output":
+            values = list(torch.utils._pytree.tree_leaves(node.args[0]))
+            if len(values) != len(graph.outputs):
+                raise ExportError(f"ganc.joint: phase {graph.phase!r}: {len(values)} graph outputs for "
+                                  f"{len(graph.outputs)} loss, gradients and buffers")
+            for (kind, name), value in zip(graph.outputs, values):
+                outputs.append({"value": _encode(value, where), "kind": kind, "name": name})
+        elif node.op != "placeholder":
+            raise ExportError(f"ganc.joint: {where}: {node.op} {node.target} is not an ATen op")
+    return {"ganc_joint": JOINT_VERSION, "phase": graph.phase, "method": graph.method,
+            "inputs": inputs, "nodes": nodes, "outputs": outputs}
+
+
+def to_file(graph: JointGraph, path: str) -> None:
+    """Writes the captured phase as ganc's op list with its constants (docs/ir.md)."""
+    torch.save({"graph": json.dumps(op_list(graph)), "constants": graph.constants}, path)

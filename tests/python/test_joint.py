@@ -1,0 +1,99 @@
+"""The joint graph: each phase captured as one list of ATen ops (its forward, its autograd.grad
+calls with create_graph, its parameter gradients), written as ganc's op list and run by `ganc
+joint` through the dispatcher, with no autograd engine and no TorchScript. Against eager
+PyTorch in the same test: the loss, every parameter gradient and every buffer after the phase
+bit for bit; the parameters with a gradient equal to the plan's used set (the analysis of the
+TorchScript door)."""
+import copy
+import json
+import os
+import re
+import subprocess
+
+import pytest
+import torch
+
+import ganc
+import zoo
+from conftest import archive
+from ganc import joint
+from ganc.exporter import example_inputs, phase_loss
+
+# Zoo models with no random op inside their phases (the capture records torch's draws; ganc's
+# generator does not feed them yet): an MLP, convolutions with batch norm, WGAN-GP's and R1's
+# double backward, spectral norm's power iteration (a buffer updated in place), BigGAN's class
+# conditioning and StyleGAN2's path length and R1.
+MODELS = ["mlp", "dcgan32", "wgan_gp", "r1gan", "sngan", "biggan32", "stylegan2"]
+
+
+def eager(gan, phase, args):
+    """The phase in eager PyTorch: its loss, the gradients of the parameters it updates (None
+    where none flows) and its buffers after it."""
+    model = copy.deepcopy(gan)
+    loss = phase_loss(getattr(model, phase["method"])(*args), phase)
+    names = [n for n, _ in model.named_parameters()
+             if any(n == o or n.startswith(o + ".") for o in phase["updates"])]
+    params = dict(model.named_parameters())
+    grads = torch.autograd.grad(loss, [params[n] for n in names], allow_unused=True)
+    return loss.detach(), dict(zip(names, grads)), {n: b.detach() for n, b in model.named_buffers()}
+
+
+def plan_used(ganc_bin, model, tmp_path) -> dict:
+    plan = str(tmp_path / f"{model}.plan")
+    subprocess.run([ganc_bin, "compile", archive(model), "-o", plan], check=True, capture_output=True)
+    r = subprocess.run([ganc_bin, "explain", plan, "--json"], check=True, capture_output=True, text=True)
+    return {p["name"]: sorted(p["used"]) for p in json.loads(r.stdout)["phases"]}
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_a_captured_phase_runs_through_the_dispatcher_as_eager_computes_it(ganc_bin, model, tmp_path):
+    torch.manual_seed(0)
+    gan, spec = zoo.build(model)
+    gan.train()
+    used = plan_used(ganc_bin, model, tmp_path)
+    for phase in spec["phases"]:
+        args = example_inputs(spec, phase, 4)
+        graph = joint.capture(gan, phase, args)
+        path, inputs, out = (str(tmp_path / f"{phase['name']}.{kind}.pt") for kind in ("joint", "inputs", "out"))
+        joint.to_file(graph, path)
+        tensors = {n: p.detach() for n, p in gan.named_parameters()}
+        tensors.update({n: b.detach().clone() for n, b in gan.named_buffers()})
+        tensors.update({inp["name"]: a for inp, a in zip(phase["inputs"], args)})
+        torch.save(tensors, inputs)
+        r = subprocess.run([ganc_bin, "joint", path, "--inputs", inputs, "-o", out], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert f"phase {phase['name']} ({phase['method']}): {len(joint.op_list(graph)['nodes'])} ATen ops" in r.stdout
+
+        loss, grads, buffers = eager(gan, phase, args)
+        got = ganc.load_checkpoint(out)
+        assert torch.equal(got["loss"], loss), (phase["name"], got["loss"], loss)
+        assert sorted(graph.used) == sorted(n for n, g in grads.items() if g is not None)
+        assert sorted(graph.used) == used[phase["name"]], phase["name"]
+        for name in graph.used:
+            assert torch.equal(got[f"gradient:{name}"], grads[name]), (phase["name"], name)
+        for name, value in buffers.items():
+            assert torch.equal(got[f"buffer:{name}"], value), (phase["name"], name)
+
+
+def test_a_branch_on_a_tensor_value_is_refused_naming_its_line(tmp_path):
+    """The MLP GAN whose D picks its head by `if bool(x.mean() > 0.05)`: a joint graph holds one
+    path, so the capture names the line (make_fx's own error was a paragraph about tracing
+    tensors)."""
+    gan, spec = zoo.build("mlp_branch")
+    phase = spec["phases"][0]
+    with pytest.raises(ganc.ExportError) as info:
+        joint.capture(gan, phase, example_inputs(spec, phase, 4))
+    message = str(info.value)
+    assert "\n" not in message
+    assert re.search(r"^ganc.joint: phase 'd' \(phase_d\): a Python value read from a tensor \(.*finetune\.py:\d+\) "
+                     r"decides what runs", message), message
+
+
+def test_a_graph_that_is_not_an_op_list_is_refused_in_one_line(ganc_bin, tmp_path):
+    path = str(tmp_path / "x.pt")
+    torch.save({"graph": json.dumps({"ganc_joint": 7})}, path)
+    r = subprocess.run([ganc_bin, "joint", path], capture_output=True, text=True)
+    assert r.returncode == 2 and "an op list of another version (this ganc reads ganc_joint 1)" in r.stderr, r.stderr
+    torch.save({"weights": torch.zeros(1)}, path)
+    r = subprocess.run([ganc_bin, "joint", path], capture_output=True, text=True)
+    assert r.returncode == 2 and "not a ganc joint graph (no 'graph' op list)" in r.stderr, r.stderr
