@@ -59,6 +59,9 @@ def capture(gan: nn.Module, phase: dict, args: tuple) -> JointGraph:
     the phase method's arguments `args`. `gan` is left as it was: the capture runs on copies
     of its parameters and buffers."""
     from .exporter import phase_loss
+    if "updates" not in phase:
+        raise ExportError(f"ganc.joint: phase {phase['name']!r} is a section (it trains nothing and hands its "
+                          "values on): sections are not captured yet")
     params = dict(gan.named_parameters())
     buffers = dict(gan.named_buffers())
     updated = _updated(gan, phase)
