@@ -15,7 +15,7 @@ import zlib
 import torch
 
 from . import functions, oplibs
-from .hooks import refuse_gradient_hooks
+from .hooks import refuse_gradient_hooks, refuse_shared_parameters
 from .hybrid import Resolver, script_error, fresh_types_on_failure, script_failure
 from .probe import Probe
 from .script_types import constants_typed
@@ -161,6 +161,7 @@ def _export(gan, path, spec, trace, verbose, op_libraries) -> dict:
     libraries = oplibs.load(op_libraries)
     spec = _list_sync_batch_norms(validate(spec, gan), gan)
     refuse_gradient_hooks(gan)
+    refuse_shared_parameters(gan)
     model = make_scriptable(gan)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     model.train()

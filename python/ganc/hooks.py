@@ -19,7 +19,7 @@ from torch.nn.modules import module as _module
 
 from .scriptable import ExportError, _location
 
-__all__ = ["refuse_gradient_hooks"]
+__all__ = ["refuse_gradient_hooks", "refuse_shared_parameters"]
 
 # The global module hooks torch runs around every module's forward and backward
 # (torch.nn.modules.module.register_module_*_hook), by what registers them.
@@ -75,3 +75,21 @@ def refuse_gradient_hooks(gan: torch.nn.Module) -> None:
                                   "the exported code does not hold, so the archive would train with another "
                                   "gradient; write what it does into the loss (scale the term it belongs to) "
                                   "or into forward as a torch.autograd.Function, and remove the hook")
+
+
+def refuse_shared_parameters(gan: torch.nn.Module) -> None:
+    """Raises ExportError naming the first parameter or buffer `gan` reaches under two names (a
+    module shared by two networks, as UNIT's encoders share a block, or a tied weight): the
+    archive, the buckets and the optimizers would each see it twice, reducing and stepping it
+    twice, and its training would part from eager DDP's without a word."""
+    seen: dict[int, str] = {}
+    named = [("parameter", n, t) for n, t in gan.named_parameters(remove_duplicate=False)]
+    named += [("buffer", n, t) for n, t in gan.named_buffers(remove_duplicate=False)]
+    for kind, name, tensor in named:
+        first = seen.setdefault(id(tensor), name)
+        if first != name:
+            module = name.rsplit(".", 1)[0]
+            raise ExportError(f"ganc.export: {kind} {first!r} is reachable as {name!r} too (a module or tensor "
+                              f"shared by two networks, here {module!r}): ganc exports each parameter under one "
+                              "name and does not train shared ones yet; give each network its own copy, or keep "
+                              "the shared part in one network and call it from the other's phase")

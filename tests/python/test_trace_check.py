@@ -480,3 +480,24 @@ def test_a_gradient_hook_on_a_parameter_is_refused_naming_it(tmp_path, build, na
     assert re.search(rf"^ganc.export: parameter '(discriminator\.lin\.(weight|bias)|generator\.weight)' has a "
                      rf"gradient hook \({name}, .*{line}, registered with register_(post_accumulate_grad_)?hook\)",
                      message), message
+
+
+# -- a module shared by two networks --------------------------------------------------------------
+
+class SharedBlockGAN(GAN):
+    """PyTorch-GAN's UNIT in small: one block registered in both networks (its encoders share
+    their last residual block). The export once ended in a raw KeyError from inside ganc; an
+    archive that took it would reduce and step the block twice."""
+
+    def __init__(self):
+        super().__init__(Harmless())
+        shared = nn.Linear(4, 4)
+        self.generator = nn.Sequential(nn.Linear(2, 4), shared)
+        self.discriminator.shared = shared
+
+
+def test_a_module_shared_by_two_networks_is_refused_in_one_line(tmp_path):
+    message = refusal(SharedBlockGAN(), tmp_path)
+    assert re.search(r"^ganc.export: parameter 'generator\.1\.weight' is reachable as 'discriminator\.shared\.weight' "
+                     r"too \(a module or tensor shared by two networks, here 'discriminator\.shared'\)",
+                     message), message
