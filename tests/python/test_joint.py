@@ -42,7 +42,7 @@ def plan_used(ganc_bin, model, tmp_path) -> dict:
     plan = str(tmp_path / f"{model}.plan")
     subprocess.run([ganc_bin, "compile", archive(model), "-o", plan], check=True, capture_output=True)
     r = subprocess.run([ganc_bin, "explain", plan, "--json"], check=True, capture_output=True, text=True)
-    return {(p["name"] if "stage" not in p else (p["name"], p["stage"])): sorted(p["used"])
+    return {(p["name"], p["stage"]) if p.get("stage") else p["name"]: sorted(p["used"])
             for p in json.loads(r.stdout)["phases"]}
 
 
