@@ -148,6 +148,19 @@ def _bilinear(x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
     return out.reshape(n, c, ho, wo)
 
 
+def _setting(name: str, value) -> float:
+    """A pipe's setting as a finite float >= 0: a probability multiplier or a strength. NaN
+    turned a transformation off without a word, inf made every image NaN, a string raised
+    Python's own TypeError."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    if isinstance(value, bool) or not math.isfinite(number) or number < 0:
+        raise ValueError(f"ganc.augment: {name} is a finite number >= 0, not {value!r}")
+    return number
+
+
 class AugmentPipe(nn.Module):
     """See the module. The arguments are NVIDIA's: each probability multiplier (xflip, ...,
     cutout) scales `p` for its transformation; the *_std, *_max and *_size arguments set its
@@ -163,8 +176,8 @@ class AugmentPipe(nn.Module):
         args = locals()
         for name in _SETTINGS:
             if name != "imgfilter_bands":
-                setattr(self, name, float(args[name]))
-        self.imgfilter_bands: List[float] = [float(b) for b in imgfilter_bands]
+                setattr(self, name, _setting(name, args[name]))
+        self.imgfilter_bands: List[float] = [_setting("imgfilter_bands", b) for b in imgfilter_bands]
         if len(self.imgfilter_bands) != 4:
             raise ValueError(f"ganc.augment: imgfilter_bands has 4 entries, one per band (got {len(imgfilter_bands)})")
         geom = _wavelet("sym6")
@@ -345,7 +358,11 @@ def from_nvidia(pipe: nn.Module) -> AugmentPipe:
     theirs = dict(pipe.named_buffers())
     for name, buffer in ours.named_buffers():
         if name == "p" and "p" in theirs:
-            buffer.copy_(theirs["p"].detach().cpu())
+            p = theirs["p"].detach().cpu()
+            if not bool(torch.isfinite(p).all()) or not bool(((p >= 0) & (p <= 1)).all()):
+                raise ValueError(f"ganc.augment: {type(pipe).__name__}.p is a probability in [0, 1], not "
+                                 f"{p.tolist()!r} (NaN turned the augmentation off without a word)")
+            buffer.copy_(p)
         elif name != "p" and name in theirs and not torch.allclose(theirs[name].detach().cpu().to(buffer.dtype), buffer, atol=1e-6):
             raise ValueError(f"ganc.augment: {type(pipe).__name__}.{name} is not the filter this pipe uses "
                              f"(PyWavelets' {'sym6' if name == 'Hz_geom' else 'sym2'})")

@@ -348,6 +348,18 @@ def test_nvidias_augment_pipe_is_taken_with_its_settings_and_p():
         recipes._augment_pipe(nn.Linear(2, 2))
     with pytest.raises(ValueError, match="no augmentation pipe 'bgx'"):
         recipes._augment_pipe("bgx")
+    # Settings that once gave NaN images (noise_std=inf), no augmentation (p NaN) or Python's
+    # own TypeError: one line naming the setting.
+    for bad, words in ((dict(noise_std=float("inf")), "noise_std is a finite number >= 0, not inf"),
+                       (dict(xflip="often"), "xflip is a finite number >= 0, not 'often'"),
+                       (dict(rotate=-1), "rotate is a finite number >= 0, not -1")):
+        with pytest.raises(ValueError, match=words):
+            augment.AugmentPipe(**{**augment.PIPES["bgc"], **bad})
+    nan_p = augment.AugmentPipe(**augment.PIPES["bgc"])
+    nan_p.p.fill_(float("nan"))
+    nan_p.__class__ = type("AugmentPipe", (nn.Module,), {})
+    with pytest.raises(ValueError, match=r"AugmentPipe.p is a probability in \[0, 1\], not nan"):
+        recipes._augment_pipe(nan_p)
     G = Generator(z_dim=32, c_dim=0, w_dim=32, img_resolution=16, img_channels=3,
                   mapping_kwargs=dict(num_layers=2), synthesis_kwargs=dict(channel_base=512, channel_max=32))
     D = Discriminator(c_dim=0, img_resolution=16, img_channels=3, channel_base=512, channel_max=32)
