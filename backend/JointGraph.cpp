@@ -218,7 +218,7 @@ Expected<c10::IValue> callOp(const nlohmann::json &node, const Values &values) {
   const c10::FunctionSchema &schema = handle->schema();
   const nlohmann::json &args = node["args"];
   const nlohmann::json kwargs = node.value("kwargs", nlohmann::json::object());
-  torch::jit::Stack stack;
+  std::vector<c10::IValue> stack; // the boxed calling convention (ATen core), no TorchScript
   for (size_t i = 0; i < schema.arguments().size(); ++i) {
     const c10::Argument &arg = schema.arguments()[i];
     const nlohmann::json *given = i < args.size()               ? &args[i]
