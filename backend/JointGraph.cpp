@@ -266,19 +266,26 @@ std::vector<std::string> JointGraph::used() const {
   return names;
 }
 
-Expected<JointGraph> readJointGraph(const std::string &path) {
+Expected<c10::IValue> readTorchSave(const std::string &path, const std::string &what) {
+  const std::string where = what.empty() ? path : what + " " + path;
   auto bytes = readFile(path);
   if (!bytes)
-    return bytes.status();
-  GANC_TRY(checkZipArchive(*bytes).withContext(path));
-  c10::IValue stored;
+    return what.empty() ? bytes.status() : bytes.status().withContext(what);
+  GANC_TRY(checkZipArchive(*bytes).withContext(where));
   try {
-    stored = torch::pickle_load(*bytes);
+    return torch::pickle_load(*bytes);
   } catch (const std::exception &e) {
-    const std::string what = e.what();
-    return Status::error(path + ": not a torch.save file (" + what.substr(0, what.find('\n')) +
+    const std::string text = e.what();
+    return Status::error(where + ": not a torch.save file (" + text.substr(0, text.find('\n')) +
                          ")");
   }
+}
+
+Expected<JointGraph> readJointGraph(const std::string &path) {
+  auto read = readTorchSave(path, "");
+  if (!read)
+    return read.status();
+  const c10::IValue stored = read.take();
   if (!stored.isGenericDict() || !stored.toGenericDict().contains("graph") ||
       !stored.toGenericDict().at("graph").isString())
     return Status::error(path + ": not a ganc joint graph (no 'graph' op list)");

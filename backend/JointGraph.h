@@ -37,6 +37,9 @@ struct JointGraph {
   std::vector<std::string> used() const;
 };
 
+/// The value a torch.save file holds, its zip checked first; an error names `what` and `path`.
+Expected<c10::IValue> readTorchSave(const std::string &path, const std::string &what);
+
 /// Reads the op list at `path`; an error names the file and what is wrong with it.
 Expected<JointGraph> readJointGraph(const std::string &path);
 

@@ -48,18 +48,10 @@ const Command<JointArgs> &jointTable() {
 }
 
 Expected<std::map<std::string, at::Tensor>> readTensors(const std::string &path) {
-  auto bytes = readFile(path);
-  if (!bytes)
-    return bytes.status().withContext("--inputs");
-  GANC_TRY(checkZipArchive(*bytes).withContext("--inputs " + path));
-  c10::IValue value;
-  try {
-    value = torch::pickle_load(*bytes);
-  } catch (const std::exception &e) {
-    const std::string what = e.what();
-    return Status::error("--inputs " + path + ": not a torch.save file (" +
-                         what.substr(0, what.find('\n')) + ")");
-  }
+  auto read = backend::readTorchSave(path, "--inputs");
+  if (!read)
+    return read.status();
+  const c10::IValue value = read.take();
   if (!value.isGenericDict())
     return Status::error("--inputs " + path + ": not a dict of tensors by name");
   std::map<std::string, at::Tensor> tensors;

@@ -25,6 +25,7 @@ import torch.nn as nn
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.utils.stateless import _reparametrize_module
 
+from .probe import raised_at
 from .scriptable import ExportError
 
 __all__ = ["JOINT_VERSION", "JointGraph", "capture", "to_file"]
@@ -86,7 +87,7 @@ def capture(gan: nn.Module, phase: dict, args: tuple) -> JointGraph:
         if "tracing tensor" not in str(e) and "data-dependent" not in str(e):
             raise
         raise ExportError(f"ganc.joint: phase {phase['name']!r} ({phase['method']}): a Python value read from a "
-                          f"tensor ({_user_line(e)}) decides what runs, which a joint graph cannot hold; keep the "
+                          f"tensor ({raised_at(e) or '<unknown>'}) decides what runs, which a joint graph cannot hold; keep the "
                           "phase with TorchScript (ganc.export) or write the choice with torch.where or "
                           "torch.cond") from None
     graph = JointGraph(phase["name"], phase["method"], module)
@@ -95,16 +96,6 @@ def capture(gan: nn.Module, phase: dict, args: tuple) -> JointGraph:
     graph.outputs = [("loss", "loss")] + [("gradient", n) for n in used] + [("buffer", n) for n in bnames]
     graph.constants = {name: getattr(module, name).detach().clone() for name in _constants(module)}
     return graph
-
-
-def _user_line(error: BaseException) -> str:
-    """file:line of the innermost frame of the user's code in `error`'s traceback."""
-    import os
-    import traceback
-    from .scriptable import _location
-    own = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)))
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(own)]
-    return _location(frames[-1].filename, frames[-1].lineno) if frames else "<unknown>"
 
 
 def _constants(module: torch.fx.GraphModule) -> list[str]:

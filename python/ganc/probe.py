@@ -11,6 +11,7 @@ import inspect
 import os
 import random
 import sys
+import traceback
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -87,6 +88,13 @@ def _user_frame(frame):
             return frame
         frame = frame.f_back
     return None
+
+
+def raised_at(error: BaseException) -> str:
+    """file:line of the innermost frame of the user's code in `error`'s traceback, or ""."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if not f.filename.startswith((_TORCH_DIR, _OWN_DIR))]
+    return _location(frames[-1].filename, frames[-1].lineno) if frames else ""
 
 
 def where_of(obj) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import inspect
 import random
 import re
-import traceback
 import warnings
 from dataclasses import replace
 
@@ -16,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from . import draws, functions
-from .probe import _OWN_DIR, _TORCH_DIR, Probe, _clone, _np, where_of
+from .probe import Probe, _clone, _np, raised_at, where_of
 from .scriptable import ExportError, _location
 from .trace_calls import define_dispatch, describe, eager_of, forms, traced_of
 from .trace_derivatives import _EXACT, _by, _second_input, check_derivatives, rng_kept
@@ -36,9 +35,8 @@ def _seeded(python_seed: int, torch_seed: int = 0):
 
 def _failure(error: BaseException) -> str:
     """An exception in one line, with the user's file:line it was raised at."""
-    frames = [f for f in traceback.extract_tb(error.__traceback__)
-              if not f.filename.startswith((_TORCH_DIR, _OWN_DIR))]
-    where = f" ({_location(frames[-1].filename, frames[-1].lineno)})" if frames else ""
+    at = raised_at(error)
+    where = f" ({at})" if at else ""
     text = str(error).strip()
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}{where}"
 
