@@ -210,8 +210,11 @@ private:
                                std::to_string(param->bytes()));
         end = slot.offset + slot.bytes;
       }
-      if (end > b.bytes)
-        return Status::error(where + " is smaller than its slots");
+      // A bucket ends at its last slot: an edited size is refused here, not by the allocator.
+      if (end != b.bytes)
+        return Status::error(where + " has " + std::to_string(b.bytes) +
+                             " bytes but its slots end at " + std::to_string(end) +
+                             " (a bucket ends at its last slot)");
       GANC_TRY(verifyShards(b).withContext(where));
       const int64_t first = p.firstBucketCapBytes ? p.firstBucketCapBytes : m_.firstBucketCapBytes;
       const int64_t rest = p.bucketCapBytes ? p.bucketCapBytes : m_.bucketCapBytes;

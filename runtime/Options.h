@@ -158,6 +158,9 @@ struct TrainOptions {
   int64_t logEvery = 50;
   int64_t sampleEvery = 500;
   int64_t checkpointEvery = 1000;
+  /// The interval flags the command line gave ("--log-every", "--sample-every",
+  /// "--checkpoint-every"): --tick-kimg and --snap refuse to replace one.
+  std::vector<std::string> intervalsGiven;
   int64_t samples = 64;
   /// Quality metrics (fidN, kidN, with _full: against the whole data set) computed every
   /// metricsEveryKimg thousand images (0: at the end only) and at the end, with the feature

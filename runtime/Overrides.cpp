@@ -166,7 +166,8 @@ Status applyOverrides(frontend::Spec &spec, ir::Module &plan, const TrainOptions
 }
 
 std::map<std::string, std::string> trainingSettings(const frontend::Spec &spec,
-                                                    const ir::Module &plan, uint64_t dataDigest) {
+                                                    const ir::Module &plan, uint64_t dataDigest,
+                                                    double imagesPerStep) {
   std::map<std::string, std::string> settings;
   auto number = [](double v) {
     char text[32];
@@ -187,9 +188,13 @@ std::map<std::string, std::string> trainingSettings(const frontend::Spec &spec,
     settings["--precision " + p.name] = ir::precisionOf(recipe.autocast);
     settings["--interval " + p.name] = std::to_string(recipe.interval);
   }
-  if (spec.ema)
+  if (spec.ema) // the beta a step takes: the spec's, or the half-life's at this step's images
     settings["--ema-half-life-images"] =
-        number(spec.ema->halfLifeImages) + " (beta " + number(spec.ema->beta) + ")";
+        number(spec.ema->halfLifeImages) + " (beta " +
+        number(spec.ema->halfLifeImages > 0
+                   ? std::pow(0.5, imagesPerStep / spec.ema->halfLifeImages)
+                   : spec.ema->beta) +
+        ")";
   if (dataDigest) {
     char digest[32];
     std::snprintf(digest, sizeof(digest), "digest %016llx",

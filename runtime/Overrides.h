@@ -33,10 +33,11 @@ Status applyOverrides(frontend::Spec &spec, ir::Module &plan, const TrainOptions
 
 /// The settings that shape what a run trains, keyed by the option that sets each ("--lr G",
 /// "--betas G", "--clip G", "--accumulate d", "--precision d", "--interval d",
-/// "--ema-half-life-images", "--data"), as text: a checkpoint keeps them, and a resume with
-/// others is refused unless --accept-changes.
+/// "--ema-half-life-images" with the beta a step of `imagesPerStep` images takes, "--data"), as
+/// text: a checkpoint keeps them, and a resume with others is refused unless --accept-changes.
 std::map<std::string, std::string> trainingSettings(const frontend::Spec &spec,
-                                                    const ir::Module &plan, uint64_t dataDigest);
+                                                    const ir::Module &plan, uint64_t dataDigest,
+                                                    double imagesPerStep);
 
 /// The spec as the run trains it: the archive's text with the plan's recipes and the command
 /// line's values written in (run.json's `spec`).

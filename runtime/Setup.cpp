@@ -257,6 +257,13 @@ Status resolveRunLength(Session &s, const TrainOptions &options) {
   }
   if (options.snap > 0 && options.tickKimg <= 0)
     return Status::error("--snap counts ticks: give --tick-kimg too");
+  for (const std::string &flag : options.intervalsGiven) {
+    const bool progress = flag == "--log-every";
+    if (progress ? options.tickKimg > 0 : options.snap > 0)
+      return Status::error(
+          std::string(progress ? "--tick-kimg" : "--snap") + " and " + flag + " both give the " +
+          (progress ? "progress interval" : "sample and checkpoint intervals") + ": give one");
+  }
   if (options.tickKimg > 0) {
     const auto tick = static_cast<int64_t>(
         std::ceil(options.tickKimg * 1000.0 / static_cast<double>(s.stepImages())));

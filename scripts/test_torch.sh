@@ -21,5 +21,5 @@ source "$ROOT/scripts/setup.sh" --tests
   f'scripts/test_torch.sh: the environment $GANC_VENV has torch {v}, not $VERSION (not served by pip?)')"
 cd "$BUILD"
 echo "[ganc test] torch $VERSION: the quick check"
-GANC_PARITY_MODELS=mlp,dcgan32,dcgan32_amp,stylegan2 ctest --output-on-failure --timeout 1800 \
+GANC_PARITY_MODELS=mlp,dcgan32,dcgan32_amp,stylegan2 ctest --output-on-failure --timeout 1800 -j"$(nproc)" \
   -R "^($ENTRIES)\$"

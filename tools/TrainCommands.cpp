@@ -72,6 +72,16 @@ std::string specName(const std::string &flag, const std::string &text, const cha
   throw OptionError(flag + " takes " + form + frontend::ruleText(rule) + ", not '" + text + "'");
 }
 
+/// An interval in steps (--log-every ...), noted as given (--tick-kimg and --snap refuse to
+/// replace one).
+Stored<TrainOptions> interval(int64_t TrainOptions::*member, int64_t low) {
+  return {[member, low](const std::string &f, const std::string &v, TrainOptions &o) {
+            o.*member = integerIn(f, v, low, std::numeric_limits<int64_t>::max());
+            o.intervalsGiven.push_back(f);
+          },
+          recordMember(member)};
+}
+
 /// `ganc train`'s options for what runs and what it writes.
 std::vector<Option<TrainOptions>> runOptions() {
   using O = TrainOptions;
@@ -144,15 +154,13 @@ std::vector<Option<TrainOptions>> runOptions() {
 std::vector<Option<TrainOptions>> writtenOptions() {
   using O = TrainOptions;
   using S = const std::string;
-  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   return {
-      {"--log-every", "N", "progress line every N steps (default 50)",
-       storeInteger(&O::logEvery, 1, kMax)},
+      {"--log-every", "N", "progress line every N steps (default 50)", interval(&O::logEvery, 1)},
       {"--sample-every", "N", "sample grid every N steps and at the end (default 500, 0: never)",
-       storeInteger(&O::sampleEvery, 0, kMax)},
+       interval(&O::sampleEvery, 0)},
       {"--checkpoint-every", "N",
        "checkpoint every N steps and at the end (default 1000, 0: never)",
-       storeInteger(&O::checkpointEvery, 0, kMax)},
+       interval(&O::checkpointEvery, 0)},
       {"--keep-checkpoints", "N",
        "step checkpoints (checkpoint-STEP.pt) kept besides checkpoint.pt, the latest (default "
        "3, 0: checkpoint.pt only)",

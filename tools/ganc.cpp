@@ -7,6 +7,7 @@
 #include "perf/CommModel.h"
 #include "support/Files.h"
 #include "support/Json.h"
+#include "support/PythonCommand.h"
 #include "support/TextFormat.h"
 #include "tools/CommonOptions.h"
 #include "tools/JointCommand.h"
@@ -385,9 +386,7 @@ std::string cliMarkdown() {
 
 /// `ganc plot` is Python (matplotlib): run it with the Python ganc was installed into.
 int plotCommand(const std::vector<std::string> &args) {
-  const char *python = std::getenv("GANC_PYTHON");
-  std::vector<std::string> command = {python && *python ? python : GANC_DEFAULT_PYTHON, "-m",
-                                      "ganc.plot"};
+  std::vector<std::string> command = {support::python(), "-m", "ganc.plot"};
   command.insert(command.end(), args.begin(), args.end());
   std::vector<char *> argv;
   for (std::string &a : command)

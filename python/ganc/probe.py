@@ -90,6 +90,28 @@ def _user_frame(frame):
     return None
 
 
+_GRAD_MODE_FILE = torch.autograd.grad_mode.__file__
+_CONTEXTLIB_FILE = torch.utils._contextlib.__file__
+
+
+def _decorated_site(frame):
+    """Where a gradient-mode switch made by a torch decorator (`@torch.no_grad()`,
+    `@torch.inference_mode()`) was written: (the decorator's name, the decorated function's
+    first line) when `frame`'s chain passes through the decorator's wrapper before reaching the
+    user's code; else None."""
+    while frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR):
+        func = frame.f_locals.get("func") if frame.f_code.co_filename == _CONTEXTLIB_FILE else None
+        code = getattr(inspect.unwrap(func), "__code__", None) if callable(func) else None
+        if code is not None:
+            factory = frame.f_locals.get("ctx_factory")
+            owner = getattr(factory, "__self__", factory)
+            name = owner.__name__ if isinstance(owner, type) else type(owner).__name__
+            return (f"a @torch.{name}() function ({func.__qualname__})",
+                    _location(code.co_filename, code.co_firstlineno))
+        frame = frame.f_back
+    return None
+
+
 def raised_at(error: BaseException) -> str:
     """file:line of the innermost frame of the user's code in `error`'s traceback, or ""."""
     frames = [f for f in traceback.extract_tb(error.__traceback__)
@@ -159,12 +181,13 @@ class Probe:
     def _inside(self):
         return self.stack[-1] if self.stack else None
 
-    def _hazard(self, construct, frame, into=None, advice="", substitute=False):
+    def _hazard(self, construct, frame, into=None, advice="", substitute=False, where=None):
         path = self._inside()
         if path is None:
             return
-        user = _user_frame(frame)
-        where = _location(user.f_code.co_filename, user.f_lineno) if user else "<unknown>"
+        if where is None:
+            user = _user_frame(frame)
+            where = _location(user.f_code.co_filename, user.f_lineno) if user else "<unknown>"
         key = (path, where, construct)
         if key not in self._seen:
             self._seen.add(key)
@@ -284,10 +307,7 @@ class Probe:
         if _own_code(frame):
             return
         if switch:
-            self._hazard("a torch.no_grad() block", frame, into=self.grad_blocks,
-                         advice="a trace records its operations with gradients, so they train otherwise "
-                                "than eager; keep what must not be differentiated out of the traced network "
-                                "or .detach() it")
+            self._grad_block("a torch.no_grad() block", frame)
             return
         target = args[0] if args and isinstance(args[0], torch.Tensor) else None
         if target is None:
@@ -331,8 +351,22 @@ class Probe:
             return draw(*args, **kwargs)
         return recorded
 
+    def _grad_block(self, construct, frame):
+        """A gradient-mode block inside a module, named by its own line: the `with` line, or the
+        first line of a function a torch decorator switches (not the line that calls it)."""
+        construct, where = _decorated_site(frame) or (construct, None)
+        self._hazard(construct, frame, into=self.grad_blocks, where=where,
+                     advice="a trace records its operations with gradients, so they train otherwise "
+                            "than eager; keep what must not be differentiated out of the traced network "
+                            "or .detach() it")
+
     def _profile(self, frame, event, arg):
         if not self.stack:
+            return
+        if (event == "call" and frame.f_code.co_name == "__enter__" and frame.f_code.co_filename == _GRAD_MODE_FILE
+                and isinstance(frame.f_locals.get("self"), torch.inference_mode)
+                and frame.f_locals["self"].mode and not _own_code(frame)):
+            self._grad_block("a torch.inference_mode() block", frame.f_back)
             return
         if event == "c_call":
             owner = getattr(arg, "__self__", None)

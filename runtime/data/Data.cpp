@@ -278,9 +278,12 @@ std::string rangeWarning(const std::string &path, const at::Tensor &data) {
   const double low = data.min().item<double>(), high = data.max().item<double>();
   char range[96];
   std::snprintf(range, sizeof(range), "[%.3g, %.3g]", low, high);
-  if (low >= 0 && high > 1.5)
+  if (low >= 0 && high > 1.5 && high <= 255)
     return "--data " + path + ": values span " + range +
            ", like 8-bit pixels; ganc trains on [-1, 1] (x / 127.5 - 1)";
+  if (low < -1.5 || high > 1.5)
+    return "--data " + path + ": values span " + range +
+           ", far outside [-1, 1], where ganc's generators and data are; rescale them";
   if (low >= 0 && high <= 1 && high > 0)
     return "--data " + path + ": values span " + range +
            ", like images in [0, 1]; ganc's generators and data are in [-1, 1] (x * 2 - 1)";
@@ -386,12 +389,17 @@ Expected<Dataset> loadDataset(const std::string &path, const std::vector<int64_t
   // float64 samples stay float64 (a float64 model trains on them exactly); anything else is
   // read as float32, the inputs' type of every other model.
   at::Tensor data = value.toTensor();
+  if (data.dim() == 0)
+    return Status::error("--data " + path +
+                         ": holds a single number (a 0-d tensor), not "
+                         "samples [N, " +
+                         c10::str(c10::IntArrayRef(sampleShape)).substr(1));
   GANC_TRY(checkRealSamples(data, "--data " + path + ": samples"));
   data = data.to(data.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32)
              .contiguous();
   std::vector<int64_t> expected = {data.size(0)};
   expected.insert(expected.end(), sampleShape.begin(), sampleShape.end());
-  if (data.dim() == 0 || data.sizes().vec() != expected)
+  if (data.sizes().vec() != expected)
     return Status::error("--data " + path + ": samples have shape " + c10::str(data.sizes()) +
                          ", the spec's data shape needs [N, " +
                          c10::str(c10::IntArrayRef(sampleShape)).substr(1));

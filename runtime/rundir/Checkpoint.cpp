@@ -249,7 +249,8 @@ Expected<std::vector<char>> checkpointBytes(Session &s, PhaseInputs &inputs, int
   if (!s.logInterval.empty())
     ckpt.insert("log_interval", s.logInterval);
   c10::Dict<std::string, std::string> settings;
-  for (const auto &[key, value] : trainingSettings(s.spec(), *s.plan, inputs.dataDigest()))
+  for (const auto &[key, value] : trainingSettings(s.spec(), *s.plan, inputs.dataDigest(),
+                                                   static_cast<double>(s.stepImages())))
     settings.insert(key, value);
   ckpt.insert("settings", settings);
   return sealZipArchive(torch::pickle_save(ckpt));
@@ -417,10 +418,14 @@ Status compareSettings(Session &s, PhaseInputs &inputs, const c10::impl::Generic
     if (entry.key().isString() && entry.value().isString())
       then[entry.key().toStringRef()] = entry.value().toStringRef();
   const std::map<std::string, std::string> now =
-      trainingSettings(s.spec(), *s.plan, inputs.dataDigest());
+      trainingSettings(s.spec(), *s.plan, inputs.dataDigest(), static_cast<double>(s.stepImages()));
   std::string said;
   auto differs = [&](const std::string &key, const std::string &mine, const std::string &run) {
-    if (mine == run)
+    // Checkpoints of 0.7 wrote the spec's beta beside a half-life: the half-life is the setting.
+    if (mine == run ||
+        (key == "--ema-half-life-images" && run.find(" (beta ") != std::string::npos &&
+         mine.substr(0, mine.find(" (")) == run.substr(0, run.find(" (")) &&
+         mine.substr(0, 2) != "0 "))
       return;
     said += (said.empty() ? "" : "; ") + key + " " + mine + " (the run's: " + run + ")";
     s.acceptedChanges[key] = mine + " (was " + run + ")";

@@ -1,5 +1,6 @@
 // The TensorBoard writer process.
 #include "runtime/rundir/TensorBoard.h"
+#include "support/PythonCommand.h"
 
 #include <cerrno>
 #include <chrono>
@@ -18,9 +19,7 @@ extern char **environ;
 namespace ganc::runtime {
 
 std::unique_ptr<EventWriter> EventWriter::start(const std::string &outDir, int64_t resumedStep) {
-  const char *python = std::getenv("GANC_PYTHON");
-  if (!python || !*python)
-    python = GANC_DEFAULT_PYTHON;
+  const char *python = support::python();
   int fds[2];
   if (::pipe(fds) != 0) {
     std::cerr << "ganc: warning: no TensorBoard events: cannot create a pipe" << std::endl;

@@ -54,17 +54,44 @@ inline std::string interpreterCause(const std::string &text) {
   return where.empty() ? cause : cause + " (" + where + ")";
 }
 
+/// A Gloo transport failure ("[.../gloo/transport/tcp/pair.cc:545] Read error ...: Connection
+/// reset by peer. This is typically caused by ...") as what it means to a run: another rank
+/// stopped, or a collective waited past --timeout-s; Gloo's own words in brackets, its source
+/// path and advice dropped. Empty if `line` is not one.
+inline std::string collectiveCause(const std::string &line) {
+  const size_t close = line.find("] ");
+  if (line.rfind("[", 0) != 0 || close == std::string::npos ||
+      line.substr(0, close).find("gloo/") == std::string::npos)
+    return "";
+  std::string detail = line.substr(close + 2);
+  const size_t advice = detail.find(". This is typically caused by");
+  if (advice != std::string::npos)
+    detail.erase(advice);
+  if (detail.find("Timed out") != std::string::npos)
+    return "a collective with the other ranks timed out (" + detail +
+           "): a rank stopped or is stuck; --timeout-s sets how long ranks wait";
+  for (const char *lost : {"Connection reset", "Connection closed", "Read error", "Write error",
+                           "Broken pipe", "Connection refused"})
+    if (detail.find(lost) != std::string::npos)
+      return "the connection to another rank was lost (" + detail +
+             "): that rank stopped; its own messages say why";
+  return "a collective with the other ranks failed (" + detail + ")";
+}
+
 /// An exception's message in one line: for a c10::Error its message without the C++ stack
 /// trace LibTorch appends; for a TorchScript interpreter failure the underlying error and
-/// where in the model's code it happened (interpreterCause).
+/// where in the model's code it happened (interpreterCause); for a failed collective what it
+/// means (collectiveCause).
 inline std::string firstLine(const std::exception &e) {
   const auto *ce = dynamic_cast<const c10::Error *>(&e);
   std::string s = ce ? ce->msg() : e.what();
   std::string cause = interpreterCause(s);
   if (!cause.empty())
     return cause;
-  size_t end = s.find('\n');
-  return end == std::string::npos ? s : s.substr(0, end);
+  const size_t end = s.find('\n');
+  const std::string line = end == std::string::npos ? s : s.substr(0, end);
+  cause = collectiveCause(line);
+  return cause.empty() ? line : cause;
 }
 
 /// A caught exception as a Status of `kind`, prefixed with `where` ("phase 'd', step 3").

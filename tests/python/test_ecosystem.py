@@ -335,7 +335,7 @@ def test_absurd_run_lengths_are_refused_in_one_line(ganc_bin, datasets, tmp_path
     (their product once wrapped to checkpoint_every -140625000: no checkpoint, exit 0) are
     refused before any step."""
     plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
-    common = [plan, "--model", archive("mlp"), "--data", datasets["ring"], "--sample-every", "0"]
+    common = [plan, "--model", archive("mlp"), "--data", datasets["ring"]]
     for i, (bad, words) in enumerate((
             (["--kimg", "0x10"], "--kimg takes a number in [0.001, 1e+12), not '0x10'"),
             (["--tick-kimg", "0x1p3", "--kimg", "1"], "--tick-kimg takes a number in [0.001, 1e+12), not '0x1p3'"),
@@ -363,6 +363,15 @@ def test_ticks_set_the_progress_and_snapshots_in_images(ganc_bin, datasets, tmp_
     assert (out / "reals.png").stat().st_size > 0
     r = run_ganc(ganc_bin, "train", *train_args(plan, "mlp", datasets["ring"], str(tmp_path / "bad"), 5, "--snap", "2"))
     assert r.returncode == 2 and "--snap counts ticks: give --tick-kimg too" in r.stderr, r.stderr
+    # An interval given in steps is never replaced without a word (--tick-kimg once overrode
+    # --log-every, and --snap --sample-every and --checkpoint-every, silently).
+    for flag, words in (("--log-every", "--tick-kimg and --log-every both give the progress interval: give one"),
+                        ("--sample-every", "--snap and --sample-every both give the sample and checkpoint intervals"),
+                        ("--checkpoint-every", "--snap and --checkpoint-every both give")):
+        r = run_ganc(ganc_bin, "train", plan, "--model", archive("mlp"), "--data", datasets["ring"], "--steps", "4",
+                     "--tick-kimg", "0.256", "--snap", "2", flag, "3", "--out", str(tmp_path / "both"))
+        assert r.returncode == 2 and words in r.stderr and r.stderr.count("\n") == 1, (flag, r.stderr)
+        assert not (tmp_path / "both" / "run.json").exists()
 
 
 def test_a_spec_with_zero_2_compiles(ganc_bin, tmp_path):
@@ -539,17 +548,33 @@ def test_xflip_doubles_the_set_like_the_eager_reference(ganc_bin, datasets, tmp_
     assert any(not torch.equal(other[k], theirs[k]) for k in theirs)
 
 
-def test_data_in_zero_one_gets_a_warning(ganc_bin, datasets, tmp_path):
-    """Data that looks like images in [0, 1] trains, with one warning saying how to scale it."""
+@pytest.mark.parametrize("scale,said", [
+    (lambda x: (x - x.min()) / (x.max() - x.min()), ["like images in [0, 1]", "x * 2 - 1"]),
+    (lambda x: (x - x.min()) / (x.max() - x.min()) * 255, ["like 8-bit pixels", "x / 127.5 - 1"]),
+    # Once called "8-bit pixels" too.
+    (lambda x: x * 1e30, ["far outside [-1, 1]", "rescale them"])], ids=["zero_one", "pixels", "huge"])
+def test_data_outside_the_unit_range_gets_a_warning(ganc_bin, datasets, tmp_path, scale, said):
+    """Data that looks like images in [0, 1] or [0, 255], or that is far outside [-1, 1],
+    trains, with one warning saying what it looks like and how to scale it."""
     data = torch.load(datasets["ring"])
     data = data["images"] if isinstance(data, dict) else data
-    scaled = str(tmp_path / "01.pt")
-    torch.save((data - data.min()) / (data.max() - data.min()), scaled)
+    scaled = str(tmp_path / "scaled.pt")
+    torch.save(scale(data.double()).float(), scaled)
     plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
     r = run_ganc(ganc_bin, "train", *train_args(plan, "mlp", scaled, str(tmp_path / "run"), 2))
     assert r.returncode == 0, r.stderr
     warnings = [line for line in r.stderr.splitlines() if "warning" in line]
-    assert len(warnings) == 1 and "like images in [0, 1]" in warnings[0] and "x * 2 - 1" in warnings[0], r.stderr
+    assert len(warnings) == 1 and scaled in warnings[0] and all(w in warnings[0] for w in said), r.stderr
+
+
+def test_a_single_number_as_data_is_refused_naming_the_file(ganc_bin, tmp_path):
+    """A 0-d tensor file (a raw "dimension specified as 0" error naming no file once)."""
+    path = str(tmp_path / "one.pt")
+    torch.save(torch.tensor(1.0), path)
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    r = run_ganc(ganc_bin, "train", *train_args(plan, "mlp", path, str(tmp_path / "run"), 2))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"--data {path}: holds a single number (a 0-d tensor), not samples [N, " in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("trace", [False, True], ids=["scripted", "traced"])

@@ -106,6 +106,24 @@ def test_a_resume_that_changes_what_the_run_trains_is_refused_or_recorded(ganc_b
     assert "changes" not in json.load(open(out / "run.json"))["segments"][2]
 
 
+def test_a_changed_ema_half_life_names_the_betas_a_step_takes(ganc_bin, datasets, tmp_path):
+    """The EMA setting a resume compares is the half-life with the beta it gives a step
+    (0.5 ** (images per step / half-life)); it once printed the spec's unused beta."""
+    import ganc
+    plan = compile_plan(ganc_bin, "mlp_ema", str(tmp_path))
+    out = tmp_path / "o"
+    args = lambda steps, half_life, *extra: [
+        ganc_bin, "train", *train_args(plan, "mlp_ema", datasets["ring"], str(out), steps,
+                                       "--ema-half-life-images", half_life, *extra)]
+    subprocess.run(args(2, "100"), check=True, capture_output=True)
+    state = ganc.load_checkpoint(str(out / "checkpoint.pt"))
+    per_step = state["images"] / state["step"]
+    beta = lambda half_life: f"{0.5 ** (per_step / half_life):.9g}"
+    r = subprocess.run(args(4, "200", "--resume", "auto"), capture_output=True, text=True, timeout=120)
+    said = f"--ema-half-life-images 200 (beta {beta(200)}) (the run's: 100 (beta {beta(100)}))"
+    assert r.returncode == 2 and said in r.stderr, (said, r.stderr)
+
+
 def test_force_never_resumes_the_run_it_replaced(ganc_bin, datasets, tmp_path):
     """--force over a run keeps the replaced run's checkpoint as checkpoint-replaced.pt (nothing
     lost) until the new run writes its own; a forced run that failed before that is never

@@ -211,6 +211,36 @@ def test_a_no_grad_block_that_changes_gradients_is_refused_by_name(tmp_path):
                      rf"\(.*{where}\): a trace records its operations with gradients", message), message
 
 
+@torch.no_grad()
+def norm_of(x):
+    return x.norm(dim=1, keepdim=True) + 1
+
+
+class NoGradHelper(Net):
+    def body(self, x):
+        return self.lin(x / norm_of(x))
+
+
+class InferenceModeBlock(Net):
+    def body(self, x):
+        with torch.inference_mode():
+            norm = x.norm(dim=1, keepdim=True) + 1
+        return self.lin(x / norm.clone())
+
+
+@pytest.mark.parametrize("net,construct,where", [
+    (NoGradHelper, r"a @torch.no_grad\(\) function \(norm_of\)", lambda: line_of(norm_of, "no_grad")),
+    (InferenceModeBlock, r"a torch.inference_mode\(\) block", lambda: line_of(InferenceModeBlock, "inference_mode"))],
+    ids=["no_grad_helper", "inference_mode"])
+def test_a_gradient_block_is_named_by_its_own_line(tmp_path, net, construct, where):
+    """A `@torch.no_grad()` helper is named by its own first line (once: the forward's line that
+    calls it), and a `torch.inference_mode()` block by its `with` line (once: not named)."""
+    message = refusal(GAN(net()), tmp_path)
+    assert re.search(rf"differs from eager's at forward\(\[8, 4\]\) \(by [0-9.e+-]+ relative\): {construct} in "
+                     rf"discriminator \(.*{re.escape(where())}\): a trace records its operations with gradients",
+                     message), message
+
+
 class NoGradBufferUpdate(Net):
     """Eager updates the buffer without gradient; a trace records the update with gradients."""
 
