@@ -2,6 +2,7 @@
 // all-reduces, then the caller's optimizer step.
 #pragma once
 
+#include "backend/JointProgram.h"
 #include "backend/Reducer.h"
 #include "ir/Module.h"
 
@@ -25,6 +26,10 @@ struct ExecutorOptions {
   /// progressive GAN's stage-specialised phases, phases with synchronised batch norm; called
   /// with the module and the inputs. Phases not listed run their method.
   std::map<std::string, std::shared_ptr<torch::jit::Graph>> phaseGraphs;
+  /// The joint graphs phases run instead (ganc train --executor joint), by phase key: forward
+  /// and gradients through ganc's executor, no autograd engine, no TorchScript interpreter.
+  /// CPU only.
+  std::map<std::string, std::shared_ptr<const JointProgram>> jointPrograms;
   /// The loss scale of each phase that uses dynamic loss scaling, by phase name: a 0-dim
   /// device tensor the runtime's loss scaler updates in place; the loss is multiplied by it
   /// before backward.

@@ -1,10 +1,7 @@
-// Reading a phase's joint graph and running it op by op through the dispatcher.
-//
-// The executor is an interpreter over the op list: each node names an ATen operator and its
-// overload; its arguments are decoded against the operator's schema (a JSON integer is an int
-// where the schema wants an int or a Scalar and a double where it wants a float; a list becomes
-// the list type the schema names) and pushed on a stack for the boxed call. Values live in one
-// table by name, so an in-place op changes the tensor every later reader sees, as in eager.
+// Reading a phase's joint graph: its ports, its nodes, its constants, and its arguments decoded
+// against each operator's schema (a JSON integer is an int where the schema wants an int or a
+// Scalar and a double where it wants a float; a list becomes the list type the schema names).
+// JointProgram runs it.
 #include "backend/JointGraph.h"
 
 #include "support/Files.h"
@@ -193,62 +190,18 @@ Expected<c10::IValue> decode(const nlohmann::json &j, const c10::TypePtr &type,
   return Status::error("an argument of unknown form " + j.dump().substr(0, 80));
 }
 
-/// `x[i]` of an op that returned several values.
-Expected<c10::IValue> getItem(const nlohmann::json &node, const Values &values) {
-  const nlohmann::json &args = node["args"];
-  auto from = decode(args.at(0), c10::AnyType::get(), values);
-  if (!from)
-    return from.status();
-  const int64_t i = args.at(1).get<int64_t>();
-  if (from->isTuple() && i >= 0 && i < static_cast<int64_t>(from->toTupleRef().elements().size()))
-    return from->toTupleRef().elements()[i];
-  if (from->isList() && i >= 0 && i < static_cast<int64_t>(from->toListRef().size()))
-    return from->toListRef()[i];
-  return Status::error("item " + std::to_string(i) + " of a value that has none");
-}
-
-/// One ATen op of the list, called boxed: its arguments decoded against its schema.
-Expected<c10::IValue> callOp(const nlohmann::json &node, const Values &values) {
-  const std::string name = node["op"].get<std::string>();
-  const std::string overload = node.value("overload", std::string("default"));
-  auto handle = c10::Dispatcher::singleton().findSchema(
-      {name, overload == "default" ? std::string() : overload});
-  if (!handle)
-    return Status::error("the dispatcher knows no operator " + name + "." + overload);
-  const c10::FunctionSchema &schema = handle->schema();
-  const nlohmann::json &args = node["args"];
-  const nlohmann::json kwargs = node.value("kwargs", nlohmann::json::object());
-  std::vector<c10::IValue> stack; // the boxed calling convention (ATen core), no TorchScript
-  for (size_t i = 0; i < schema.arguments().size(); ++i) {
-    const c10::Argument &arg = schema.arguments()[i];
-    const nlohmann::json *given = i < args.size()               ? &args[i]
-                                  : kwargs.contains(arg.name()) ? &kwargs[arg.name()]
-                                                                : nullptr;
-    if (given == nullptr) {
-      if (!arg.default_value())
-        return Status::error(name + " takes '" + arg.name() + "', which the node does not give");
-      stack.push_back(*arg.default_value());
-      continue;
-    }
-    auto value = decode(*given, arg.type(), values);
-    if (!value)
-      return value.status().withContext(name + "'s '" + arg.name() + "'");
-    stack.push_back(value.take());
-  }
-  handle->callBoxed(stack);
-  if (schema.returns().size() == 1)
-    return stack.at(0);
-  if (schema.returns().empty())
-    return c10::IValue();
-  return c10::IValue(c10::ivalue::Tuple::create(std::move(stack)));
-}
-
 Expected<JointPort> portOf(const nlohmann::json &j) {
   if (!j.is_object() || !j.contains("kind") || !j.contains("name") || !j["kind"].is_string() ||
       !j["name"].is_string())
     return Status::error("a port without kind and name");
-  JointPort port{"", j["kind"].get<std::string>(), j["name"].get<std::string>(),
-                 j.value("value", nlohmann::json())};
+  JointPort port;
+  port.kind = j["kind"].get<std::string>();
+  port.name = j["name"].get<std::string>();
+  port.encoded = j.value("value", nlohmann::json());
+  if (j.contains("shape") && j["shape"].is_array())
+    for (const nlohmann::json &d : j["shape"])
+      port.shape.push_back(d.get<int64_t>());
+  port.dtype = j.value("dtype", std::string());
   if (port.encoded.is_string())
     port.value = port.encoded.get<std::string>();
   else if (port.encoded.is_object() && port.encoded.contains("value"))
@@ -257,6 +210,13 @@ Expected<JointPort> portOf(const nlohmann::json &j) {
 }
 
 } // namespace
+
+Expected<c10::IValue> decodeArgument(const nlohmann::json &j, const c10::TypePtr &type,
+                                     const std::map<std::string, c10::IValue> &values) {
+  return decode(j, type, values);
+}
+
+Expected<c10::ScalarType> scalarTypeNamed(const std::string &name) { return dtypeNamed(name); }
 
 std::vector<std::string> JointGraph::used() const {
   std::vector<std::string> names;
@@ -281,11 +241,10 @@ Expected<c10::IValue> readTorchSave(const std::string &path, const std::string &
   }
 }
 
-Expected<JointGraph> readJointGraph(const std::string &path) {
-  auto read = readTorchSave(path, "");
-  if (!read)
-    return read.status();
-  const c10::IValue stored = read.take();
+namespace {
+
+/// The op list and constants `stored` (a torch.save'd dict) holds; errors name `path`.
+Expected<JointGraph> jointGraphOf(const c10::IValue &stored, const std::string &path) {
   if (!stored.isGenericDict() || !stored.toGenericDict().contains("graph") ||
       !stored.toGenericDict().at("graph").isString())
     return Status::error(path + ": not a ganc joint graph (no 'graph' op list)");
@@ -313,40 +272,24 @@ Expected<JointGraph> readJointGraph(const std::string &path) {
   return graph;
 }
 
-Expected<std::vector<c10::IValue>> runJointGraph(const JointGraph &graph,
-                                                 const std::map<std::string, at::Tensor> &inputs) {
-  at::NoGradGuard noGrad;
-  Values values;
-  for (const JointPort &port : graph.inputs) {
-    const auto &from = port.kind == "constant" ? graph.constants : inputs;
-    auto found = from.find(port.name);
-    if (found == from.end())
-      return Status::error("phase '" + graph.phase + "': no tensor for its " + port.kind + " '" +
-                           port.name + "'");
-    values[port.value] = found->second;
+} // namespace
+
+Expected<JointGraph> readJointGraph(const std::string &path) {
+  auto read = readTorchSave(path, "");
+  if (!read)
+    return read.status();
+  return jointGraphOf(read.take(), path);
+}
+
+Expected<JointGraph> jointGraphFromBytes(const std::vector<char> &bytes, const std::string &where) {
+  GANC_TRY(checkZipArchive(bytes).withContext(where));
+  try {
+    return jointGraphOf(torch::pickle_load(bytes), where);
+  } catch (const std::exception &e) {
+    const std::string text = e.what();
+    return Status::error(where + ": not a torch.save file (" + text.substr(0, text.find('\n')) +
+                         ")");
   }
-  for (const nlohmann::json &node : graph.nodes) {
-    const std::string out = node.value("out", std::string());
-    Expected<c10::IValue> value = Status::error("");
-    try {
-      value = node.value("op", std::string()) == "getitem" ? getItem(node, values)
-                                                           : callOp(node, values);
-    } catch (const std::exception &e) {
-      const std::string what = e.what();
-      value = Status::error(what.substr(0, what.find('\n')));
-    }
-    if (!value)
-      return value.status().withContext("phase '" + graph.phase + "', node " + out);
-    values[out] = value.take();
-  }
-  std::vector<c10::IValue> outputs;
-  for (const JointPort &port : graph.outputs) {
-    auto value = decode(port.encoded, c10::AnyType::get(), values);
-    if (!value)
-      return value.status().withContext("phase '" + graph.phase + "', output " + port.name);
-    outputs.push_back(value.take());
-  }
-  return outputs;
 }
 
 } // namespace ganc::backend

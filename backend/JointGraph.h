@@ -1,6 +1,6 @@
 // A phase's joint graph (forward, its autograd.grad calls and the parameter gradients as one
-// list of ATen ops, written by ganc.joint) and the executor that runs it through the
-// dispatcher: no autograd engine, no TorchScript interpreter.
+// list of ATen ops, written by ganc.joint), as read from its file or an archive; JointProgram
+// runs it through the dispatcher: no autograd engine, no TorchScript interpreter.
 #pragma once
 
 #include "support/Status.h"
@@ -22,6 +22,9 @@ struct JointPort {
   std::string kind;
   std::string name;
   nlohmann::json encoded; ///< an output's value as the op list writes it (a name or a constant)
+  /// An input's shape and dtype at capture ("float32"); empty where the op list gives none.
+  std::vector<int64_t> shape;
+  std::string dtype;
 };
 
 /// A captured phase, as ganc.joint.to_file writes it (docs/ir.md, "Joint graphs").
@@ -37,18 +40,21 @@ struct JointGraph {
   std::vector<std::string> used() const;
 };
 
+/// An op-list argument (docs/ir.md, "Joint graphs") as the IValue the schema's `type` takes,
+/// its value references ({"value": name}) looked up in `values`.
+Expected<c10::IValue> decodeArgument(const nlohmann::json &j, const c10::TypePtr &type,
+                                     const std::map<std::string, c10::IValue> &values);
+
+/// The dtype an op list names ("float32", "bfloat16", ...).
+Expected<c10::ScalarType> scalarTypeNamed(const std::string &name);
+
 /// The value a torch.save file holds, its zip checked first; an error names `what` and `path`.
 Expected<c10::IValue> readTorchSave(const std::string &path, const std::string &what);
 
 /// Reads the op list at `path`; an error names the file and what is wrong with it.
 Expected<JointGraph> readJointGraph(const std::string &path);
 
-/// Runs `graph` on `inputs` (by JointPort::name, for the parameter, buffer and input ports;
-/// the constants come with the graph), op by op through the dispatcher. In-place ops change
-/// the tensors given (a buffer updated in the phase is updated here). Returns the outputs in
-/// the graph's order. An op the dispatcher does not know, or an argument its schema does not
-/// take, is an error naming the node.
-Expected<std::vector<c10::IValue>> runJointGraph(const JointGraph &graph,
-                                                 const std::map<std::string, at::Tensor> &inputs);
+/// The joint graph a torch.save file's `bytes` hold (an archive's entry); errors name `where`.
+Expected<JointGraph> jointGraphFromBytes(const std::vector<char> &bytes, const std::string &where);
 
 } // namespace ganc::backend

@@ -193,6 +193,23 @@ Status loadOpLibraries(const std::vector<std::string> &paths) {
 
 namespace {
 
+/// The phases' joint graphs ganc.export(joint=True) kept (extra/ganc_joint/PHASE.pt), as
+/// their bytes by phase name.
+Status readJointGraphs(const std::string &path, const std::vector<char> &bytes, Archive &archive) {
+  const std::string marker = "/extra/ganc_joint/";
+  auto entries = readZipEntries(bytes, [&](const std::string &name) {
+    return name.find(marker) != std::string::npos && name.size() > 3 &&
+           name.compare(name.size() - 3, 3, ".pt") == 0;
+  });
+  if (!entries)
+    return entries.status().withContext(path);
+  for (auto &[name, content] : *entries) {
+    const size_t start = name.find(marker) + marker.size();
+    archive.jointGraphs[name.substr(start, name.size() - 3 - start)] = std::move(content);
+  }
+  return Status::ok();
+}
+
 /// The operators an archive's code calls from operator libraries, as ganc.export recorded them
 /// in its ganc_ops.json ({"libraries": ["libx.so", ...], "ops": ["ns::op", ...]}): each must be
 /// registered (--op-library loads them) before the archive's code can be loaded. Its
@@ -254,6 +271,7 @@ Expected<Archive> loadArchive(const std::string &path, const std::string &planSp
   Archive archive;
   GANC_TRY(readOpLibraries(path, *bytes, archive));
   archive.path = path;
+  GANC_TRY(readJointGraphs(path, *bytes, archive));
   jit::ExtraFilesMap extra{{"ganc.json", ""}};
   try {
     std::istringstream in(std::string(bytes->begin(), bytes->end()));

@@ -24,6 +24,9 @@ struct Archive {
   /// Operators from operator libraries whose backward ganc.export measured (ganc_ops.json's
   /// backward_reads): per operand a gradient flows through, the operands its backward reads.
   std::map<std::string, std::vector<std::vector<int64_t>>> opBackwardReads;
+  /// Each phase's joint graph as ganc.export(joint=True) kept it (a torch.save file's bytes,
+  /// docs/ir.md "Joint graphs"), by phase name; empty for an archive exported without.
+  std::map<std::string, std::vector<char>> jointGraphs;
 };
 
 /// Loads `path` and its ganc.json; checks that every phase's method and submodules exist,

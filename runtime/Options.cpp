@@ -28,6 +28,11 @@ const Spellings<DoubleBackward> &doubleBackwardNames() {
                                                   {"pytorch", DoubleBackward::PyTorch}};
   return names;
 }
+const Spellings<PhaseExecutor> &phaseExecutorNames() {
+  static const Spellings<PhaseExecutor> names = {{"torchscript", PhaseExecutor::TorchScript},
+                                                 {"joint", PhaseExecutor::Joint}};
+  return names;
+}
 const Spellings<MemoryFormat> &memoryFormatNames() {
   static const Spellings<MemoryFormat> names = {{"auto", MemoryFormat::Auto},
                                                 {"channels_last", MemoryFormat::ChannelsLast},

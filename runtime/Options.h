@@ -27,6 +27,9 @@ enum class UploadStream { Copy, Compute };
 enum class MemoryFormat { Auto, ChannelsLast, Contiguous };
 /// Whose double backward the grouped convolutions of a phase that differentiates twice take.
 enum class DoubleBackward { Filters, Grouped, PyTorch };
+/// What runs a phase: TorchScript's interpreter with PyTorch's autograd, or the phase's joint
+/// graph through ganc's own executor.
+enum class PhaseExecutor { TorchScript, Joint };
 
 /// Each enum's spellings, on the command line and in run.json.
 template <typename E> using Spellings = std::vector<std::pair<std::string, E>>;
@@ -36,6 +39,7 @@ const Spellings<GraphNodes> &graphNodesNames();
 const Spellings<UploadStream> &uploadStreamNames();
 const Spellings<MemoryFormat> &memoryFormatNames();
 const Spellings<DoubleBackward> &doubleBackwardNames();
+const Spellings<PhaseExecutor> &phaseExecutorNames();
 /// The spelling of `value` in `names`.
 template <typename E> const std::string &nameOf(E value, const Spellings<E> &names) {
   for (const auto &entry : names)
@@ -137,6 +141,9 @@ struct TrainOptions {
   /// ("grouped"); or they keep PyTorch's, which makes one convolution per group ("pytorch").
   /// The plan says which phases take it (their `double_backward`); see frontend/DoubleBackward.h.
   DoubleBackward doubleBackward = DoubleBackward::Filters;
+  /// --executor: joint runs each phase's joint graph (ganc.export(joint=True)) through
+  /// backend::JointProgram, on the CPU; torchscript the archive's methods under autograd.
+  PhaseExecutor executor = PhaseExecutor::TorchScript;
   /// On CUDA: cuDNN benchmark mode (algorithms timed during warm-up, before capture).
   /// Ignored with `deterministic`.
   bool cudnnBenchmark = true;

@@ -2,9 +2,11 @@
 #include "runtime/Setup.h"
 
 #include "backend/Device.h"
+#include "backend/JointProgram.h"
 #include "frontend/DoubleBackward.h"
 #include "frontend/SpecSchema.h"
 #include "ir/Plan.h"
+#include "ir/Recipe.h"
 #include "ops/Ops.h"
 #include "passes/Pass.h"
 #include "runtime/rundir/RunDir.h"
@@ -162,6 +164,46 @@ void tellRewrites(const std::string &phase, const frontend::FusionReport *fusion
   std::cout << std::endl;
 }
 
+/// --executor joint: each phase runs the joint graph its archive keeps (ganc.export(...,
+/// joint=True)) through ganc's executor; its gradients must be the plan's used parameters.
+Status addJointPrograms(const Session &s, backend::ExecutorOptions &options) {
+  if (s.options.executor != PhaseExecutor::Joint)
+    return Status::ok();
+  if (s.device.is_cuda())
+    return Status::error("--executor joint runs on the CPU for now; on " + s.device.str() +
+                         " give --executor torchscript");
+  for (const auto &phase : s.plan->phases) {
+    const std::string where = "--executor joint: phase '" + phase->key() + "'";
+    if (!phase->stage.empty())
+      return Status::error(where + ": progressive stages have no joint graphs yet");
+    if (!phase->autocast.empty())
+      return Status::error(where + " runs under autocast (" + ir::precisionOf(phase->autocast) +
+                           "), which its joint graph does not hold yet");
+    auto bytes = s.archive->jointGraphs.find(phase->name);
+    if (bytes == s.archive->jointGraphs.end())
+      return Status::error(where + ": " + s.options.model +
+                           " keeps no joint graph for it; export it with ganc.export(..., "
+                           "joint=True)");
+    auto graph = backend::jointGraphFromBytes(
+        bytes->second, s.options.model + ": the joint graph of phase '" + phase->name + "'");
+    if (!graph)
+      return graph.status();
+    std::vector<std::string> computed = graph->used(), planned = phase->used;
+    std::sort(computed.begin(), computed.end());
+    std::sort(planned.begin(), planned.end());
+    if (computed != planned)
+      return Status::error(
+          where + ": its joint graph computes gradients for " + std::to_string(computed.size()) +
+          " parameters, the plan's used set has " + std::to_string(planned.size()) +
+          "; compile the plan again from this archive");
+    auto program = backend::JointProgram::compile(graph.take());
+    if (!program)
+      return program.status().withContext(s.options.model);
+    options.jointPrograms[phase->key()] = program.take();
+  }
+  return Status::ok();
+}
+
 Status createExecutor(Session &s) {
   const frontend::Spec &spec = s.spec();
   backend::ExecutorOptions options;
@@ -222,6 +264,7 @@ Status createExecutor(Session &s) {
       if (needed || rewritten || fuses)
         options.phaseGraphs[key] = graph.take();
     }
+  GANC_TRY(addJointPrograms(s, options));
   ops::setSyncBatchNormGroup(s.group.backend);
   auto executor = backend::createExecutor(*s.plan, s.module(), s.group.backend, options);
   if (!executor)

@@ -1,7 +1,7 @@
 // `ganc joint`: its options, and the run of one captured phase on tensors from a file.
 #include "tools/JointCommand.h"
 
-#include "backend/JointGraph.h"
+#include "backend/JointProgram.h"
 #include "support/Files.h"
 
 #include <torch/serialize.h>
@@ -79,12 +79,24 @@ Status runJoint(const JointArgs &j) {
   auto inputs = readTensors(j.inputs);
   if (!inputs)
     return inputs.status();
-  auto outputs = backend::runJointGraph(*graph, *inputs);
+  // The loss's gradient seed, unless given: 1 (autograd.grad's default).
+  for (const backend::JointPort &port : graph->inputs)
+    if (port.kind == "seed" && !inputs->count(port.name)) {
+      auto dtype = backend::scalarTypeNamed(port.dtype.empty() ? "float32" : port.dtype);
+      if (!dtype)
+        return dtype.status().withContext(j.graph);
+      (*inputs)[port.name] = at::ones({}, at::TensorOptions(*dtype));
+    }
+  auto program = backend::JointProgram::compile(graph.take());
+  if (!program)
+    return program.status().withContext(j.graph);
+  auto outputs = (*program)->run(*inputs, nullptr);
   if (!outputs)
     return outputs.status();
+  const backend::JointGraph &ran = (*program)->graph();
   c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
   for (size_t i = 0; i < outputs->size(); ++i) {
-    const backend::JointPort &port = graph->outputs[i];
+    const backend::JointPort &port = ran.outputs[i];
     dict.insert(port.kind == "loss" ? port.kind : port.kind + ":" + port.name, (*outputs)[i]);
   }
   return writeFileAtomically(j.out, torch::pickle_save(dict));

@@ -317,6 +317,13 @@ std::vector<Option<TrainOptions>> deviceOptions() {
        "layout of 4-D weights, buffers and data (default auto: channels_last on CUDA, "
        "contiguous on CPU)",
        storeChoice(&O::memoryFormat, runtime::memoryFormatNames())},
+      {"--executor", choiceValue(runtime::phaseExecutorNames()),
+       "what runs each phase: TorchScript's interpreter with PyTorch's autograd (torchscript, "
+       "the default), or the phase's joint graph of ATen ops (forward, gradient penalties and "
+       "parameter gradients as one list, kept by ganc.export(..., joint=True)) through ganc's "
+       "own executor (joint: CPU; no stages, sections or autocast yet); each bucket's "
+       "all-reduce starts as soon as its last gradient is computed",
+       storeChoice(&O::executor, runtime::phaseExecutorNames())},
       {"--fusion", "on|off",
        "run the resamplings and bias + activations the plan fused as ganc's ops (on, the "
        "default) or as the model's code wrote them (off, for comparison)",

@@ -15,6 +15,26 @@
 
 namespace ganc::backend {
 
+namespace {
+
+/// The plan must describe this model: same parameter names and shapes.
+Status checkParameters(const ir::Module &plan, const std::map<std::string, at::Tensor> &model) {
+  for (const ir::Tensor &p : plan.parameters) {
+    auto it = model.find(p.name);
+    if (it == model.end())
+      return Status::error("the plan's parameter '" + p.name + "' does not exist in the model");
+    if (it->second.sizes().vec() != p.type.shape)
+      return Status::error("parameter '" + p.name + "' has shape " + c10::str(it->second.sizes()) +
+                           " in the model but " + p.type.str() + " in the plan");
+  }
+  if (plan.parameters.size() != model.size())
+    return Status::error("the model has " + std::to_string(model.size()) +
+                         " parameters, the plan " + std::to_string(plan.parameters.size()));
+  return Status::ok();
+}
+
+} // namespace
+
 Expected<std::unique_ptr<EagerExecutor>>
 EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
                       c10::intrusive_ptr<c10d::Backend> group, const ExecutorOptions &options) {
@@ -29,20 +49,11 @@ EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
   e->options_ = options;
   for (const auto &p : module.named_parameters(/*recurse=*/true))
     e->parameters_[p.name] = p.value;
-  for (const auto &b : module.named_buffers(/*recurse=*/true))
+  for (const auto &b : module.named_buffers(/*recurse=*/true)) {
     e->buffers_.push_back(b.value);
-  // The plan must describe this model: same parameter names, shapes and dtypes.
-  for (const ir::Tensor &p : plan.parameters) {
-    auto it = e->parameters_.find(p.name);
-    if (it == e->parameters_.end())
-      return Status::error("the plan's parameter '" + p.name + "' does not exist in the model");
-    if (it->second.sizes().vec() != p.type.shape)
-      return Status::error("parameter '" + p.name + "' has shape " + c10::str(it->second.sizes()) +
-                           " in the model but " + p.type.str() + " in the plan");
+    e->buffersByName_[b.name] = b.value;
   }
-  if (plan.parameters.size() != e->parameters_.size())
-    return Status::error("the model has " + std::to_string(e->parameters_.size()) +
-                         " parameters, the plan " + std::to_string(plan.parameters.size()));
+  GANC_TRY(checkParameters(plan, e->parameters_));
   if (plan.shardRanks > 1 && plan.shardRanks != group->getSize())
     return Status::error("the plan's shards are laid out for " + std::to_string(plan.shardRanks) +
                          " ranks, this run has " + std::to_string(group->getSize()));
@@ -90,6 +101,9 @@ EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
     // trained parameters keep requires_grad, so a gradient the plan did not predict is caught.
     for (const ir::Tensor &p : plan.parameters)
       state.requiresGrad.emplace_back(e->parameters_.at(p.name), phase->trains(p.name));
+    auto joint = options.jointPrograms.find(phase->key());
+    if (joint != options.jointPrograms.end())
+      state.joint = joint->second;
     e->phases_[phase->key()] = std::move(state);
   }
   e->hooks_ = std::make_unique<GradReadyHooks>(e->parameters_);
@@ -251,12 +265,101 @@ at::Tensor splitOutput(const c10::IValue &output, int64_t accumulate,
 
 } // namespace
 
+std::string EagerExecutor::mode(const std::string &phase) const {
+  auto it = phases_.find(phase);
+  return it != phases_.end() && it->second.joint ? "joint" : "eager";
+}
+
+namespace {
+
+/// Adds a gradient into a parameter's .grad as autograd's AccumulateGrad does with gradient
+/// mode off: the first one is taken as it is, later ones added in place.
+void accumulateGrad(at::Tensor parameter, const at::Tensor &gradient) {
+  at::Tensor &grad = parameter.mutable_grad();
+  if (!grad.defined())
+    grad = gradient;
+  else
+    grad.add_(gradient);
+}
+
+} // namespace
+
+at::Tensor EagerExecutor::jointForwardBackward(PhaseState &state,
+                                               const std::vector<at::Tensor> &inputs,
+                                               int64_t micro) {
+  const int64_t accumulate = state.plan->accumulate;
+  const bool last = micro + 1 == accumulate;
+  if (micro == 0) {
+    state.reducer->prepare(parameters_);
+    if (options_.broadcastBuffers)
+      broadcastBuffers();
+  }
+  const JointGraph &graph = state.joint->graph();
+  std::map<std::string, at::Tensor> given = parameters_;
+  given.insert(buffersByName_.begin(), buffersByName_.end());
+  size_t next = 0;
+  for (const JointPort &port : graph.inputs) {
+    if (port.kind == "input") {
+      if (next >= inputs.size())
+        throw std::runtime_error("phase '" + state.plan->key() + "': its joint graph takes more " +
+                                 "inputs than the phase is given");
+      given[port.name] = inputs[next++];
+    } else if (port.kind == "seed") {
+      // The loss's gradient, as autograd seeds (loss / accumulate * scale).backward().
+      auto dtype = scalarTypeNamed(port.dtype.empty() ? "float32" : port.dtype);
+      if (!dtype)
+        throw std::runtime_error("phase '" + state.plan->key() + "': " + dtype.status().message());
+      at::Tensor seed = at::ones({}, at::TensorOptions(options_.device).dtype(*dtype));
+      auto scale = options_.lossScales.find(state.plan->name);
+      if (scale != options_.lossScales.end())
+        seed = seed * scale->second;
+      if (accumulate > 1)
+        seed = seed / static_cast<double>(accumulate);
+      given[port.name] = seed;
+    }
+  }
+  auto start = std::chrono::steady_clock::now();
+  auto outputs = state.joint->run(given, [&](const std::string &name, const at::Tensor &g) {
+    at::Tensor p = parameters_.at(name);
+    accumulateGrad(p, g);
+    if (last)
+      state.reducer->markReady(name, p);
+  });
+  if (!outputs)
+    throw std::runtime_error(outputs.status().message());
+  if (state.timeline && last)
+    state.timeline->mark(RunTimeline::BackwardEnd);
+  if (last)
+    state.reducer->finish(parameters_);
+  lastWorkSeconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  lastOutputs_.emplace_back();
+  size_t stat = 0;
+  for (size_t i = 0; i < graph.outputs.size(); ++i) {
+    if (graph.outputs[i].kind != "stat")
+      continue;
+    at::Tensor value =
+        (*outputs)[i].toTensor().detach().to(at::kFloat) / static_cast<double>(accumulate);
+    if (stat < lastStats_.size())
+      lastStats_[stat].second = lastStats_[stat].second + value;
+    else
+      lastStats_.emplace_back(graph.outputs[i].name, value);
+    ++stat;
+  }
+  at::Tensor loss = (*outputs)[0].toTensor();
+  if (accumulate > 1)
+    loss = loss / static_cast<double>(accumulate); // the mean over micro-batches
+  return loss.detach();
+}
+
 at::Tensor EagerExecutor::forwardBackward(const std::string &phase,
                                           const std::vector<at::Tensor> &inputs, int64_t micro) {
   auto it = phases_.find(phase);
   if (it == phases_.end())
     throw std::runtime_error("no phase '" + phase + "' in the plan");
   PhaseState &state = it->second;
+  if (state.joint)
+    return jointForwardBackward(state, inputs, micro);
   const int64_t accumulate = state.plan->accumulate;
   // Micro-batches before the last accumulate into .grad locally, like DDP under no_sync();
   // the last one's hooks write the sums into the buckets and launch the all-reduces.

@@ -19,7 +19,7 @@ public:
   at::Tensor run(const std::string &phase, const InputFn &inputs, const StepFn &step) override;
   c10::impl::GenericDict runSection(const SectionCall &call, const InputFn &inputs,
                                     int64_t micro) override;
-  std::string mode(const std::string &phase) const override { return "eager"; }
+  std::string mode(const std::string &phase) const override;
   const PhaseReducer &reducer(const std::string &phase) const override;
 
   /// Forward and backward of micro-batch `micro` of a phase, under its autocast; the last
@@ -46,18 +46,26 @@ private:
     std::unique_ptr<PhaseReducer> reducer;
     std::vector<std::pair<at::Tensor, bool>> requiresGrad;
     std::unique_ptr<RunTimeline> timeline; // when profiling
+    /// The joint graph the phase runs instead of its method and autograd (--executor joint).
+    std::shared_ptr<const JointProgram> joint;
   };
   EagerExecutor() = default;
   void broadcastCoalesced(std::vector<at::Tensor> tensors);
   /// The phase method (or its stage graph) on `inputs`, under the phase's autocast.
   /// The phase method's output: its loss, or (loss, {name: scalar}).
   c10::IValue forward(PhaseState &state, const std::vector<at::Tensor> &inputs);
+  /// forwardBackward through the phase's joint graph: each gradient accumulated into .grad
+  /// as autograd's AccumulateGrad does, and handed to the reducer (last micro-batch) as soon
+  /// as the op completing it has run.
+  at::Tensor jointForwardBackward(PhaseState &state, const std::vector<at::Tensor> &inputs,
+                                  int64_t micro);
 
   torch::jit::Module module_;
   c10::intrusive_ptr<c10d::Backend> group_;
   ExecutorOptions options_;
   std::map<std::string, at::Tensor> parameters_;
   std::vector<at::Tensor> buffers_;
+  std::map<std::string, at::Tensor> buffersByName_;
   std::map<std::string, PhaseState> phases_;
   /// Sharded plans: the reducers' buffers, shared by the phases (see PhaseReducer::create).
   std::map<c10::ScalarType, at::Tensor> scratch_;

@@ -22,7 +22,7 @@ from .api import GancError, GancWarning, Plan, compile, simulate, train
 # Name -> the submodule that defines it, imported on first use (PEP 562).
 _LAZY = {
     "export": "exporter", "load_spec": "exporter", "load_checkpoint": "exporter",
-    "example_inputs": "exporter", "phase_methods_scripted": "exporter",
+    "example_inputs": "phases", "phase_methods_scripted": "exporter",
     "make_scriptable": "scriptable", "ExportError": "scriptable",
     "SPEC_VERSION": "spec", "SpecError": "spec", "validate": "spec", "dumps": "spec",
     "stylegan_snapshot": "snapshots",

@@ -21,37 +21,10 @@ from .probe import Probe
 from .script_types import constants_typed
 from .trace_derivatives import rng_kept
 from .scriptable import ExportError, make_scriptable, python_call, sync_batch_norm_paths
-from .spec import SPEC_VERSION, SpecError, dumps, sample_shape, validate
+from .phases import example_inputs, phase_loss
+from .spec import SPEC_VERSION, SpecError, dumps, validate
 
 __all__ = ["export", "load_spec", "load_checkpoint", "example_inputs", "run_phases", "phase_methods_scripted"]
-
-
-def example_inputs(spec: dict, phase: dict, batch: int | None = None, values: dict | None = None) -> tuple:
-    """Tensors of the right shapes for one call of a phase method (for tracing and tests).
-    `values` holds what earlier phases handed on, by "phase.name" (see run_phases)."""
-    batch = batch or spec["batch_size"]
-    dtype = getattr(torch, spec.get("dtype", "float32"))
-    out = []
-    for inp in phase["inputs"]:
-        if inp["source"] == "output":
-            if values is None or inp["output"] not in values:
-                raise SpecError(f"spec: phase {phase['name']!r}: input {inp['name']!r} takes "
-                                f"{inp['output']!r}, which no earlier phase returned")
-            out.append(values[inp["output"]].detach())
-            continue
-        if inp["source"] == "fade":
-            out.append(torch.rand(()).to(dtype))
-            continue
-        if inp["source"] == "controller":
-            out.append(torch.tensor(float(spec["controllers"][inp["controller"]].get("initial", 0.0))).to(dtype))
-            continue
-        if inp["source"] in ("labels", "categorical"):
-            out.append(torch.randint(inp.get("classes", spec["data"].get("classes", 1)), (batch,)))
-            continue
-        shape = sample_shape(spec, inp.get("field")) if inp["source"] == "data" else inp["shape"]
-        draw = torch.rand if inp["source"] == "uniform" else torch.randn
-        out.append(draw([batch] + list(shape)).to(dtype))
-    return tuple(out)
 
 
 def run_phases(model, spec: dict, batch: int | None = None, before=None):
@@ -126,7 +99,7 @@ def _jit_deprecation_noted():
 
 
 def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, verbose: bool = True,
-           op_libraries=()) -> dict:
+           op_libraries=(), joint: bool = False) -> dict:
     """Exports `gan` with every phase method and its spec to the archive `path`.
 
     By default the export is hybrid (see ganc.hybrid): the phase methods are scripted, and each
@@ -140,6 +113,11 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, ver
     parameters and buffers `gan` had. With `verbose`, one line per traced submodule, container
     and Function says what became of it and why.
 
+    `joint=True`: each phase is also captured as one joint graph of ATen ops (forward, its
+    `autograd.grad` calls and the parameter gradients; see ganc.joint), kept in the archive,
+    which `ganc train --executor joint` runs with ganc's own executor in place of TorchScript
+    and autograd. Specs with stages or sections are not captured yet.
+
     `op_libraries`: paths of TORCH_LIBRARY operator libraries (shared libraries) whose
     operators the model calls; they are loaded here and named in the archive, and `ganc
     compile` / `ganc train` need them too (`--op-library`).
@@ -151,10 +129,10 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, ver
     if not isinstance(gan, torch.nn.Module):
         raise TypeError(f"ganc.export: the GAN must be a torch.nn.Module, not {type(gan).__name__}")
     with _jit_deprecation_noted():
-        return _export(gan, path, spec, trace, verbose, op_libraries)
+        return _export(gan, path, spec, trace, verbose, op_libraries, joint)
 
 
-def _export(gan, path, spec, trace, verbose, op_libraries) -> dict:
+def _export(gan, path, spec, trace, verbose, op_libraries, joint=False) -> dict:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):  # said before the scripting, not by torch.jit.save after it
         raise FileNotFoundError(f"ganc.export: {path}: the folder {folder} does not exist")
@@ -179,6 +157,11 @@ def _export(gan, path, spec, trace, verbose, op_libraries) -> dict:
             probe = _probe(model, spec, whole=trace)
     _restore(model, state)
     lines = functions.check_all(probe.functions.applied.values())
+    graphs = {}
+    if joint:  # captured on the module the archive's names come from, left as it was
+        from . import joint as joint_graphs
+        graphs = joint_graphs.archive_entries(model, spec)
+        _restore(model, state)
     names = [p["method"] for p in spec["phases"]]
     names += [spec["sample"]["method"]] if "method" in spec.get("sample", {}) else []  # the grid's
     if trace:
@@ -191,7 +174,7 @@ def _export(gan, path, spec, trace, verbose, op_libraries) -> dict:
     else:
         scripted, lines = _script_stitched(model, gan, probe, names, lines)
     _restore(scripted, state)
-    extra = {"ganc.json": dumps(spec)}
+    extra = {"ganc.json": dumps(spec), **graphs}
     needs = oplibs.requirements(scripted, libraries, ops.calls if libraries else None)
     if needs:
         extra["ganc_ops.json"] = needs
@@ -325,23 +308,6 @@ def phase_values(output, phase: dict) -> dict:
         raise SpecError(f"spec: phase {phase['name']!r}: method {phase['method']!r} returns no tensor "
                         f"{missing[0]!r}, one of its 'outputs'")
     return values
-
-
-def phase_loss(output, phase: dict) -> torch.Tensor:
-    """The loss of a phase method's output: the output itself, or the first element of
-    `(loss, {name: tensor})`, whose scalar values ganc logs (stats.jsonl, TensorBoard) and
-    whose `outputs` it hands on."""
-    where = f"spec: phase {phase['name']!r}: method {phase['method']!r}"
-    outputs = set(phase.get("outputs", []))
-    if isinstance(output, tuple):
-        if (len(output) != 2 or not isinstance(output[1], dict)
-                or not all(isinstance(k, str) and isinstance(v, torch.Tensor) and (v.numel() == 1 or k in outputs)
-                           for k, v in output[1].items())):
-            raise SpecError(f"{where} returns a tuple: it must be (loss, {{name: scalar tensor, ...}})")
-        output = output[0]
-    if not isinstance(output, torch.Tensor) or output.dim() != 0:
-        raise SpecError(f"{where} must return a scalar loss tensor (or (loss, {{name: scalar}}))")
-    return output
 
 
 def _restore(module, state: dict) -> None:

@@ -15,6 +15,7 @@ one on given tensors through the dispatcher, with no autograd engine and no Torc
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import operator
@@ -25,10 +26,11 @@ import torch.nn as nn
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.utils.stateless import _reparametrize_module
 
+from .phases import example_inputs, phase_loss
 from .probe import raised_at
 from .scriptable import ExportError
 
-__all__ = ["JOINT_VERSION", "JointGraph", "capture", "to_file"]
+__all__ = ["JOINT_VERSION", "JointGraph", "archive_entries", "capture", "to_file"]
 
 JOINT_VERSION = 1
 
@@ -59,30 +61,40 @@ def capture(gan: nn.Module, phase: dict, args: tuple) -> JointGraph:
     """`phase`'s joint graph (a spec phase: its method and the submodules it updates) traced on
     the phase method's arguments `args`. `gan` is left as it was: the capture runs on copies
     of its parameters and buffers."""
-    from .exporter import phase_loss
     if "updates" not in phase:
         raise ExportError(f"ganc.joint: phase {phase['name']!r} is a section (it trains nothing and hands its "
                           "values on): sections are not captured yet")
+    if phase.get("outputs"):
+        raise ExportError(f"ganc.joint: phase {phase['name']!r} hands values on ({', '.join(phase['outputs'])}): "
+                          "phases that hand values on are not captured yet")
     params = dict(gan.named_parameters())
     buffers = dict(gan.named_buffers())
     updated = _updated(gan, phase)
     pnames, bnames = list(params), list(buffers)
     used: list[str] = []
+    logged: list[str] = []
 
-    def joint(p, b, inputs):
+    def joint(p, b, inputs, seed):
         state = {**dict(zip(pnames, p)), **dict(zip(bnames, b))}
         with _reparametrize_module(gan, state, tie_weights=True):
-            loss = phase_loss(getattr(gan, phase["method"])(*inputs), phase)
+            output = getattr(gan, phase["method"])(*inputs)
+            loss = phase_loss(output, phase)
+            stats = output[1] if isinstance(output, tuple) else {}
             wrt = [state[n] for n in updated]
-            grads = torch.autograd.grad(loss, wrt, allow_unused=True) if wrt else ()
+            # The seed is the loss's gradient: 1, or the runtime's loss scale / micro-batches,
+            # as autograd seeds (loss / accumulate * scale).backward().
+            grads = torch.autograd.grad(loss, wrt, grad_outputs=seed, allow_unused=True) if wrt else ()
         used[:] = [n for n, g in zip(updated, grads) if g is not None]  # known while tracing
-        return loss, [g for g in grads if g is not None], list(b)
+        logged[:] = list(stats)
+        return loss, [g for g in grads if g is not None], list(b), [v.detach() for v in stats.values()]
 
     p = [t.detach().clone().requires_grad_(t.requires_grad) for t in params.values()]
     b = [t.detach().clone() for t in buffers.values()]
     inputs = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
+    # A loss has its parameters' dtype (float32 under autocast too).
+    seed = torch.ones((), dtype=next((t.dtype for t in p if t.is_floating_point()), torch.float32))
     try:
-        module = make_fx(joint)(p, b, inputs)
+        module = make_fx(joint)(p, b, inputs, seed)
     except RuntimeError as e:
         if "tracing tensor" not in str(e) and "data-dependent" not in str(e):
             raise
@@ -92,8 +104,9 @@ def capture(gan: nn.Module, phase: dict, args: tuple) -> JointGraph:
                           "torch.cond") from None
     graph = JointGraph(phase["name"], phase["method"], module)
     graph.inputs = ([("parameter", n) for n in pnames] + [("buffer", n) for n in bnames]
-                    + [("input", inp["name"]) for inp in phase["inputs"]])
-    graph.outputs = [("loss", "loss")] + [("gradient", n) for n in used] + [("buffer", n) for n in bnames]
+                    + [("input", inp["name"]) for inp in phase["inputs"]] + [("seed", "loss")])
+    graph.outputs = ([("loss", "loss")] + [("gradient", n) for n in used] + [("buffer", n) for n in bnames]
+                     + [("stat", n) for n in logged])
     graph.constants = {name: getattr(module, name).detach().clone() for name in _constants(module)}
     return graph
 
@@ -144,7 +157,11 @@ def op_list(graph: JointGraph) -> dict:
         raise ExportError(f"ganc.joint: phase {graph.phase!r}: {len(placeholders)} graph inputs for "
                           f"{len(graph.inputs)} parameters, buffers and inputs")
     for node, (kind, name) in zip(placeholders, graph.inputs):
-        inputs.append({"value": node.name, "kind": kind, "name": name})
+        port = {"value": node.name, "kind": kind, "name": name}
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor):  # what the graph was captured for (its shapes are fixed)
+            port.update(shape=list(value.shape), dtype=str(value.dtype).replace("torch.", ""))
+        inputs.append(port)
     for node in graph.module.graph.nodes:
         where = f"phase {graph.phase!r}, node {node.name}"
         if node.op == "get_attr":
@@ -169,6 +186,26 @@ def op_list(graph: JointGraph) -> dict:
             "inputs": inputs, "nodes": nodes, "outputs": outputs}
 
 
-def to_file(graph: JointGraph, path: str) -> None:
-    """Writes the captured phase as ganc's op list with its constants (docs/ir.md)."""
+def to_file(graph: JointGraph, path) -> None:
+    """Writes the captured phase as ganc's op list with its constants (docs/ir.md); `path` may
+    be a file object."""
     torch.save({"graph": json.dumps(op_list(graph)), "constants": graph.constants}, path)
+
+
+def archive_entries(gan: nn.Module, spec: dict) -> dict[str, bytes]:
+    """Every phase of `spec` captured on inputs of the spec's batch (the shapes a run gives
+    it), as the archive's entries `ganc_joint/PHASE.pt` (`ganc train --executor joint` runs
+    them). A spec with stages, or a phase that hands values on, is refused for now."""
+    if spec.get("stages"):
+        raise ExportError("ganc.export(joint=True): a spec with stages is not captured yet (one joint graph per "
+                          "stage); export it without joint=True")
+    entries = {}
+    for phase in spec["phases"]:
+        if "updates" not in phase:
+            raise ExportError(f"ganc.export(joint=True): phase {phase['name']!r} is a section: sections are not "
+                              "captured yet; export it without joint=True")
+        graph = capture(gan, phase, example_inputs(spec, phase))
+        buffer = io.BytesIO()
+        to_file(graph, buffer)
+        entries[f"ganc_joint/{phase['name']}.pt"] = buffer.getvalue()
+    return entries

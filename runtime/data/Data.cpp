@@ -281,7 +281,7 @@ std::string rangeWarning(const std::string &path, const at::Tensor &data) {
   if (low >= 0 && high > 1.5 && high <= 255)
     return "--data " + path + ": values span " + range +
            ", like 8-bit pixels; ganc trains on [-1, 1] (x / 127.5 - 1)";
-  if (low < -1.5 || high > 1.5)
+  if (low < -255 || high > 255) // past any pixel range
     return "--data " + path + ": values span " + range +
            ", far outside [-1, 1], where ganc's generators and data are; rescale them";
   if (low >= 0 && high <= 1 && high > 0)

@@ -17,7 +17,7 @@ import ganc
 import zoo
 from conftest import archive
 from ganc import joint
-from ganc.exporter import example_inputs, phase_loss
+from ganc.phases import example_inputs, phase_loss
 
 # Zoo models with no random op inside their phases (the capture records torch's draws; ganc's
 # generator does not feed them yet): an MLP, convolutions with batch norm, WGAN-GP's and R1's
@@ -133,3 +133,50 @@ def test_a_graph_that_is_not_an_op_list_is_refused_in_one_line(ganc_bin, tmp_pat
     torch.save({"weights": torch.zeros(1)}, path)
     r = subprocess.run([ganc_bin, "joint", path], capture_output=True, text=True)
     assert r.returncode == 2 and "not a ganc joint graph (no 'graph' op list)" in r.stderr, r.stderr
+
+
+# Trained through the joint door on 2 ranks: an MLP, convolutions with batch norm (buffers
+# updated in the phase), R1 every 4 steps (double backward, the manual reference, as in
+# test_parity.py) and spectral norm's power iteration (an in-place buffer update).
+TRAINED = [("mlp", "ring", "ddp"), ("dcgan32", "digits", "ddp"), ("r1gan", "ring", "manual"),
+           ("sngan", "ring", "ddp")]
+
+
+@pytest.mark.parametrize("model,dataset,reducer", TRAINED)
+def test_training_through_the_joint_executor_equals_eager_ddp(ganc_bin, datasets, tmp_path, model, dataset,
+                                                              reducer):
+    """ganc.export(..., joint=True), then `ganc run --executor joint` on 2 ranks: each phase's
+    joint graph run by ganc's executor (no autograd engine, no TorchScript interpreter), its
+    gradients handed to the buckets as the ops completing them run. Every all-reduced gradient
+    and every final parameter equal eager DDP's, run in this test, bit for bit, and the run
+    equals the TorchScript executor's."""
+    from test_parity import STEPS, SEED, compare_bitwise, run_ganc
+    from ganc import reference
+    torch.manual_seed(0)
+    gan, spec = zoo.build(model)
+    path = str(tmp_path / f"{model}.pt")
+    ganc.export(gan, path, spec, joint=True, verbose=False)
+    got = {}
+    for executor in ("joint", "torchscript"):
+        (tmp_path / executor).mkdir()
+        got[executor] = run_ganc(ganc_bin, model, datasets[dataset], 2, str(tmp_path / executor), "--executor",
+                                 executor, path=path)
+    ref_dir = str(tmp_path / "ddp")
+    reference.run(path, datasets[dataset], 2, STEPS, SEED, out_dir=ref_dir, reducer=reducer)
+    compare_bitwise(path, got["joint"], ref_dir)
+    joint_params, script_params = (ganc.load_checkpoint(os.path.join(got[e], "params_final.pt"))
+                                   for e in ("joint", "torchscript"))
+    assert all(torch.equal(joint_params[p], script_params[p]) for p in script_params)
+
+
+def test_the_joint_executor_refuses_what_it_cannot_run(ganc_bin, datasets, tmp_path):
+    """An archive exported without joint graphs, and a plan whose used set the graph does not
+    compute, are refused before any step in one line."""
+    plan = str(tmp_path / "mlp.plan")
+    subprocess.run([ganc_bin, "compile", archive("mlp"), "-o", plan], check=True, capture_output=True)
+    r = subprocess.run([ganc_bin, "train", plan, "--model", archive("mlp"), "--data", datasets["ring"],
+                        "--steps", "2", "--out", str(tmp_path / "r"), "--executor", "joint"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert (f"--executor joint: phase 'd': {archive('mlp')} keeps no joint graph for it; export it with "
+            "ganc.export(..., joint=True)") in r.stderr, r.stderr
