@@ -59,6 +59,20 @@ def gpu_dcgan64_baselines(r):
             for name, value in ms.items() if value and not name.startswith("ganc")]
 
 
+def joint_executor(r):
+    n = r["numbers"]
+    rows = []
+    for model, m in n.items():
+        if isinstance(m, dict):
+            script, joint = m["torchscript"], m["joint"]
+            rows.append((f"{model}, {n['ranks']} CPU ranks, images/s", f"TorchScript executor "
+                         f"{script['images_per_second']:.0f}", f"{joint['images_per_second']:.0f}",
+                         _x(m["speed_ratio"])))
+            rows.append((f"{model}, peak memory of a rank", f"{script['peak_rss_mib']:.0f} MiB",
+                         f"{joint['peak_rss_mib']:.0f} MiB", _x(m["memory_ratio"])))
+    return rows
+
+
 def nvidia_stylegan2_ada(r):
     worst = max(r["max_relative_gradient_difference"].values())
     return [(f"NVIDIA's networks, {r['ranks']} ranks, {r['steps']} steps, largest gradient difference",
@@ -130,6 +144,7 @@ SUMMARIES = {
     "nvidia_workflow": nvidia_workflow,
     "nvidia_train_speed": nvidia_train_speed,
     "resample_probe": resample_probe,
+    "joint_executor": joint_executor,
 }
 
 
