@@ -137,9 +137,21 @@ def test_a_graph_that_is_not_an_op_list_is_refused_in_one_line(ganc_bin, tmp_pat
 
 # Trained through the joint door on 2 ranks: an MLP, convolutions with batch norm (buffers
 # updated in the phase), R1 every 4 steps (double backward, the manual reference, as in
-# test_parity.py) and spectral norm's power iteration (an in-place buffer update).
+# test_parity.py), spectral norm's power iteration (an in-place buffer update), and DCGAN-32
+# in float32 with a dynamic loss scaler (2^10, growing every 2 steps) and D accumulating 2
+# micro-batches: the graphs' seed is the scale over the micro-batches.
 TRAINED = [("mlp", "ring", "ddp"), ("dcgan32", "digits", "ddp"), ("r1gan", "ring", "manual"),
-           ("sngan", "ring", "ddp")]
+           ("sngan", "ring", "ddp"), ("dcgan32_scaled_f32", "digits", "ddp")]
+
+
+def build(model):
+    if model != "dcgan32_scaled_f32":
+        return zoo.build(model)
+    from zoo.dcgan import training_step_spec
+    spec = training_step_spec(model, 8, [3, 32, 32], [100, 1, 1], precision="float32", accumulate_d=2,
+                              clip_g=None, loss_scaling=True)
+    spec["loss_scalers"] = {"amp": {"init_scale": 2.0 ** 10, "growth_interval": 2}}
+    return zoo.build("dcgan32")[0], spec
 
 
 @pytest.mark.parametrize("model,dataset,reducer", TRAINED)
@@ -153,7 +165,7 @@ def test_training_through_the_joint_executor_equals_eager_ddp(ganc_bin, datasets
     from test_parity import STEPS, SEED, compare_bitwise, run_ganc
     from ganc import reference
     torch.manual_seed(0)
-    gan, spec = zoo.build(model)
+    gan, spec = build(model)
     path = str(tmp_path / f"{model}.pt")
     ganc.export(gan, path, spec, joint=True, verbose=False)
     got = {}
