@@ -199,11 +199,6 @@ Status JointProgram::planLifetimes() {
       const int end = groupEnd[root_[outputs_[i].slot]];
       steps_.at(end >= 0 ? end : steps_.size() - 1).ready.push_back(i);
     }
-  size_t live = inputs_.size();
-  for (const Step &step : steps_) {
-    peakValues_ = std::max(peakValues_, ++live);
-    live -= step.release.size();
-  }
   return Status::ok();
 }
 

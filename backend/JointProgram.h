@@ -34,10 +34,6 @@ public:
                                          const GradientReady &ready) const;
 
   const JointGraph &graph() const { return graph_; }
-  /// The ops a run calls.
-  size_t ops() const { return steps_.size(); }
-  /// The most values a run holds at once (inputs and outputs included).
-  size_t peakValues() const { return peakValues_; }
 
 private:
   /// An argument: a value of the table, a constant decoded once, or a list holding values
@@ -76,7 +72,7 @@ private:
   std::vector<Port> inputs_, outputs_;
   /// Each slot's alias root: a view or an in-place op's result shares its input's.
   std::vector<int> root_;
-  size_t slots_ = 0, peakValues_ = 0;
+  size_t slots_ = 0;
 };
 
 } // namespace ganc::backend

@@ -102,8 +102,11 @@ EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
     for (const ir::Tensor &p : plan.parameters)
       state.requiresGrad.emplace_back(e->parameters_.at(p.name), phase->trains(p.name));
     auto joint = options.jointPrograms.find(phase->key());
-    if (joint != options.jointPrograms.end())
+    if (joint != options.jointPrograms.end()) {
       state.joint = joint->second;
+      state.jointInputs = e->parameters_;
+      state.jointInputs.insert(e->buffersByName_.begin(), e->buffersByName_.end());
+    }
     e->phases_[phase->key()] = std::move(state);
   }
   e->hooks_ = std::make_unique<GradReadyHooks>(e->parameters_);
@@ -295,8 +298,7 @@ at::Tensor EagerExecutor::jointForwardBackward(PhaseState &state,
       broadcastBuffers();
   }
   const JointGraph &graph = state.joint->graph();
-  std::map<std::string, at::Tensor> given = parameters_;
-  given.insert(buffersByName_.begin(), buffersByName_.end());
+  std::map<std::string, at::Tensor> &given = state.jointInputs;
   size_t next = 0;
   for (const JointPort &port : graph.inputs) {
     if (port.kind == "input") {

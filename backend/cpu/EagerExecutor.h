@@ -48,6 +48,9 @@ private:
     std::unique_ptr<RunTimeline> timeline; // when profiling
     /// The joint graph the phase runs instead of its method and autograd (--executor joint).
     std::shared_ptr<const JointProgram> joint;
+    /// Its graph's parameters and buffers by name (the executor's own tensors, made once);
+    /// each run adds the phase's inputs and the seed.
+    std::map<std::string, at::Tensor> jointInputs;
   };
   EagerExecutor() = default;
   void broadcastCoalesced(std::vector<at::Tensor> tensors);
