@@ -19,19 +19,12 @@ bool holdsValue(const nlohmann::json &j) {
   return false;
 }
 
-void valuesIn(const nlohmann::json &j, std::vector<std::string> &names) {
-  if (j.is_object() && j.contains("value"))
-    names.push_back(j["value"].get<std::string>());
-  else if (j.is_array())
-    for (const nlohmann::json &item : j)
-      valuesIn(item, names);
-}
-
 std::string shapeText(c10::IntArrayRef shape) { return c10::str(shape); }
 
 } // namespace
 
-Expected<std::shared_ptr<const JointProgram>> JointProgram::compile(JointGraph graph) {
+Expected<std::shared_ptr<const JointProgram>>
+JointProgram::compile(JointGraph graph, const std::optional<std::vector<Launch>> &launches) {
   auto p = std::shared_ptr<JointProgram>(new JointProgram());
   p->graph_ = std::move(graph);
   std::map<std::string, int> slotOf;
@@ -63,6 +56,8 @@ Expected<std::shared_ptr<const JointProgram>> JointProgram::compile(JointGraph g
     p->outputs_.push_back(std::move(out));
   }
   GANC_TRY(p->planLifetimes());
+  if (launches)
+    GANC_TRY(p->placeLaunches(*launches).withContext("phase '" + p->graph_.phase + "'"));
   return std::shared_ptr<const JointProgram>(std::move(p));
 }
 
@@ -199,6 +194,43 @@ Status JointProgram::planLifetimes() {
       const int end = groupEnd[root_[outputs_[i].slot]];
       steps_.at(end >= 0 ? end : steps_.size() - 1).ready.push_back(i);
     }
+  return Status::ok();
+}
+
+Status JointProgram::placeLaunches(const std::vector<Launch> &launches) {
+  std::map<std::string, size_t> stepOf, completeAt;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    stepOf[steps_[i].name] = i;
+    for (size_t out : steps_[i].ready)
+      completeAt[outputs_[out].name] = i;
+    steps_[i].ready.clear();
+  }
+  std::map<std::string, size_t> gradient;
+  for (size_t i = 0; i < outputs_.size(); ++i)
+    if (graph_.outputs[i].kind == "gradient" && outputs_[i].slot >= 0)
+      gradient[outputs_[i].name] = i;
+  size_t handed = 0;
+  for (const Launch &launch : launches) {
+    auto at = stepOf.find(launch.after);
+    if (at == stepOf.end())
+      return Status::error("the plan reduces gradients after value '" + launch.after +
+                           "', which no node of the joint graph makes");
+    for (const std::string &parameter : launch.parameters) {
+      auto out = gradient.find(parameter);
+      if (out == gradient.end())
+        return Status::error("the plan reduces the gradient of '" + parameter +
+                             "', which the joint graph does not compute");
+      if (completeAt.at(parameter) > at->second)
+        return Status::error("the plan reduces the gradient of '" + parameter + "' after node " +
+                             launch.after + ", but node " + steps_[completeAt.at(parameter)].name +
+                             " still reads or writes it; compile the plan again");
+      steps_[at->second].ready.push_back(out->second);
+      ++handed;
+    }
+  }
+  if (handed != gradient.size())
+    return Status::error("the plan reduces " + std::to_string(handed) + " of the " +
+                         std::to_string(gradient.size()) + " gradients its joint graph computes");
   return Status::ok();
 }
 

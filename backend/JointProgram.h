@@ -4,7 +4,7 @@
 // it has run (so its bucket's all-reduce can start while the rest of the graph runs).
 #pragma once
 
-#include "backend/JointGraph.h"
+#include "support/torch/JointGraph.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
@@ -19,9 +19,19 @@ namespace ganc::backend {
 
 class JointProgram {
 public:
+  /// Where a plan hands gradients on: after the node making value `after`, the gradients of
+  /// `parameters` (a bucket's, whose collective the plan placed there).
+  struct Launch {
+    std::string after;
+    std::vector<std::string> parameters;
+  };
+
   /// Prepares `graph`; an operator the dispatcher does not know, or an argument of no form
-  /// its schema takes, is an error naming the node.
-  static Expected<std::shared_ptr<const JointProgram>> compile(JointGraph graph);
+  /// its schema takes, is an error naming the node. Without `launches` each gradient is handed
+  /// on after the last node touching it; with them, where they say, and a launch before a
+  /// gradient is complete (a node after it still reads or writes it) is an error.
+  static Expected<std::shared_ptr<const JointProgram>>
+  compile(JointGraph graph, const std::optional<std::vector<Launch>> &launches = std::nullopt);
 
   /// Called with each parameter gradient the graph computes, once no later op reads or
   /// changes it (nor any view of it).
@@ -65,6 +75,7 @@ private:
   static Expected<Arg> prepareArgument(const c10::Argument &arg, const nlohmann::json *given,
                                        const std::map<std::string, int> &slotOf);
   Status planLifetimes();
+  Status placeLaunches(const std::vector<Launch> &launches);
   c10::IValue call(const Step &step, std::vector<c10::IValue> &table) const;
 
   JointGraph graph_;

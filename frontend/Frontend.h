@@ -2,6 +2,7 @@
 #pragma once
 
 #include "frontend/Archive.h"
+#include "frontend/JointLowering.h"
 #include "frontend/Lowering.h"
 #include "frontend/Shapes.h"
 #include "frontend/Stages.h"

@@ -74,6 +74,23 @@ struct Block {
 /// with any of them reads nothing through an operand without one.
 inline constexpr const char *kBackwardReadsPrefix = "backward_reads_";
 
+/// The ops of a joint graph that are not ATen's: its ports (`ganc.param`, `ganc.buffer`,
+/// `ganc.input`, `ganc.seed`, `ganc.constant` read the graph's inputs, by the symbol's name;
+/// `ganc.loss`, `ganc.gradient`, `ganc.buffer_out` and `ganc.stat` take its outputs), an item of
+/// an op's tuple result (`ganc.item`, attribute `index`), and a bucket's collective
+/// (`ganc.all_reduce`, or `ganc.reduce_scatter` with ZeRO 2; attribute `bucket`, operands the
+/// bucket's gradients). An ATen op's attribute `view_of` is the operand its result is (a view,
+/// an in-place op's self), `overload` its overload where it is not the default.
+namespace joint {
+inline constexpr const char *kParam = "ganc.param", *kBuffer = "ganc.buffer",
+                            *kInput = "ganc.input", *kSeed = "ganc.seed",
+                            *kConstant = "ganc.constant", *kLoss = "ganc.loss",
+                            *kGradient = "ganc.gradient", *kBufferOut = "ganc.buffer_out",
+                            *kStat = "ganc.stat", *kItem = "ganc.item",
+                            *kAllReduce = "ganc.all_reduce",
+                            *kReduceScatter = "ganc.reduce_scatter";
+} // namespace joint
+
 /// One operation. Names follow TorchScript ("aten::conv2d", "prim::If"); ganc's own ops are
 /// "ganc.param" and "ganc.buffer", whose symbol names the module parameter or buffer they read.
 struct Op {
@@ -234,6 +251,12 @@ struct Phase {
   std::vector<PhaseInput> inputs;
   Block body;
   Value *loss = nullptr;
+  /// The phase's joint graph (docs/ir.md, "Joint graphs in the plan"): its forward, its
+  /// autograd.grad calls and its parameter gradients as ATen ops, lowered from the archive's
+  /// op list, with ganc's ops (ir::joint) and, once the joint-schedule pass has run,
+  /// each bucket's all-reduce placed after the op that completes its last gradient. A scope
+  /// of its own: it reads none of `body`'s values. Empty for a phase captured without one.
+  Block joint;
 
   // Facts added by passes; empty until the pass has run.
   bool hasUsedFacts = false;

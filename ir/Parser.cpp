@@ -207,6 +207,16 @@ private:
         GANC_TRY(expect('{'));
         GANC_TRY(parseOps(p, p.body, /*topLevel=*/true));
         GANC_TRY(expect('}'));
+      } else if (word == "joint") {
+        // A graph of its own: its names may repeat the forward graph's.
+        std::map<std::string, Value *> forward;
+        std::swap(forward, scope_);
+        GANC_TRY(expect('{'));
+        if (peekWord("return"))
+          return error("a joint graph has no 'return': its loss is the operand of ganc.loss");
+        GANC_TRY(parseOps(p, p.joint, /*topLevel=*/true, /*joint=*/true));
+        GANC_TRY(expect('}'));
+        std::swap(forward, scope_);
       } else if (word == "used") {
         p.hasUsedFacts = true;
         GANC_TRY(symbolList(p.used, true));
@@ -277,8 +287,10 @@ private:
   }
 
   /// Ops until '}' (top level: until 'return'; regions: until 'yield').
-  Status parseOps(Phase &p, Block &block, bool topLevel) {
+  Status parseOps(Phase &p, Block &block, bool topLevel, bool joint = false) {
     while (true) {
+      if (joint && peekWord("return"))
+        return error("a joint graph has no 'return': its loss is the operand of ganc.loss");
       if (topLevel && peekWord("return")) {
         identifier();
         auto v = use();

@@ -113,6 +113,11 @@ private:
     if (p.loss)
       line(3, "return " + sym('%', p.loss->name));
     line(2, "}");
+    if (!p.joint.ops.empty()) {
+      line(2, "joint {");
+      printOps(p.joint, 3);
+      line(2, "}");
+    }
     if (p.hasUsedFacts) {
       line(2, "used " + symbolList(p.used, '@'));
       line(2, "unused " + symbolList(p.unused, '@'));

@@ -89,6 +89,83 @@ private:
       return Status::error("returns undefined value %" + p.loss->name);
     GANC_TRY(verifyUsedFacts(p));
     GANC_TRY(verifyBuckets(p));
+    if (!p.joint.ops.empty())
+      if (Status s = verifyJoint(p); !s)
+        return Status::error("joint graph: " + s.message());
+    return Status::ok();
+  }
+
+  /// The joint graph: a scope of its own, one loss, one gradient per parameter the phase
+  /// trains (the used parameters, once the analysis ran), and once placed, each bucket's
+  /// collective exactly once, after its gradients, holding them.
+  Status verifyJoint(const Phase &p) {
+    defined_.clear();
+    valueNames_.clear();
+    GANC_TRY(verifyBlock(p.joint));
+    int losses = 0;
+    std::map<std::string, const Value *> gradientOf;
+    for (const auto &op : p.joint.ops) {
+      if (!op->regions.empty())
+        return Status::error("op " + op->name + " has regions, which a joint graph has none of");
+      if (op->name == joint::kLoss)
+        ++losses;
+      if (op->name != joint::kGradient)
+        continue;
+      if (op->operands.size() != 1)
+        return Status::error("ganc.gradient @" + op->symbol + " takes one value");
+      if (!m_.findParameter(op->symbol) || !p.trains(op->symbol))
+        return Status::error("ganc.gradient @" + op->symbol +
+                             " is not a parameter the phase updates");
+      if (!gradientOf.emplace(op->symbol, op->operands[0]).second)
+        return Status::error("ganc.gradient @" + op->symbol + " is given twice");
+    }
+    if (losses != 1)
+      return Status::error("has " + std::to_string(losses) + " ganc.loss ops (one is its loss)");
+    if (p.hasUsedFacts) {
+      for (const auto &[name, value] : gradientOf)
+        if (std::find(p.used.begin(), p.used.end(), name) == p.used.end())
+          return Status::error("computes a gradient for @" + name +
+                               ", which the used-parameter analysis finds unused");
+      for (const std::string &name : p.used)
+        if (!gradientOf.count(name))
+          return Status::error("computes no gradient for @" + name +
+                               ", which the used-parameter analysis finds used");
+    }
+    return verifyCollectives(p, gradientOf);
+  }
+
+  Status verifyCollectives(const Phase &p, const std::map<std::string, const Value *> &gradientOf) {
+    std::vector<int> placed;
+    for (const auto &op : p.joint.ops) {
+      if (op->name != joint::kAllReduce && op->name != joint::kReduceScatter)
+        continue;
+      const Attribute *bucket = op->attribute("bucket");
+      if (!bucket || !std::holds_alternative<int64_t>(*bucket) || std::get<int64_t>(*bucket) < 0 ||
+          std::get<int64_t>(*bucket) >= static_cast<int64_t>(p.buckets.size()))
+        return Status::error(op->name + " of no bucket of the phase");
+      const int b = static_cast<int>(std::get<int64_t>(*bucket));
+      const std::string where = op->name + " of bucket #" + std::to_string(b);
+      if ((op->name == joint::kReduceScatter) != (m_.zeroStage == 2))
+        return Status::error(where + ": with zero " + std::to_string(m_.zeroStage) +
+                             " a bucket is " +
+                             (m_.zeroStage == 2 ? "reduce-scattered" : "all-reduced"));
+      const auto &slots = p.buckets[static_cast<size_t>(b)].slots;
+      bool holds = op->operands.size() == slots.size();
+      for (size_t i = 0; holds && i < slots.size(); ++i) {
+        auto g = gradientOf.find(slots[i].parameter);
+        holds = g != gradientOf.end() && g->second == op->operands[i];
+      }
+      if (!holds)
+        return Status::error(where + " does not take the gradients of the bucket's slots, in "
+                                     "their order");
+      placed.push_back(b);
+    }
+    if (placed.empty())
+      return Status::ok(); // not placed yet
+    std::sort(placed.begin(), placed.end());
+    for (size_t i = 0; i < placed.size() || i < p.buckets.size(); ++i)
+      if (i >= placed.size() || placed[i] != static_cast<int>(i))
+        return Status::error("does not reduce every bucket exactly once");
     return Status::ok();
   }
 

@@ -111,7 +111,7 @@ Status autotuneBuckets(ir::Module &plan, const AutotuneOptions &options,
     phase->defaultExposedSeconds = b->second.ddp.exposed;
   }
   // The module keeps the command line's caps (what a phase without a profile uses).
-  return runPipeline(plan, {"bucketing", "sharding", "comm-schedule"}, pipeline);
+  return runPipeline(plan, {"bucketing", "sharding", "comm-schedule", "joint-schedule"}, pipeline);
 }
 
 } // namespace ganc::passes

@@ -166,6 +166,52 @@ void tellRewrites(const std::string &phase, const frontend::FusionReport *fusion
 
 /// --executor joint: each phase runs the joint graph its archive keeps (ganc.export(...,
 /// joint=True)) through ganc's executor; its gradients must be the plan's used parameters.
+/// Where the plan's joint graph of `phase` reduces each bucket: after the op before its
+/// collective, the bucket's gradients.
+std::vector<backend::JointProgram::Launch> launchesOf(const ir::Phase &phase) {
+  std::vector<backend::JointProgram::Launch> launches;
+  std::string after;
+  for (const auto &op : phase.joint.ops) {
+    const ir::Attribute *bucket = op->attribute("bucket");
+    if (op->name != ir::joint::kAllReduce && op->name != ir::joint::kReduceScatter) {
+      if (!op->results.empty())
+        after = op->results[0]->name;
+    } else if (bucket && std::holds_alternative<int64_t>(*bucket)) {
+      backend::JointProgram::Launch launch{after, {}};
+      for (const ir::Bucket::Slot &slot :
+           phase.buckets.at(static_cast<size_t>(std::get<int64_t>(*bucket))).slots)
+        launch.parameters.push_back(slot.parameter);
+      launches.push_back(std::move(launch));
+    }
+  }
+  return launches;
+}
+
+/// The plan's joint graph of `phase` is the archive's: the same nodes in the same order (the
+/// plan places its collectives by the names of the values they follow).
+Status sameJointGraph(const ir::Phase &phase, const JointGraph &graph) {
+  std::vector<std::pair<std::string, std::string>> planned;
+  for (const auto &op : phase.joint.ops)
+    if ((op->name.rfind("ganc.", 0) != 0 || op->name == ir::joint::kItem) && !op->results.empty())
+      planned.emplace_back(op->results[0]->name, op->name);
+  for (size_t i = 0; i < std::max(planned.size(), graph.nodes.size()); ++i) {
+    const std::string kept = i < graph.nodes.size()
+                                 ? graph.nodes[i].value("out", std::string()) + " (" +
+                                       graph.nodes[i].value("op", std::string()) + ")"
+                                 : "nothing";
+    const std::string op = i < planned.size() && planned[i].second == ir::joint::kItem
+                               ? std::string("getitem")
+                           : i < planned.size() ? planned[i].second
+                                                : std::string();
+    const std::string plans = i < planned.size() ? planned[i].first + " (" + op + ")" : "nothing";
+    if (kept != plans)
+      return Status::error("the plan's joint graph is not the archive's: its node " +
+                           std::to_string(i + 1) + " is " + plans + " where the archive has " +
+                           kept + "; compile the plan again from this archive");
+  }
+  return Status::ok();
+}
+
 Status addJointPrograms(const Session &s, backend::ExecutorOptions &options) {
   if (s.options.executor != PhaseExecutor::Joint)
     return Status::ok();
@@ -184,19 +230,16 @@ Status addJointPrograms(const Session &s, backend::ExecutorOptions &options) {
       return Status::error(where + ": " + s.options.model +
                            " keeps no joint graph for it; export it with ganc.export(..., "
                            "joint=True)");
-    auto graph = backend::jointGraphFromBytes(
+    auto graph = jointGraphFromBytes(
         bytes->second, s.options.model + ": the joint graph of phase '" + phase->name + "'");
     if (!graph)
       return graph.status();
-    std::vector<std::string> computed = graph->used(), planned = phase->used;
-    std::sort(computed.begin(), computed.end());
-    std::sort(planned.begin(), planned.end());
-    if (computed != planned)
-      return Status::error(
-          where + ": its joint graph computes gradients for " + std::to_string(computed.size()) +
-          " parameters, the plan's used set has " + std::to_string(planned.size()) +
-          "; compile the plan again from this archive");
-    auto program = backend::JointProgram::compile(graph.take());
+    if (phase->joint.ops.empty())
+      return Status::error(where + ": " + s.options.plan +
+                           " holds no joint graph for it; compile it again from " +
+                           s.options.model);
+    GANC_TRY(sameJointGraph(*phase, *graph).withContext(where));
+    auto program = backend::JointProgram::compile(graph.take(), launchesOf(*phase));
     if (!program)
       return program.status().withContext(s.options.model);
     options.jointPrograms[phase->key()] = program.take();

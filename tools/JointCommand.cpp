@@ -48,7 +48,7 @@ const Command<JointArgs> &jointTable() {
 }
 
 Expected<std::map<std::string, at::Tensor>> readTensors(const std::string &path) {
-  auto read = backend::readTorchSave(path, "--inputs");
+  auto read = readTorchSave(path, "--inputs");
   if (!read)
     return read.status();
   const c10::IValue value = read.take();
@@ -64,7 +64,7 @@ Expected<std::map<std::string, at::Tensor>> readTensors(const std::string &path)
 }
 
 Status runJoint(const JointArgs &j) {
-  auto graph = backend::readJointGraph(j.graph);
+  auto graph = readJointGraph(j.graph);
   if (!graph)
     return graph.status();
   const std::vector<std::string> used = graph->used();
@@ -80,9 +80,9 @@ Status runJoint(const JointArgs &j) {
   if (!inputs)
     return inputs.status();
   // The loss's gradient seed, unless given: 1 (autograd.grad's default).
-  for (const backend::JointPort &port : graph->inputs)
+  for (const JointPort &port : graph->inputs)
     if (port.kind == "seed" && !inputs->count(port.name)) {
-      auto dtype = backend::scalarTypeNamed(port.dtype.empty() ? "float32" : port.dtype);
+      auto dtype = scalarTypeNamed(port.dtype.empty() ? "float32" : port.dtype);
       if (!dtype)
         return dtype.status().withContext(j.graph);
       (*inputs)[port.name] = at::ones({}, at::TensorOptions(*dtype));
@@ -93,10 +93,10 @@ Status runJoint(const JointArgs &j) {
   auto outputs = (*program)->run(*inputs, nullptr);
   if (!outputs)
     return outputs.status();
-  const backend::JointGraph &ran = (*program)->graph();
+  const JointGraph &ran = (*program)->graph();
   c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
   for (size_t i = 0; i < outputs->size(); ++i) {
-    const backend::JointPort &port = ran.outputs[i];
+    const JointPort &port = ran.outputs[i];
     dict.insert(port.kind == "loss" ? port.kind : port.kind + ":" + port.name, (*outputs)[i]);
   }
   return writeFileAtomically(j.out, torch::pickle_save(dict));

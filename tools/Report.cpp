@@ -264,6 +264,38 @@ void bucketLines(std::ostream &out, const ir::Module &plan, const ir::Phase &pha
   }
 }
 
+/// Where the phase's joint graph starts each bucket's collective: after which of its ops, and
+/// how many ops are left to run beside it.
+void jointLines(std::ostream &out, const ir::Phase &phase) {
+  if (phase.joint.ops.empty())
+    return;
+  auto computes = [](const ir::Op &op) {
+    return op.name.rfind("ganc.", 0) != 0 || op.name == ir::joint::kItem;
+  };
+  size_t total = 0;
+  for (const auto &op : phase.joint.ops)
+    total += computes(*op) ? 1 : 0;
+  out << "  joint graph: " << total << " ops (forward, its autograd.grad calls, the gradients)\n";
+  size_t done = 0;
+  const ir::Op *last = nullptr;
+  for (const auto &op : phase.joint.ops) {
+    if (computes(*op)) {
+      ++done;
+      last = op.get();
+      continue;
+    }
+    const ir::Attribute *bucket = op->attribute("bucket");
+    if (!bucket || !std::holds_alternative<int64_t>(*bucket))
+      continue;
+    out << "    " << (op->name == ir::joint::kReduceScatter ? "reduce-scatter" : "all-reduce")
+        << " of bucket #" << std::get<int64_t>(*bucket) << " starts after op " << done << " of "
+        << total;
+    if (last && !last->results.empty())
+      out << " (" << last->name << ", %" << last->results[0]->name << ")";
+    out << ": " << total - done << (total - done == 1 ? " op" : " ops") << " left to overlap it\n";
+  }
+}
+
 } // namespace
 
 std::string explain(const ir::Module &plan) {
@@ -297,6 +329,7 @@ std::string explain(const ir::Module &plan) {
     parameterLines(out, plan, *phase);
     frozenLines(out, plan, *phase, owners);
     bucketLines(out, plan, *phase);
+    jointLines(out, *phase);
   }
   if (stage.empty())
     out << "\nall-reduced per training step (amortised over intervals): "

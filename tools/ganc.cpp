@@ -206,6 +206,8 @@ int compile(const std::vector<std::string> &args) {
   auto module = frontend::lowerToIR(*archive, c.fusion);
   if (!module)
     return fail(module.status().message());
+  if (Status s = frontend::lowerJointGraphs(*archive, **module); !s)
+    return fail(s.message());
   if (!c.printAfter.empty())
     c.options.afterPass = [&](const std::string &name, const ir::Module &m) {
       if (name == c.printAfter)

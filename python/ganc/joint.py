@@ -149,6 +149,14 @@ def _op(target) -> tuple[str, str]:
     return schema.name, schema.overload_name or "default"
 
 
+def _result_types(value) -> list:
+    """What a node makes, as the op list records it: per result its dtype and shape (null for a
+    result that is not a tensor)."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return [{"dtype": str(v.dtype).replace("torch.", ""), "shape": list(v.shape)}
+            if isinstance(v, torch.Tensor) else None for v in values]
+
+
 def op_list(graph: JointGraph) -> dict:
     """The graph as ganc's op list: inputs, nodes in execution order, outputs."""
     nodes, inputs, outputs = [], [], []
@@ -167,12 +175,14 @@ def op_list(graph: JointGraph) -> dict:
         if node.op == "get_attr":
             inputs.append({"value": node.name, "kind": "constant", "name": node.target})
         elif node.op == "call_function" and node.target is operator.getitem:
-            nodes.append({"out": node.name, "op": "getitem", "args": [_encode(a, where) for a in node.args]})
+            nodes.append({"out": node.name, "op": "getitem", "args": [_encode(a, where) for a in node.args],
+                          "results": _result_types(node.meta.get("val"))})
         elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             name, overload = _op(node.target)
             nodes.append({"out": node.name, "op": name, "overload": overload,
                           "args": [_encode(a, where) for a in node.args],
-                          "kwargs": {k: _encode(v, where) for k, v in node.kwargs.items()}})
+                          "kwargs": {k: _encode(v, where) for k, v in node.kwargs.items()},
+                          "results": _result_types(node.meta.get("val"))})
         elif node.op == "output":
             values = list(torch.utils._pytree.tree_leaves(node.args[0]))
             if len(values) != len(graph.outputs):

@@ -181,14 +181,88 @@ def test_training_through_the_joint_executor_equals_eager_ddp(ganc_bin, datasets
     assert all(torch.equal(joint_params[p], script_params[p]) for p in script_params)
 
 
+def joint_blocks(plan_text: str) -> dict[str, list[str]]:
+    """Each phase's joint graph in a plan's text, as its op lines."""
+    blocks = {}
+    for m in re.finditer(r"\n  phase @(\w+) \{.*?\n    joint \{\n(.*?)\n    \}", plan_text, re.S):
+        blocks[m.group(1)] = [line.strip() for line in m.group(2).splitlines()]
+    return blocks
+
+
+def test_the_plan_places_each_all_reduce_in_the_joint_graph(ganc_bin, tmp_path):
+    """`ganc compile` of an archive with joint graphs keeps each phase's graph in the plan and
+    places each bucket's all-reduce in it right after the op that makes one of the bucket's
+    gradients (the last one made, not the end of the graph), in the order the runtime
+    launches them; `ganc explain` says where each starts and how much of the graph is left
+    to run beside it."""
+    torch.manual_seed(0)
+    gan, spec = zoo.build("dcgan32")
+    path = str(tmp_path / "dcgan32.pt")
+    ganc.export(gan, path, spec, joint=True, verbose=False)
+    plan = str(tmp_path / "dcgan32.plan")
+    subprocess.run([ganc_bin, "compile", path, "-o", plan, "--bucket-cap-mb", "0.5", "--first-bucket-mb", "0.1"],
+                   check=True, capture_output=True)
+    text = open(plan).read()
+    blocks = joint_blocks(text)
+    assert sorted(blocks) == ["d", "g"]
+    explained = subprocess.run([ganc_bin, "explain", plan], check=True, capture_output=True, text=True).stdout
+    for phase, ops in blocks.items():
+        buckets = len(re.findall(r"\n    bucket #\d+ ", text[text.index(f"phase @{phase} {{"):].split("\n  phase @")[0]))
+        assert buckets >= 3, (phase, buckets)
+        computes = [i for i, op in enumerate(ops) if not re.match(r"(%\S+ = )?ganc\.(?!item)", op)]
+        placed = [(i, op) for i, op in enumerate(ops) if op.startswith("ganc.all_reduce(")]
+        assert sorted(int(re.search(r"bucket = (\d+)", op).group(1)) for _, op in placed) == list(range(buckets))
+        for i, op in placed:
+            operands = set(re.findall(r"%\w+", op[:op.index(")")]))
+            made = next(ops[j] for j in range(i - 1, -1, -1) if j in computes)
+            assert made.split(" = ")[0] in operands, (phase, made, op)  # right after its last gradient
+        first = placed[0][0]
+        assert first < computes[-1], (phase, "the first bucket waits for the whole graph")
+        lines = re.findall(r"all-reduce of bucket #(\d+) starts after op (\d+) of (\d+) \((\S+), (%\w+)\): "
+                           r"(\d+) ops? left to overlap it", explained.split(f"\nphase {phase}:")[1].split("\nphase ")[0])
+        assert len(lines) == buckets
+        for (bucket, after, total, op, value, left), (i, placed_op) in zip(lines, placed):
+            assert f"bucket = {bucket}" in placed_op
+            assert int(total) == len(computes) and int(left) == int(total) - int(after)
+        assert int(lines[0][5]) > 0
+
+
 def test_the_joint_executor_refuses_what_it_cannot_run(ganc_bin, datasets, tmp_path):
-    """An archive exported without joint graphs, and a plan whose used set the graph does not
-    compute, are refused before any step in one line."""
+    """An archive exported without joint graphs, a plan that holds none, and a plan whose joint
+    graph is not the archive's are refused before any step in one line."""
     plan = str(tmp_path / "mlp.plan")
     subprocess.run([ganc_bin, "compile", archive("mlp"), "-o", plan], check=True, capture_output=True)
-    r = subprocess.run([ganc_bin, "train", plan, "--model", archive("mlp"), "--data", datasets["ring"],
-                        "--steps", "2", "--out", str(tmp_path / "r"), "--executor", "joint"],
-                       capture_output=True, text=True)
+
+    def train(plan, model):
+        return subprocess.run([ganc_bin, "train", plan, "--model", model, "--data", datasets["ring"],
+                               "--steps", "2", "--out", str(tmp_path / "r"), "--executor", "joint"],
+                              capture_output=True, text=True)
+
+    r = train(plan, archive("mlp"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert (f"--executor joint: phase 'd': {archive('mlp')} keeps no joint graph for it; export it with "
             "ganc.export(..., joint=True)") in r.stderr, r.stderr
+
+    from test_faults import checked_in
+    torch.manual_seed(0)
+    gan, spec = zoo.build("mlp")
+    model = str(tmp_path / "mlp_joint.pt")
+    ganc.export(gan, model, spec, joint=True, verbose=False)
+    joint_plan = str(tmp_path / "mlp_joint.plan")
+    subprocess.run([ganc_bin, "compile", model, "-o", joint_plan], check=True, capture_output=True)
+    text = open(joint_plan).read()
+    text = text[:text.rindex("// checksum")]
+    # The plan without its joint graphs (as compiled before they were kept).
+    stripped = re.sub(r"\n    joint \{\n.*?\n    \}", "", text, flags=re.S)
+    assert "joint {" not in stripped
+    r = train(checked_in(ganc_bin, tmp_path, stripped), model)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "--executor joint: phase 'd': " in r.stderr and "holds no joint graph for it; compile it again from" in r.stderr
+    # A node of the plan's graph edited: the plan's placements no longer name the archive's nodes.
+    node = next(line for line in joint_blocks(text)["d"] if line.startswith("%addmm = aten::addmm("))
+    edited = text.replace(node, node.replace("aten::addmm(", "aten::mm("), 1)
+    r = train(checked_in(ganc_bin, tmp_path, edited), model)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert re.search(r"--executor joint: phase 'd': the plan's joint graph is not the archive's: its node \d+ is "
+                     r"addmm \(aten::mm\) where the archive has addmm \(aten::addmm\); compile the plan again "
+                     "from this archive", r.stderr), r.stderr

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace ganc::backend {
+namespace ganc {
 
 /// One of the graph's inputs or outputs: its value's name in the op list, its kind
 /// (parameter, buffer, input, constant in; loss, gradient, buffer out) and the name it has
@@ -45,6 +45,10 @@ struct JointGraph {
 Expected<c10::IValue> decodeArgument(const nlohmann::json &j, const c10::TypePtr &type,
                                      const std::map<std::string, c10::IValue> &values);
 
+/// The names of the values an op-list argument holds ({"value": NAME}, in lists too), in order,
+/// appended to `names`.
+void valuesIn(const nlohmann::json &argument, std::vector<std::string> &names);
+
 /// The dtype an op list names ("float32", "bfloat16", ...).
 Expected<c10::ScalarType> scalarTypeNamed(const std::string &name);
 
@@ -57,4 +61,4 @@ Expected<JointGraph> readJointGraph(const std::string &path);
 /// The joint graph a torch.save file's `bytes` hold (an archive's entry); errors name `where`.
 Expected<JointGraph> jointGraphFromBytes(const std::vector<char> &bytes, const std::string &where);
 
-} // namespace ganc::backend
+} // namespace ganc

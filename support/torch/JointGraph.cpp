@@ -2,7 +2,7 @@
 // against each operator's schema (a JSON integer is an int where the schema wants an int or a
 // Scalar and a double where it wants a float; a list becomes the list type the schema names).
 // JointProgram runs it.
-#include "backend/JointGraph.h"
+#include "support/torch/JointGraph.h"
 
 #include "support/Files.h"
 #include "support/Json.h"
@@ -15,7 +15,7 @@
 #include <cmath>
 #include <limits>
 
-namespace ganc::backend {
+namespace ganc {
 
 namespace {
 
@@ -218,6 +218,14 @@ Expected<c10::IValue> decodeArgument(const nlohmann::json &j, const c10::TypePtr
 
 Expected<c10::ScalarType> scalarTypeNamed(const std::string &name) { return dtypeNamed(name); }
 
+void valuesIn(const nlohmann::json &argument, std::vector<std::string> &names) {
+  if (argument.is_object() && argument.contains("value"))
+    names.push_back(argument["value"].get<std::string>());
+  else if (argument.is_array())
+    for (const nlohmann::json &item : argument)
+      valuesIn(item, names);
+}
+
 std::vector<std::string> JointGraph::used() const {
   std::vector<std::string> names;
   for (const JointPort &port : outputs)
@@ -292,4 +300,4 @@ Expected<JointGraph> jointGraphFromBytes(const std::vector<char> &bytes, const s
   }
 }
 
-} // namespace ganc::backend
+} // namespace ganc
