@@ -186,18 +186,39 @@ class StyleGAN2Loss(nn.Module):
         self.r1_gamma = float(p.gamma)
         self.g_reg_interval = int(p.g_reg_interval)
         self.d_reg_interval = int(p.d_reg_interval)
+        # How G's mapping network moves w_avg, the truncation centre, as NVIDIA's losses call
+        # it: stylegan2-ada-pytorch's moves it in every call in training mode but the style
+        # mixing one (`skip_w_avg_update=True`); the stylegan3 repository's only when asked
+        # (`update_emas=True`: in Dmain's generator run, never in the mixing call). The
+        # attribute that is set says which (TorchScript compiles only the branch it names).
+        mapping = getattr(G, "mapping", None)
+        takes = inspect.signature(mapping.forward).parameters if isinstance(mapping, nn.Module) else {}
+        if "skip_w_avg_update" in takes:
+            self.mapping_skips_w_avg_update = True
+        elif "update_emas" in takes:
+            self.mapping_updates_emas = True
 
     def one_hot(self, labels: torch.Tensor) -> torch.Tensor:
         return F.one_hot(labels, self.c_dim).to(torch.float32)
 
-    def run_g(self, z: torch.Tensor, c: torch.Tensor):
-        ws = self.G.mapping(z, c)
+    def run_g(self, z: torch.Tensor, c: torch.Tensor, update_emas: bool = False):
+        """G's images and styles, as NVIDIA's run_G: w_avg moves where their loss moves it
+        (`update_emas`: Dmain's generator run), never in the style mixing call."""
+        if hasattr(self, "mapping_updates_emas"):
+            ws = self.G.mapping(z, c, update_emas=update_emas)
+        else:
+            ws = self.G.mapping(z, c)
         if self.style_mixing_prob > 0:
             num_ws = ws.shape[1]
             cutoff = torch.randint(1, num_ws, [1], device=ws.device)
             mix = torch.rand([1], device=ws.device) < self.style_mixing_prob
             cutoff = torch.where(mix, cutoff, torch.full_like(cutoff, num_ws))
-            other = self.G.mapping(torch.randn_like(z), c)
+            if hasattr(self, "mapping_skips_w_avg_update"):
+                other = self.G.mapping(torch.randn_like(z), c, skip_w_avg_update=True)
+            elif hasattr(self, "mapping_updates_emas"):
+                other = self.G.mapping(torch.randn_like(z), c, update_emas=False)
+            else:
+                other = self.G.mapping(torch.randn_like(z), c)
             later = (torch.arange(num_ws, device=ws.device) >= cutoff).view(1, num_ws, 1)
             ws = torch.where(later, other, ws)
         return self.G.synthesis(ws), ws
@@ -223,7 +244,7 @@ class StyleGAN2Loss(nn.Module):
     def dmain(self, real: torch.Tensor, real_c: torch.Tensor, z: torch.Tensor, gen_c: torch.Tensor,
               p: Optional[torch.Tensor] = None):
         """The loss, and the mean sign of D's real logits (ADA's statistic, `signs_real`)."""
-        fake, _ = self.run_g(z, gen_c)
+        fake, _ = self.run_g(z, gen_c, update_emas=True)
         loss_gen = F.softplus(self.run_d(fake.detach(), gen_c, p)).mean()
         real_logits = self.run_d(real, real_c, p)
         return loss_gen + F.softplus(-real_logits).mean(), {"signs_real": real_logits.sign().mean()}

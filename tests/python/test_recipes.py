@@ -3,6 +3,7 @@ numbers are those train.py sets (tests/python/data/stylegan2_ada_presets.json, r
 its `--dry-run` by bench/stylegan2_ada_presets.py), and the recipe around the zoo's
 StyleGAN2-ADA-style networks trains at 2 ranks bit for bit like eager DDP on its archive,
 EMA ramp-up included."""
+import copy
 import json
 import os
 import subprocess
@@ -31,16 +32,17 @@ def subset(small, big, where=""):
             assert value == big[key], f"{where}{key}: ganc {value!r}, train.py {big[key]!r}"
 
 
-def gradients_equal_eager_ddp(ganc_bin, model, plan, spec, data, steps, seed, tmp_path):
+def gradients_equal_eager_ddp(ganc_bin, model, plan, spec, data, steps, seed, tmp_path, reducer=None):
     """Compiles `model`, trains it at 2 ranks for `steps` steps and asserts every phase's
-    all-reduced gradients equal eager DDP's on the archive bit for bit."""
+    all-reduced gradients equal eager DDP's on the archive bit for bit (`reducer`: the
+    reference's per phase, as reference.run takes it)."""
     subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
     run = subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", model, "--data", data, "--steps",
                           str(steps), "--seed", str(seed), "--out", str(tmp_path / "train"), "--sample-every", "0",
                           "--checkpoint-every", "0", "--dump-grads", str(tmp_path / "dump")],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
-    reference.run(model, data, 2, steps, seed, str(tmp_path / "ddp"))
+    reference.run(model, data, 2, steps, seed, str(tmp_path / "ddp"), **({"reducer": reducer} if reducer else {}))
     for step, phase, got, ref in gradient_dumps(spec, steps, str(tmp_path / "dump"), str(tmp_path / "ddp")):
         assert all(torch.equal(got[name], ref[name]) for name in ref), (step, phase)
 
@@ -265,15 +267,108 @@ def test_r3gans_loss_trains_like_eager_ddp(ganc_bin, digits16, tmp_path):
 
 class NvidiaStyleMixing(recipes.StyleGAN2Loss):
     """StyleGAN2Loss.run_G's style mixing as NVIDIA writes it: the cutoff a 0-dim tensor, the
-    mixed styles assigned in place into a slice, the second mapping call with a keyword."""
+    mixed styles assigned in place into a slice, both mapping calls with a keyword (the
+    stylegan3 repository's run_G)."""
 
-    def run_g(self, z: torch.Tensor, c: torch.Tensor):
-        ws = self.G.mapping(z, c)
+    def run_g(self, z: torch.Tensor, c: torch.Tensor, update_emas: bool = False):
+        ws = self.G.mapping(z, c, update_emas=update_emas)
         cutoff = torch.empty([], dtype=torch.int64, device=ws.device).random_(1, ws.shape[1])
         cutoff = torch.where(torch.rand([], device=ws.device) < self.style_mixing_prob, cutoff,
                              torch.full_like(cutoff, ws.shape[1]))
-        ws[:, cutoff:] = self.G.mapping(torch.randn_like(z), c, update_emas=True)[:, cutoff:]
+        ws[:, cutoff:] = self.G.mapping(torch.randn_like(z), c, update_emas=False)[:, cutoff:]
         return self.G.synthesis(ws), ws
+
+
+class AdaMapping(nn.Module):
+    """stylegan2-ada-pytorch's MappingNetwork as its loss sees it: w_avg moves in every call in
+    training mode unless the call passes skip_w_avg_update=True."""
+
+    def __init__(self, z_dim=8, w_dim=8, num_ws=4, w_avg_beta=0.5):
+        super().__init__()
+        self.num_ws, self.w_avg_beta = num_ws, w_avg_beta
+        self.fc = nn.Linear(z_dim, w_dim)
+        self.register_buffer("w_avg", torch.zeros([w_dim]))
+
+    def forward(self, z, c, truncation_psi=1, truncation_cutoff=None, skip_w_avg_update=False):
+        x = F.leaky_relu(self.fc(z), 0.2)
+        if self.w_avg_beta is not None and self.training and not skip_w_avg_update:
+            self.w_avg.copy_(x.detach().mean(dim=0).lerp(self.w_avg, self.w_avg_beta))
+        return x.unsqueeze(1).repeat([1, self.num_ws, 1])
+
+
+class AdaSynthesis(nn.Module):
+    def __init__(self, w_dim=8, num_ws=4):
+        super().__init__()
+        self.fc = nn.Linear(w_dim * num_ws, 3 * 16 * 16)
+
+    def forward(self, ws):
+        return torch.tanh(self.fc(ws.flatten(1))).view(-1, 3, 16, 16)
+
+
+class AdaG(nn.Module):
+    """G(z, c) = synthesis(mapping(z, c)), with stylegan2-ada-pytorch's mapping signature."""
+
+    def __init__(self):
+        super().__init__()
+        self.z_dim, self.c_dim, self.w_dim, self.num_ws, self.img_resolution, self.img_channels = 8, 0, 8, 4, 16, 3
+        self.mapping, self.synthesis = AdaMapping(), AdaSynthesis()
+
+    def forward(self, z, c, **kwargs):
+        return self.synthesis(self.mapping(z, c, **kwargs))
+
+
+def nvidia_run_g_ws(G, z, c, style_mixing_prob, api, update_emas):
+    """The styles of NVIDIA's run_G, as stylegan2-ada-pytorch (api 'skip') and the stylegan3
+    repository (api 'emas') write it: the mapping call, then style mixing's second call."""
+    ws = G.mapping(z, c, update_emas=update_emas) if api == "emas" else G.mapping(z, c)
+    cutoff = torch.empty([], dtype=torch.int64).random_(1, ws.shape[1])
+    cutoff = torch.where(torch.rand([]) < style_mixing_prob, cutoff, torch.full_like(cutoff, ws.shape[1]))
+    kwargs = {"update_emas": False} if api == "emas" else {"skip_w_avg_update": True}
+    ws[:, cutoff:] = G.mapping(torch.randn_like(z), c, **kwargs)[:, cutoff:]
+    return ws
+
+
+def test_w_avg_moves_where_nvidias_loss_moves_it():
+    """The truncation centre w_avg after each phase equals NVIDIA's loss's, bit for bit: with
+    stylegan2-ada-pytorch's mapping it moves once per generator run (the style mixing call
+    passes skip_w_avg_update=True; it moved twice, drifting from train.py's); with the
+    stylegan3 repository's it moves only in Dmain's generator run (update_emas=True; it never
+    moved)."""
+    from zoo.stylegan2_ada import Discriminator, Generator
+    torch.manual_seed(0)
+    z, real = torch.randn(4, 8), torch.randn(4, 3, 16, 16)
+    for api, make_g in (("skip", AdaG), ("emas", lambda: Generator(z_dim=8, c_dim=0, w_dim=8, img_resolution=16,
+                                                                   img_channels=3, mapping_kwargs=dict(num_layers=1),
+                                                                   synthesis_kwargs=dict(channel_base=64,
+                                                                                         channel_max=8)))):
+        G = make_g().train()
+        D = Discriminator(c_dim=0, img_resolution=16, img_channels=3, channel_base=64, channel_max=8)
+        loss = recipes.StyleGAN2Loss(G, D, recipes.preset("auto", 16, 1, batch=4, gamma=1.0))
+        assert loss.style_mixing_prob > 0
+        oracle = copy.deepcopy(G)
+        c = torch.zeros([4, 0])
+        for phase, update_emas in (("gmain", False), ("dmain", True)):
+            before = G.mapping.w_avg.clone()
+            loss.phase_gmain(z) if phase == "gmain" else loss.phase_dmain(real, z)
+            nvidia_run_g_ws(oracle, z, c, loss.style_mixing_prob, api, update_emas)
+            assert torch.equal(G.mapping.w_avg, oracle.mapping.w_avg), (api, phase)
+            moved = not torch.equal(G.mapping.w_avg, before)
+            assert moved == (api == "skip" or update_emas), (api, phase)
+
+
+def test_the_style_mixing_call_of_stylegan2_ada_pytorch_s_mapping_trains_like_eager_ddp(ganc_bin, digits16,
+                                                                                         tmp_path):
+    """The recipe around a G with stylegan2-ada-pytorch's mapping signature (its style mixing call
+    passes skip_w_avg_update=True) exports and trains at 2 ranks bit for bit like eager DDP."""
+    torch.manual_seed(0)
+    gan, spec = recipes.stylegan2(AdaG(), TinyD(), cfg="auto", gpus=2, batch=8, gamma=1.0)
+    model, plan = str(tmp_path / "ada.pt"), str(tmp_path / "ada.plan")
+    ganc.export(gan, model, spec)
+    gradients_equal_eager_ddp(ganc_bin, model, plan, spec, digits16, 4, 3, tmp_path,
+                              reducer={"Dreg": "manual", "Greg": "manual"})
+    got = ganc.load_checkpoint(str(tmp_path / "dump" / "params_final.pt"))
+    ref = torch.load(str(tmp_path / "ddp" / "params_final.pt"))
+    assert set(got) == set(ref) and all(torch.equal(got[name], ref[name]) for name in ref)
 
 
 def test_style_mixing_as_nvidia_writes_it_trains_like_eager_ddp(ganc_bin, digits16, tmp_path):
