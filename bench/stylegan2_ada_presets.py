@@ -4,8 +4,8 @@ resolutions and GPU counts, as the expected values of ganc.recipes' presets
 
     python bench/stylegan2_ada_presets.py --repo PATH_TO_NVLABS_STYLEGAN2_ADA_PYTORCH
 
-Each case runs their `train.py --dry-run` on a small generated data set of that resolution
-and keeps the options it prints; the loss's and training loop's defaults that the options do
+Each case runs their `train.py --dry-run` (with `--batch` where the case gives one) on a small
+generated data set of that resolution and keeps the options it prints; the loss's and training loop's defaults that the options do
 not carry (style mixing, path length, lazy-regularisation intervals) are read from their
 functions' signatures. Needs their repository's requirements (click, psutil, requests)."""
 import argparse
@@ -21,9 +21,11 @@ import zipfile
 import results  # noqa: F401  (python/ and models/ on sys.path)
 from results import ROOT
 
-CASES = [("auto", 32, 1), ("auto", 64, 2), ("auto", 256, 8), ("auto", 512, 4), ("auto", 1024, 8),
-         ("stylegan2", 1024, 8), ("paper256", 256, 8), ("paper512", 512, 8), ("paper1024", 1024, 8),
-         ("cifar", 32, 2)]
+# (cfg, resolution, gpus, --batch or None)
+CASES = [("auto", 32, 1, None), ("auto", 64, 2, None), ("auto", 256, 8, None), ("auto", 512, 4, None),
+         ("auto", 1024, 8, None), ("stylegan2", 1024, 8, None), ("paper256", 256, 8, None), ("paper512", 512, 8, None),
+         ("paper1024", 1024, 8, None), ("cifar", 32, 2, None), ("paper256", 256, 2, 16), ("auto", 64, 2, 8),
+         ("stylegan2", 1024, 4, 32)]
 
 
 def dataset(path, resolution):
@@ -38,9 +40,10 @@ def dataset(path, resolution):
         z.writestr("dataset.json", json.dumps({"labels": None}))
 
 
-def dry_run(repo, data, cfg, gpus, out):
+def dry_run(repo, data, cfg, gpus, batch, out):
     done = subprocess.run([sys.executable, "train.py", "--outdir", out, "--data", data, "--gpus", str(gpus),
-                           "--cfg", cfg, "--dry-run"], cwd=repo, capture_output=True, text=True)
+                           "--cfg", cfg, "--dry-run"] + (["--batch", str(batch)] if batch else []),
+                          cwd=repo, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"train.py --cfg {cfg} --gpus {gpus} --dry-run failed: {done.stderr.strip()[-500:]}")
     text = done.stdout
@@ -69,12 +72,12 @@ def main():
     commit = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     cases = []
     with tempfile.TemporaryDirectory() as tmp:
-        for cfg, resolution, gpus in CASES:
+        for cfg, resolution, gpus, batch in CASES:
             data = os.path.join(tmp, f"data{resolution}.zip")
             if not os.path.exists(data):
                 dataset(data, resolution)
-            o = dry_run(repo, data, cfg, gpus, os.path.join(tmp, "out"))
-            cases.append({"cfg": cfg, "resolution": resolution, "gpus": gpus, "options": {
+            o = dry_run(repo, data, cfg, gpus, batch, os.path.join(tmp, "out"))
+            cases.append({"cfg": cfg, "resolution": resolution, "gpus": gpus, "batch": batch, "options": {
                 k: o[k] for k in ("G_kwargs", "D_kwargs", "G_opt_kwargs", "D_opt_kwargs", "loss_kwargs", "total_kimg",
                                   "batch_size", "batch_gpu", "ema_kimg", "ema_rampup") if k in o}})
             print(f"{cfg} at {resolution} pixels on {gpus} GPU(s): batch {o['batch_size']}, gamma "

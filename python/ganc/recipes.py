@@ -121,6 +121,13 @@ def preset(cfg: str, resolution: int, gpus: int = 1, **overrides) -> StyleGAN2Pr
         raise ValueError(f"ganc.recipes: {cfg}: no setting {unknown[0]!r}")
     p = replace(p, **overrides)
     _check_preset(p)
+    if "batch" in overrides:
+        # train.py's --batch: each GPU then takes batch // gpus images per pass (no accumulation),
+        # where the preset's own batch is split over the GPUs it was tuned for.
+        if p.batch % gpus:
+            raise ValueError(f"ganc.recipes: {cfg}: a batch of {p.batch} does not divide over {gpus} GPUs "
+                             "(train.py: --batch must be at least 1 and divisible by --gpus)")
+        p = replace(p, ref_gpus=gpus)
     return p
 
 
@@ -385,8 +392,9 @@ def stylegan2(G: nn.Module, D: nn.Module, cfg: str = "auto", gpus: int = 1, G_em
               ada_kimg: float = 500, **overrides):
     """(the GAN to export, its spec): StyleGAN2's loss around `G` and `D` with train.py's preset
     `cfg` for `gpus` GPUs (the images' resolution is G's), and `overrides` of the preset
-    (gamma=, batch=, ...). Each GPU takes `batch_gpu` images per pass (train.py's --batch-gpu;
-    by default its batch // ref_gpus, at most batch // gpus), accumulating up to the batch.
+    (gamma=, batch=, ...). Each GPU takes `batch_gpu` images per pass (stylegan3's --batch-gpu;
+    by default train.py's: the preset's batch // ref_gpus, at most batch // gpus, or batch //
+    gpus where `batch` is given), accumulating up to the batch.
 
     `augment` (train.py's --augpipe: "bgc", ...; or a pipe) puts StyleGAN2-ADA's augmentation in
     front of D, with p from `augment_p` adjusted by ADA (the mean sign of D's real logits in

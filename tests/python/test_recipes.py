@@ -47,10 +47,21 @@ def gradients_equal_eager_ddp(ganc_bin, model, plan, spec, data, steps, seed, tm
         assert all(torch.equal(got[name], ref[name]) for name in ref), (step, phase)
 
 
-@pytest.mark.parametrize("case", RECORDED["cases"], ids=lambda c: f"{c['cfg']}-{c['resolution']}px-{c['gpus']}gpu")
+def case_id(c):
+    return f"{c['cfg']}-{c['resolution']}px-{c['gpus']}gpu" + (f"-batch{c['batch']}" if c.get("batch") else "")
+
+
+def batch_of(case) -> dict:
+    """train.py's --batch of a recorded case, as a preset override."""
+    return {"batch": case["batch"]} if case.get("batch") else {}
+
+
+@pytest.mark.parametrize("case", RECORDED["cases"], ids=case_id)
 def test_each_preset_is_what_train_py_sets(case):
+    """Every number of each preset, and of each with train.py's --batch (each GPU then takes
+    batch // gpus: a batch of 16 on 2 GPUs was split into 2 images per GPU and 4 rounds)."""
     o = case["options"]
-    p = recipes.preset(case["cfg"], case["resolution"], case["gpus"])
+    p = recipes.preset(case["cfg"], case["resolution"], case["gpus"], **batch_of(case))
     loss = {**RECORDED["defaults"]["loss"], **o["loss_kwargs"]}
     assert (p.batch, p.batch_gpu, p.kimg, p.ema_kimg, p.ema_rampup) == (
         o["batch_size"], o["batch_gpu"], o["total_kimg"], o["ema_kimg"], o["ema_rampup"])
@@ -77,15 +88,14 @@ class Stub(nn.Module):
         self.lin = nn.Linear(1, 1)
 
 
-@pytest.mark.parametrize("case", [c for c in RECORDED["cases"] if c["cfg"] in ("paper256", "cifar")],
-                         ids=lambda c: c["cfg"])
+@pytest.mark.parametrize("case", [c for c in RECORDED["cases"] if c["cfg"] in ("paper256", "cifar")], ids=case_id)
 def test_the_spec_scales_the_optimizers_as_training_loop_does(case):
     """training_loop's lazy regularisation: a network regularised every k steps takes
     lr * k/(k+1) and betas ** (k/(k+1)); a preset without path length or R1 has no such phase.
-    The batch is split over the GPUs, the rest accumulated."""
+    Each GPU takes train.py's batch_gpu per pass, the rest of the batch accumulated."""
     o = case["options"]
     gan, spec = recipes.stylegan2(Stub(case["resolution"]), Stub(case["resolution"]), cfg=case["cfg"],
-                                  gpus=case["gpus"])
+                                  gpus=case["gpus"], **batch_of(case))
     loss = {**RECORDED["defaults"]["loss"], **o["loss_kwargs"]}
     intervals = {"G": RECORDED["defaults"]["G_reg_interval"] if loss["pl_weight"] else 0,
                  "D": RECORDED["defaults"]["D_reg_interval"] if loss["r1_gamma"] else 0}
@@ -97,6 +107,7 @@ def test_the_spec_scales_the_optimizers_as_training_loop_does(case):
     phases = {p["name"]: p for p in spec["phases"]}
     assert ("Greg" in phases) == bool(loss["pl_weight"]) and "Dreg" in phases
     assert spec["batch_size"] * case["gpus"] * phases["Dmain"].get("accumulate", 1) == o["batch_size"]
+    assert spec["batch_size"] == o["batch_gpu"]
     assert spec["ema"]["half_life_images"] == o["ema_kimg"] * 1000
     assert spec["ema"].get("rampup") == o["ema_rampup"]
 
@@ -119,6 +130,9 @@ def test_bad_presets_are_refused_in_one_line():
                        (dict(betas=(0.0, 1.5)), r"betas are two numbers in \[0, 1\), not \(0.0, 1.5\)")):
         with pytest.raises(ValueError, match=words):
             recipes.preset("paper256", 256, **bad)
+    with pytest.raises(ValueError, match=r"a batch of 15 does not divide over 2 GPUs \(train.py: --batch must be "
+                                         "at least 1 and divisible by --gpus\)"):
+        recipes.preset("paper256", 256, 2, batch=15)
     with pytest.raises(ValueError, match=r"gamma must be >= 0 and batch_gpu >= 1 \(got nan, 4\)"):
         recipes.r3gan(nn.Linear(1, 1), nn.Linear(1, 1), gamma=float("nan"), batch_gpu=4)
 
