@@ -25,7 +25,8 @@ struct Archive {
   /// backward_reads): per operand a gradient flows through, the operands its backward reads.
   std::map<std::string, std::vector<std::vector<int64_t>>> opBackwardReads;
   /// Each phase's joint graph as ganc.export(joint=True) kept it (a torch.save file's bytes,
-  /// docs/ir.md "Joint graphs"), by phase name; empty for an archive exported without.
+  /// docs/ir.md "Joint graphs"), by phase key ("d", or "d@16x16" for a stage's); empty for an
+  /// archive exported without.
   std::map<std::string, std::vector<char>> jointGraphs;
 };
 

@@ -185,11 +185,11 @@ Status lowerJointGraph(const JointGraph &graph, ir::Phase &phase) {
 
 Status lowerJointGraphs(const Archive &archive, ir::Module &module) {
   for (auto &phase : module.phases) {
-    auto bytes = archive.jointGraphs.find(phase->name);
-    if (bytes == archive.jointGraphs.end() || !phase->stage.empty())
+    auto bytes = archive.jointGraphs.find(phase->key());
+    if (bytes == archive.jointGraphs.end())
       continue;
     auto graph = jointGraphFromBytes(bytes->second, archive.path + ": the joint graph of phase '" +
-                                                        phase->name + "'");
+                                                        phase->key() + "'");
     if (!graph)
       return graph.status();
     GANC_TRY(lowerJointGraph(*graph, *phase).inFile(archive.path));

@@ -220,18 +220,16 @@ Status addJointPrograms(const Session &s, backend::ExecutorOptions &options) {
                          " give --executor torchscript");
   for (const auto &phase : s.plan->phases) {
     const std::string where = "--executor joint: phase '" + phase->key() + "'";
-    if (!phase->stage.empty())
-      return Status::error(where + ": progressive stages have no joint graphs yet");
     if (!phase->autocast.empty())
       return Status::error(where + " runs under autocast (" + ir::precisionOf(phase->autocast) +
                            "), which its joint graph does not hold yet");
-    auto bytes = s.archive->jointGraphs.find(phase->name);
+    auto bytes = s.archive->jointGraphs.find(phase->key());
     if (bytes == s.archive->jointGraphs.end())
       return Status::error(where + ": " + s.options.model +
                            " keeps no joint graph for it; export it with ganc.export(..., "
                            "joint=True)");
     auto graph = jointGraphFromBytes(
-        bytes->second, s.options.model + ": the joint graph of phase '" + phase->name + "'");
+        bytes->second, s.options.model + ": the joint graph of phase '" + phase->key() + "'");
     if (!graph)
       return graph.status();
     if (phase->joint.ops.empty())

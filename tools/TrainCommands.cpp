@@ -321,8 +321,8 @@ std::vector<Option<TrainOptions>> deviceOptions() {
        "what runs each phase: TorchScript's interpreter with PyTorch's autograd (torchscript, "
        "the default), or the phase's joint graph of ATen ops (forward, gradient penalties and "
        "parameter gradients as one list, kept by ganc.export(..., joint=True)) through ganc's "
-       "own executor (joint: CPU; no stages, sections or autocast yet); each bucket's "
-       "all-reduce starts as soon as its last gradient is computed",
+       "own executor (joint: CPU; no sections or autocast yet), each bucket's all-reduce "
+       "started where the plan places it in the graph",
        storeChoice(&O::executor, runtime::phaseExecutorNames())},
       {"--fusion", "on|off",
        "run the resamplings and bias + activations the plan fused as ganc's ops (on, the "

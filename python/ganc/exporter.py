@@ -116,7 +116,8 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, ver
     `joint=True`: each phase is also captured as one joint graph of ATen ops (forward, its
     `autograd.grad` calls and the parameter gradients; see ganc.joint), kept in the archive,
     which `ganc train --executor joint` runs with ganc's own executor in place of TorchScript
-    and autograd. Specs with stages or sections are not captured yet.
+    and autograd; a spec with stages gets one graph per phase and stage. Sections are not
+    captured yet.
 
     `op_libraries`: paths of TORCH_LIBRARY operator libraries (shared libraries) whose
     operators the model calls; they are loaded here and named in the archive, and `ganc

@@ -202,20 +202,39 @@ def to_file(graph: JointGraph, path) -> None:
     torch.save({"graph": json.dumps(op_list(graph)), "constants": graph.constants}, path)
 
 
+def _set_stage(gan: nn.Module, spec: dict, index: int) -> None:
+    for path in spec["stages"]["attributes"]:
+        owner, _, attribute = path.rpartition(".")
+        setattr(gan.get_submodule(owner) if owner else gan, attribute, index)
+
+
 def archive_entries(gan: nn.Module, spec: dict) -> dict[str, bytes]:
     """Every phase of `spec` captured on inputs of the spec's batch (the shapes a run gives
     it), as the archive's entries `ganc_joint/PHASE.pt` (`ganc train --executor joint` runs
-    them). A spec with stages, or a phase that hands values on, is refused for now."""
-    if spec.get("stages"):
-        raise ExportError("ganc.export(joint=True): a spec with stages is not captured yet (one joint graph per "
-                          "stage); export it without joint=True")
+    them); with stages, once per stage with the stage attributes set to its index, as
+    `ganc_joint/PHASE@STAGE.pt`. A phase that hands values on is refused for now."""
+    stages = spec.get("stages")
+    saved = {}
+    if stages:
+        for path in stages["attributes"]:
+            owner, _, attribute = path.rpartition(".")
+            saved[path] = getattr(gan.get_submodule(owner) if owner else gan, attribute)
     entries = {}
-    for phase in spec["phases"]:
-        if "updates" not in phase:
-            raise ExportError(f"ganc.export(joint=True): phase {phase['name']!r} is a section: sections are not "
-                              "captured yet; export it without joint=True")
-        graph = capture(gan, phase, example_inputs(spec, phase))
-        buffer = io.BytesIO()
-        to_file(graph, buffer)
-        entries[f"ganc_joint/{phase['name']}.pt"] = buffer.getvalue()
+    try:
+        for index, stage in enumerate(stages["list"] if stages else [None]):
+            if stage is not None:
+                _set_stage(gan, spec, index)
+            for phase in spec["phases"]:
+                if "updates" not in phase:
+                    raise ExportError(f"ganc.export(joint=True): phase {phase['name']!r} is a section: sections are "
+                                      "not captured yet; export it without joint=True")
+                graph = capture(gan, phase, example_inputs(spec, phase))
+                buffer = io.BytesIO()
+                to_file(graph, buffer)
+                key = phase["name"] if stage is None else f"{phase['name']}@{stage['name']}"
+                entries[f"ganc_joint/{key}.pt"] = buffer.getvalue()
+    finally:
+        for path, value in saved.items():
+            owner, _, attribute = path.rpartition(".")
+            setattr(gan.get_submodule(owner) if owner else gan, attribute, value)
     return entries
