@@ -220,9 +220,6 @@ Status addJointPrograms(const Session &s, backend::ExecutorOptions &options) {
                          " give --executor torchscript");
   for (const auto &phase : s.plan->phases) {
     const std::string where = "--executor joint: phase '" + phase->key() + "'";
-    if (!phase->autocast.empty())
-      return Status::error(where + " runs under autocast (" + ir::precisionOf(phase->autocast) +
-                           "), which its joint graph does not hold yet");
     auto bytes = s.archive->jointGraphs.find(phase->key());
     if (bytes == s.archive->jointGraphs.end())
       return Status::error(where + ": " + s.options.model +

@@ -321,7 +321,7 @@ std::vector<Option<TrainOptions>> deviceOptions() {
        "what runs each phase: TorchScript's interpreter with PyTorch's autograd (torchscript, "
        "the default), or the phase's joint graph of ATen ops (forward, gradient penalties and "
        "parameter gradients as one list, kept by ganc.export(..., joint=True)) through ganc's "
-       "own executor (joint: CPU; no sections or autocast yet), each bucket's all-reduce "
+       "own executor (joint: CPU; no sections yet), each bucket's all-reduce "
        "started where the plan places it in the graph",
        storeChoice(&O::executor, runtime::phaseExecutorNames())},
       {"--fusion", "on|off",

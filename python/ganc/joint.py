@@ -26,7 +26,7 @@ import torch.nn as nn
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.utils.stateless import _reparametrize_module
 
-from .phases import example_inputs, phase_loss
+from .phases import autocast, example_inputs, phase_loss
 from .probe import raised_at
 from .scriptable import ExportError
 
@@ -57,10 +57,11 @@ def _updated(gan: nn.Module, phase: dict) -> list[str]:
     return [n for n, _ in gan.named_parameters() if any(n == o or n.startswith(o + ".") for o in owners)]
 
 
-def capture(gan: nn.Module, phase: dict, args: tuple) -> JointGraph:
+def capture(gan: nn.Module, phase: dict, args: tuple, precision: str = "float32") -> JointGraph:
     """`phase`'s joint graph (a spec phase: its method and the submodules it updates) traced on
-    the phase method's arguments `args`. `gan` is left as it was: the capture runs on copies
-    of its parameters and buffers."""
+    the phase method's arguments `args`, its method run under autocast to `precision`
+    ("bfloat16", "float16") as the runtime runs it: the graph holds autocast's casts as ops.
+    `gan` is left as it was: the capture runs on copies of its parameters and buffers."""
     if "updates" not in phase:
         raise ExportError(f"ganc.joint: phase {phase['name']!r} is a section (it trains nothing and hands its "
                           "values on): sections are not captured yet")
@@ -77,7 +78,8 @@ def capture(gan: nn.Module, phase: dict, args: tuple) -> JointGraph:
     def joint(p, b, inputs, seed):
         state = {**dict(zip(pnames, p)), **dict(zip(bnames, b))}
         with _reparametrize_module(gan, state, tie_weights=True):
-            output = getattr(gan, phase["method"])(*inputs)
+            with autocast("cpu", precision):
+                output = getattr(gan, phase["method"])(*inputs)
             loss = phase_loss(output, phase)
             stats = output[1] if isinstance(output, tuple) else {}
             wrt = [state[n] for n in updated]
@@ -228,7 +230,8 @@ def archive_entries(gan: nn.Module, spec: dict) -> dict[str, bytes]:
                 if "updates" not in phase:
                     raise ExportError(f"ganc.export(joint=True): phase {phase['name']!r} is a section: sections are "
                                       "not captured yet; export it without joint=True")
-                graph = capture(gan, phase, example_inputs(spec, phase))
+                graph = capture(gan, phase, example_inputs(spec, phase),
+                                phase.get("precision", spec.get("precision", "float32")))
                 buffer = io.BytesIO()
                 to_file(graph, buffer)
                 key = phase["name"] if stage is None else f"{phase['name']}@{stage['name']}"

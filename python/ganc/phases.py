@@ -1,12 +1,26 @@
-"""What a phase method takes and returns: example inputs of the spec's shapes, and the loss of
-its output. Shared by the export, the joint capture and the tests."""
+"""What a phase method takes and returns: example inputs of the spec's shapes, the loss of its
+output, and the autocast it runs under. Shared by the export, the joint capture, the eager
+reference and the tests."""
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
 from .spec import SpecError, sample_shape
 
-__all__ = ["example_inputs", "phase_loss"]
+__all__ = ["autocast", "example_inputs", "phase_loss"]
+
+
+def autocast(device: str, precision: str):
+    """torch.autocast for a phase's precision ("float32": none), as ganc applies it: with its
+    cache of each parameter's cast on (the default in eager; a trace turns it off, and without
+    it a parameter read twice is cast twice and its two gradients meet in float32, not in the
+    cast's dtype)."""
+    if precision == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast("cuda" if device == "cuda" else "cpu", dtype=getattr(torch, precision),
+                          cache_enabled=True)
 
 
 def example_inputs(spec: dict, phase: dict, batch: int | None = None, values: dict | None = None) -> tuple:

@@ -139,10 +139,14 @@ def test_a_graph_that_is_not_an_op_list_is_refused_in_one_line(ganc_bin, tmp_pat
 # updated in the phase), R1 every 4 steps (double backward, the manual reference, as in
 # test_parity.py), spectral norm's power iteration (an in-place buffer update), and DCGAN-32
 # in float32 with a dynamic loss scaler (2^10, growing every 2 steps) and D accumulating 2
-# micro-batches: the graphs' seed is the scale over the micro-batches; and PGGAN through its
-# three stages with fade-ins (one graph per phase and stage, picked as the stage changes).
+# micro-batches: the graphs' seed is the scale over the micro-batches; PGGAN through its
+# three stages with fade-ins (one graph per phase and stage, picked as the stage changes); and
+# DCGAN-32 under bfloat16 autocast with a loss scaler shared by D and G, D accumulating 2
+# micro-batches and G clipped (autocast's casts are ops of the graph, each parameter cast once
+# as autocast's cache does in eager).
 TRAINED = [("mlp", "ring", "ddp"), ("dcgan32", "digits", "ddp"), ("r1gan", "ring", "manual"),
-           ("sngan", "ring", "ddp"), ("dcgan32_scaled_f32", "digits", "ddp"), ("pggan_quick", "digits", "ddp")]
+           ("sngan", "ring", "ddp"), ("dcgan32_scaled_f32", "digits", "ddp"), ("pggan_quick", "digits", "ddp"),
+           ("dcgan32_amp", "digits", "ddp")]
 
 
 def build(model):

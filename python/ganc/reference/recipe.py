@@ -3,11 +3,12 @@ loss scalers, autocast, cuDNN settings, channels-last, the eager twin of an arch
 ADA's controllers."""
 from __future__ import annotations
 
-import contextlib
 import os
 
 import torch
 import torch.distributed as dist
+
+from ..phases import autocast  # noqa: F401  (the reference runs phases under ganc's autocast)
 
 
 class PhaseRunner(torch.nn.Module):
@@ -49,13 +50,6 @@ def grad_scalers(spec, device="cpu"):
     """One torch.amp.GradScaler per loss scaler the spec names (its settings are GradScaler's
     keyword arguments); phases naming the same scaler share it."""
     return {name: torch.amp.GradScaler(device, **cfg) for name, cfg in spec.get("loss_scalers", {}).items()}
-
-
-def autocast(device: str, precision: str):
-    """torch.autocast for a phase's precision ("float32": none), as ganc applies it."""
-    if precision == "float32":
-        return contextlib.nullcontext()
-    return torch.autocast("cuda" if device == "cuda" else "cpu", dtype=getattr(torch, precision))
 
 
 def cuda_determinism(deterministic: bool, benchmark: bool = True):
