@@ -137,23 +137,32 @@ Expected<at::Tensor> exampleOutput(Archive &archive, const InputSpec &input) {
   return values->at(input.value).toTensor().detach();
 }
 
+namespace {
+
+/// `phase`'s method logs controller `c`'s statistic, a scalar.
+Status checkLogged(Archive &archive, const std::string &controller, const ControllerSpec &c,
+                   const PhaseSpec &phase) {
+  auto output = runOnExamples(archive, phase);
+  if (!output)
+    return output.status();
+  auto values = returnedValues(*output, phase.method);
+  if (!values)
+    return values.status().inPhase(phase.name);
+  auto it = values->find(c.statistic);
+  if (it == values->end() || !it->value().isTensor() || it->value().toTensor().numel() != 1)
+    return Status::error("controller '" + controller + "' reads '" + c.statistic +
+                         "', which method '" + phase.method + "' does not log (return (loss, {\"" +
+                         c.statistic + "\": scalar tensor, ...}))")
+        .inPhase(phase.name);
+  return Status::ok();
+}
+
+} // namespace
+
 Status checkControllersLogged(Archive &archive) {
-  for (const auto &[controller, c] : archive.spec.controllers) {
-    const PhaseSpec &phase = *archive.spec.findPhase(c.phase);
-    auto output = runOnExamples(archive, phase);
-    if (!output)
-      return output.status();
-    auto values = returnedValues(*output, phase.method);
-    if (!values)
-      return values.status().inPhase(phase.name);
-    auto it = values->find(c.statistic);
-    if (it == values->end() || !it->value().isTensor() || it->value().toTensor().numel() != 1)
-      return Status::error("controller '" + controller + "' reads '" + c.statistic +
-                           "', which method '" + phase.method +
-                           "' does not log (return (loss, {\"" + c.statistic +
-                           "\": scalar tensor, ...}))")
-          .inPhase(phase.name);
-  }
+  for (const auto &[controller, c] : archive.spec.controllers)
+    for (const std::string &name : c.phases)
+      GANC_TRY(checkLogged(archive, controller, c, *archive.spec.findPhase(name)));
   return Status::ok();
 }
 

@@ -215,12 +215,14 @@ struct SampleSpec {
 
 /// A value adjusted during training from what a phase logs and fed to phases as an input:
 /// StyleGAN2-ADA's augmentation probability (type "ada"). Every `interval` steps, with the
-/// mean m of the phase's logged `statistic` since the last adjustment over every rank,
+/// mean m of the phases' logged `statistic` (each run's value weighed alike) since the last
+/// adjustment over every rank,
 /// p = max(0, p + sign(m - target) * images / (speedKimg * 1000)), images being the
 /// interval's images over every rank.
 struct ControllerSpec {
   std::string type = defaultOf<std::string>("controller", "type");
-  std::string phase;
+  /// The phases whose logged statistic it reads (the spec's `phase`, or its `phases`).
+  std::vector<std::string> phases;
   std::string statistic;
   double target = defaultOf<double>("controller", "target");
   int64_t interval = defaultOf<int64_t>("controller", "interval");

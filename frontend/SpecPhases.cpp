@@ -179,18 +179,30 @@ Status parseControllers(const json &j, Spec &spec) {
     GANC_TRY(checkObject(c, "controller", where));
     ControllerSpec controller;
     controller.type = c.value("type", controller.type);
-    controller.phase = c.value("phase", controller.phase);
+    GANC_TRY(need(!(c.contains("phase") && c.contains("phases")),
+                  where + "give 'phase' or 'phases', not both"));
+    if (c.contains("phases")) {
+      GANC_TRY(need(c["phases"].is_array() && !c["phases"].empty() &&
+                        std::all_of(c["phases"].begin(), c["phases"].end(),
+                                    [](const json &n) { return n.is_string(); }),
+                    where + "'phases' must be a list of phase names"));
+      controller.phases = c["phases"].get<std::vector<std::string>>();
+    } else {
+      controller.phases = {c.value("phase", std::string())};
+    }
     controller.statistic = c.value("statistic", controller.statistic);
     controller.target = c.value("target", controller.target);
     controller.interval = c.value("interval", controller.interval);
     controller.speedKimg = c.value("speed_kimg", controller.speedKimg);
     controller.initial = c.value("initial", controller.initial);
-    const PhaseSpec *phase = spec.findPhase(controller.phase);
-    GANC_TRY(need(phase && !phase->isSection(),
-                  where + "'phase' must name a phase that trains and logs the statistic, got '" +
-                      controller.phase + "'"));
-    GANC_TRY(need(!controller.statistic.empty(),
-                  where + "'statistic' must name a value phase '" + controller.phase + "' logs"));
+    for (const std::string &name : controller.phases) {
+      const PhaseSpec *phase = spec.findPhase(name);
+      GANC_TRY(need(phase && !phase->isSection(),
+                    where + "'phase' must name a phase that trains and logs the statistic, got '" +
+                        name + "'"));
+    }
+    GANC_TRY(need(!controller.statistic.empty(), where + "'statistic' must name a value phase '" +
+                                                     controller.phases[0] + "' logs"));
     spec.controllers[name] = controller;
   }
   return Status::ok();

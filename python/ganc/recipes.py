@@ -257,10 +257,13 @@ class StyleGAN2Loss(nn.Module):
         return loss_gen + F.softplus(-real_logits).mean(), {"signs_real": real_logits.sign().mean()}
 
     def dreg(self, real: torch.Tensor, c: torch.Tensor, p: Optional[torch.Tensor] = None):
+        """R1, and the mean sign of its real logits (ADA's statistic counts them too)."""
         x = real.detach().requires_grad_(True)
-        grads = torch.autograd.grad([self.run_d(x, c, p).sum()], [x], create_graph=True)[0]
+        real_logits = self.run_d(x, c, p)
+        grads = torch.autograd.grad([real_logits.sum()], [x], create_graph=True)[0]
         assert grads is not None
-        return (grads.square().sum([1, 2, 3]) * (self.r1_gamma / 2)).mean() * self.d_reg_interval
+        penalty = (grads.square().sum([1, 2, 3]) * (self.r1_gamma / 2)).mean() * self.d_reg_interval
+        return penalty, {"signs_real": real_logits.detach().sign().mean()}
 
     # The phases of an unconditional G: c is [n, 0].
     def phase_gmain(self, z: torch.Tensor):
@@ -366,7 +369,10 @@ def _spec(gan: StyleGAN2Loss, p: StyleGAN2Preset, gpus: int, batch_gpu: int | No
     if conditional:
         spec["data"]["classes"] = gan.c_dim
     if ada:
-        spec["controllers"] = {"augment_p": ada}
+        # The statistic of StyleGAN2-ADA's loop: the signs of every real logit D gives, in Dmain
+        # and in R1's Dreg alike (both report Loss/signs/real).
+        spec["controllers"] = {"augment_p": {**ada, "phases": [ph["name"] for ph in phases
+                                                               if ph["name"] in ("Dmain", "Dreg")]}}
     return spec
 
 
@@ -420,7 +426,7 @@ def stylegan2(G: nn.Module, D: nn.Module, cfg: str = "auto", gpus: int = 1, G_em
     if pipe is not None:
         pipe.p.fill_(augment_p)
         if ada_target is not None:
-            ada = {"type": "ada", "phase": "Dmain", "statistic": "signs_real", "target": float(ada_target),
+            ada = {"type": "ada", "statistic": "signs_real", "target": float(ada_target),
                    "interval": 4, "speed_kimg": float(ada_kimg), "initial": float(augment_p)}
     gan = StyleGAN2Loss(G, D, p, G_ema, pipe)
     return gan, _spec(gan, p, gpus, batch_gpu, ada)

@@ -4,6 +4,8 @@
 #include "runtime/rundir/Dict.h"
 #include "support/torch/Collectives.h"
 
+#include <algorithm>
+
 namespace ganc::runtime {
 
 Controller::Controller(const frontend::ControllerSpec &spec, c10::Device device,
@@ -16,7 +18,7 @@ Controller::Controller(const frontend::ControllerSpec &spec, c10::Device device,
 
 void Controller::observe(const std::string &phase,
                          const std::vector<std::pair<std::string, at::Tensor>> &stats) {
-  if (phase != spec_.phase)
+  if (std::find(spec_.phases.begin(), spec_.phases.end(), phase) == spec_.phases.end())
     return;
   torch::NoGradGuard noGrad;
   for (const auto &[name, value] : stats)

@@ -13,7 +13,7 @@
 namespace ganc::runtime {
 
 /// One controller: a 0-dim value the phases read as an input (updated in place, so a captured
-/// phase reads it at its fixed address), adjusted from the mean of a phase's logged statistic
+/// phase reads it at its fixed address), adjusted from the mean of its phases' logged statistic
 /// over every rank by StyleGAN2-ADA's rule (frontend::ControllerSpec). Every rank holds the
 /// same value and totals.
 class Controller {

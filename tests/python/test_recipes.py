@@ -477,10 +477,29 @@ def test_nvidias_augment_pipe_is_taken_with_its_settings_and_p():
     assert [phase["method"] for phase in spec["phases"]] == ["phase_gmain", "phase_greg", "phase_dmain", "phase_dreg"]
 
 
+def test_ada_counts_the_real_logits_of_dmain_and_of_r1():
+    """StyleGAN2-ADA's loop reports the signs of D's real logits in Dmain and in R1's pass (Dreg)
+    alike (both report Loss/signs/real) and moves p by their mean: the recipe's controller reads
+    both phases (it read Dmain's only), and Dreg logs the mean sign of the very logits its R1
+    differentiates. Without R1 (gamma 0) there is no Dreg to read."""
+    torch.manual_seed(0)
+    gan, spec = recipes.stylegan2(AdaG(), TinyD(), cfg="auto", gpus=1, batch=4, gamma=1.0, augment="bgc",
+                                  augment_p=0.3)
+    assert spec["controllers"]["augment_p"]["phases"] == ["Dmain", "Dreg"]
+    real, p = torch.randn(4, 3, 16, 16), torch.tensor(0.3)
+    torch.manual_seed(5)
+    logits = gan.run_d(real, torch.zeros([4, 0]), p)  # NVIDIA's Dr1: D(augment(real)), the same draws
+    torch.manual_seed(5)
+    penalty, logged = gan.phase_dreg_a(real, p)
+    assert penalty.dim() == 0 and torch.equal(logged["signs_real"], logits.sign().mean())
+    _, no_r1 = recipes.stylegan2(AdaG(), TinyD(), cfg="auto", gpus=1, batch=4, gamma=0.0, augment="bgc")
+    assert no_r1["controllers"]["augment_p"]["phases"] == ["Dmain"]
+
+
 def test_ada_with_the_full_pipe_trains_like_eager_ddp(ganc_bin, digits16, tmp_path):
     """The zoo's StyleGAN2-ADA-style networks with ADA on train.py's default pipe (bgc): every
-    phase that calls D sees the augmented images, p adjusted every 4 steps from Dmain's mean
-    sign of D's real logits. 9 steps at 2 ranks (R1 through the augmentation at steps 0 and 8):
+    phase that calls D sees the augmented images, p adjusted every 4 steps from the mean sign
+    of D's real logits in Dmain and in R1's Dreg. 9 steps at 2 ranks (R1 through the augmentation at steps 0 and 8):
     every gradient, the final parameters and p after every step equal eager DDP's on the
     archive bit for bit, and p moved."""
     from zoo.stylegan2_ada import Discriminator, Generator
@@ -490,7 +509,7 @@ def test_ada_with_the_full_pipe_trains_like_eager_ddp(ganc_bin, digits16, tmp_pa
     D = Discriminator(c_dim=0, img_resolution=16, img_channels=3, channel_base=512, channel_max=32)
     gan, spec = recipes.stylegan2(G, D, cfg="auto", gpus=2, batch=8, gamma=1.0, d_reg_interval=8, augment="bgc",
                                   augment_p=0.5, ada_kimg=0.1)
-    assert spec["controllers"]["augment_p"] == {"type": "ada", "phase": "Dmain", "statistic": "signs_real",
+    assert spec["controllers"]["augment_p"] == {"type": "ada", "phases": ["Dmain", "Dreg"], "statistic": "signs_real",
                                                 "target": 0.6, "interval": 4, "speed_kimg": 0.1, "initial": 0.5}
     assert [phase["method"] for phase in spec["phases"]] == ["phase_gmain_a", "phase_greg", "phase_dmain_a",
                                                              "phase_dreg_a"]

@@ -106,7 +106,7 @@ class Controllers:
 
     def observe(self, phase, logged, micro_batches):
         for n, c in self.specs.items():
-            if c["phase"] == phase["name"]:
+            if phase["name"] in c.get("phases", [c.get("phase")]):
                 self.step[n][0] += logged[c["statistic"]].detach().double() / micro_batches
                 self.step[n][1] += 1.0 / micro_batches
 
