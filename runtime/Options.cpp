@@ -29,10 +29,23 @@ const Spellings<DoubleBackward> &doubleBackwardNames() {
   return names;
 }
 const Spellings<PhaseExecutor> &phaseExecutorNames() {
-  static const Spellings<PhaseExecutor> names = {{"torchscript", PhaseExecutor::TorchScript},
+  static const Spellings<PhaseExecutor> names = {{"auto", PhaseExecutor::Auto},
+                                                 {"torchscript", PhaseExecutor::TorchScript},
                                                  {"joint", PhaseExecutor::Joint}};
   return names;
 }
+bool TrainOptions::runsJoint(const ir::Phase &phase, bool cuda) const {
+  switch (executor) {
+  case PhaseExecutor::Joint:
+    return true;
+  case PhaseExecutor::Auto:
+    return !cuda && !phase.joint.ops.empty();
+  case PhaseExecutor::TorchScript:
+    break;
+  }
+  return false;
+}
+
 const Spellings<MemoryFormat> &memoryFormatNames() {
   static const Spellings<MemoryFormat> names = {{"auto", MemoryFormat::Auto},
                                                 {"channels_last", MemoryFormat::ChannelsLast},

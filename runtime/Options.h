@@ -2,6 +2,7 @@
 // table sets one) and the spellings of their enums, on the command line and in run.json.
 #pragma once
 
+#include "ir/Module.h"
 #include "support/Status.h"
 
 #include <nlohmann/json.hpp>
@@ -27,9 +28,10 @@ enum class UploadStream { Copy, Compute };
 enum class MemoryFormat { Auto, ChannelsLast, Contiguous };
 /// Whose double backward the grouped convolutions of a phase that differentiates twice take.
 enum class DoubleBackward { Filters, Grouped, PyTorch };
-/// What runs a phase: TorchScript's interpreter with PyTorch's autograd, or the phase's joint
-/// graph through ganc's own executor.
-enum class PhaseExecutor { TorchScript, Joint };
+/// What runs a phase: its joint graph through ganc's own executor where the plan holds one and
+/// the device is the CPU, else TorchScript (auto); TorchScript's interpreter with PyTorch's
+/// autograd; or every phase's joint graph, refusing a run where one has none.
+enum class PhaseExecutor { Auto, TorchScript, Joint };
 
 /// Each enum's spellings, on the command line and in run.json.
 template <typename E> using Spellings = std::vector<std::pair<std::string, E>>;
@@ -142,8 +144,12 @@ struct TrainOptions {
   /// The plan says which phases take it (their `double_backward`); see frontend/DoubleBackward.h.
   DoubleBackward doubleBackward = DoubleBackward::Filters;
   /// --executor: joint runs each phase's joint graph (ganc.export(joint=True)) through
-  /// backend::JointProgram, on the CPU; torchscript the archive's methods under autograd.
-  PhaseExecutor executor = PhaseExecutor::TorchScript;
+  /// backend::JointProgram, on the CPU; torchscript the archive's methods under autograd; auto
+  /// the joint graph of each phase whose plan holds one (on the CPU), TorchScript the rest.
+  PhaseExecutor executor = PhaseExecutor::Auto;
+
+  /// Whether `phase` runs its joint graph under this run's --executor (on CUDA with `cuda`).
+  bool runsJoint(const ir::Phase &phase, bool cuda) const;
   /// On CUDA: cuDNN benchmark mode (algorithms timed during warm-up, before capture).
   /// Ignored with `deterministic`.
   bool cudnnBenchmark = true;

@@ -213,13 +213,14 @@ Status sameJointGraph(const ir::Phase &phase, const JointGraph &graph) {
 }
 
 Status addJointPrograms(const Session &s, backend::ExecutorOptions &options) {
-  if (s.options.executor != PhaseExecutor::Joint)
-    return Status::ok();
-  if (s.device.is_cuda())
+  if (s.options.executor == PhaseExecutor::Joint && s.device.is_cuda())
     return Status::error("--executor joint runs on the CPU for now; on " + s.device.str() +
                          " give --executor torchscript");
   for (const auto &phase : s.plan->phases) {
-    const std::string where = "--executor joint: phase '" + phase->key() + "'";
+    if (!s.options.runsJoint(*phase, s.device.is_cuda()))
+      continue;
+    const std::string where = "--executor " + nameOf(s.options.executor, phaseExecutorNames()) +
+                              ": phase '" + phase->key() + "'";
     auto bytes = s.archive->jointGraphs.find(phase->key());
     if (bytes == s.archive->jointGraphs.end())
       return Status::error(where + ": " + s.options.model +

@@ -267,8 +267,13 @@ void bucketLines(std::ostream &out, const ir::Module &plan, const ir::Phase &pha
 /// Where the phase's joint graph starts each bucket's collective: after which of its ops, and
 /// how many ops are left to run beside it.
 void jointLines(std::ostream &out, const ir::Phase &phase) {
-  if (phase.joint.ops.empty())
+  if (phase.joint.ops.empty()) {
+    out << "  door: TorchScript and autograd (the archive keeps no joint graph for it: "
+           "ganc.export(..., joint=True) captures one)\n";
     return;
+  }
+  out << "  door: its joint graph through ganc's executor on the CPU (ganc train --executor "
+         "auto, the default); TorchScript and autograd on CUDA\n";
   auto computes = [](const ir::Op &op) {
     return op.name.rfind("ganc.", 0) != 0 || op.name == ir::joint::kItem;
   };

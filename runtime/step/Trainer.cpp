@@ -300,7 +300,7 @@ private:
       else if (phase.isSection())
         line << "section, captured with the phases that take its values";
       else if (!cuda)
-        line << (o.executor == PhaseExecutor::Joint ? "joint graph, ganc's executor" : "eager");
+        line << (planned && o.runsJoint(*planned, cuda) ? "joint graph, ganc's executor" : "eager");
       else if (!o.cudaGraphs)
         line << "eager, --cuda-graphs off";
       else if (planned && !planned->eagerReason.empty())

@@ -232,6 +232,36 @@ def test_the_plan_places_each_all_reduce_in_the_joint_graph(ganc_bin, tmp_path):
         assert int(lines[0][5]) > 0
 
 
+def test_a_phase_runs_its_joint_graph_by_default_where_the_plan_holds_one(ganc_bin, datasets, tmp_path):
+    """`ganc train` without --executor (auto) runs each phase whose plan holds a joint graph
+    through ganc's executor, as --executor joint does (the same parameters, bit for bit), and
+    the rest through TorchScript; the start line and `ganc explain` say which door each took."""
+    torch.manual_seed(0)
+    gan, spec = zoo.build("mlp")
+    model, plan = str(tmp_path / "mlp.pt"), str(tmp_path / "mlp.plan")
+    ganc.export(gan, model, spec, joint=True, verbose=False)
+    subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
+    explained = subprocess.run([ganc_bin, "explain", plan], check=True, capture_output=True, text=True).stdout
+    assert explained.count("door: its joint graph through ganc's executor on the CPU") == 2, explained
+    finals = {}
+    for name, plan_, model_, extra in (("auto", plan, model, []), ("joint", plan, model, ["--executor", "joint"]),
+                                        ("script", None, archive("mlp"), [])):
+        if plan_ is None:
+            plan_ = str(tmp_path / "script.plan")
+            subprocess.run([ganc_bin, "compile", model_, "-o", plan_], check=True, capture_output=True)
+        out = str(tmp_path / name)
+        r = subprocess.run([ganc_bin, "train", plan_, "--model", model_, "--data", datasets["ring"], "--steps", "3",
+                            "--out", out, "--sample-every", "0", "--checkpoint-every", "3", *extra],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        door = "joint graph, ganc's executor" if name != "script" else "eager"
+        assert f"phases: d ({door}), g ({door})" in r.stdout, r.stdout
+        finals[name] = ganc.load_checkpoint(os.path.join(out, "checkpoint.pt"))
+    for sub in ("generator", "discriminator"):
+        assert finals["auto"][sub] and all(torch.equal(t, finals["joint"][sub][n])
+                                           for n, t in finals["auto"][sub].items()), sub
+
+
 def test_the_joint_executor_refuses_what_it_cannot_run(ganc_bin, datasets, tmp_path):
     """An archive exported without joint graphs, a plan that holds none, and a plan whose joint
     graph is not the archive's are refused before any step in one line."""
