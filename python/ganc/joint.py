@@ -214,7 +214,12 @@ def archive_entries(gan: nn.Module, spec: dict) -> dict[str, bytes]:
     """Every phase of `spec` captured on inputs of the spec's batch (the shapes a run gives
     it), as the archive's entries `ganc_joint/PHASE.pt` (`ganc train --executor joint` runs
     them); with stages, once per stage with the stage attributes set to its index, as
-    `ganc_joint/PHASE@STAGE.pt`. A phase that hands values on is refused for now."""
+    `ganc_joint/PHASE@STAGE.pt`. A phase that hands values on, and synchronised batch norm,
+    are refused for now."""
+    if spec.get("sync_batch_norm"):
+        raise ExportError(f"ganc.export(joint=True): 'sync_batch_norm' ({', '.join(spec['sync_batch_norm'])}) "
+                          "is not captured yet (a joint graph would hold each rank's own batch statistics); "
+                          "export it without joint=True")
     stages = spec.get("stages")
     saved = {}
     if stages:
