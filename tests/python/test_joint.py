@@ -143,10 +143,11 @@ def test_a_graph_that_is_not_an_op_list_is_refused_in_one_line(ganc_bin, tmp_pat
 # three stages with fade-ins (one graph per phase and stage, picked as the stage changes); and
 # DCGAN-32 under bfloat16 autocast with a loss scaler shared by D and G, D accumulating 2
 # micro-batches and G clipped (autocast's casts are ops of the graph, each parameter cast once
-# as autocast's cache does in eager).
+# as autocast's cache does in eager); and random ops inside the phases (dropout in D,
+# DiffAugment), drawn in eager's order.
 TRAINED = [("mlp", "ring", "ddp"), ("dcgan32", "digits", "ddp"), ("r1gan", "ring", "manual"),
            ("sngan", "ring", "ddp"), ("dcgan32_scaled_f32", "digits", "ddp"), ("pggan_quick", "digits", "ddp"),
-           ("dcgan32_amp", "digits", "ddp")]
+           ("dcgan32_amp", "digits", "ddp"), ("dcgan32_augment", "digits", "ddp")]
 
 
 def build(model):
