@@ -388,7 +388,9 @@ def _augment_pipe(augment) -> nn.Module | None:
                              f"{', '.join(pipes.PIPES)})")
         return pipes.AugmentPipe(**pipes.PIPES[augment])
     if isinstance(augment, nn.Module):
-        return pipes.from_nvidia(augment)
+        ours = pipes.from_nvidia(augment)
+        print(f"ganc.recipes: augment_pipe: replaced ({pipes.REPLACED})")  # as ganc.export says it
+        return ours
     raise ValueError(f"ganc.recipes: augment is a pipe's name, ganc.augment.AugmentPipe or NVIDIA's AugmentPipe "
                      f"(got {type(augment).__name__})")
 

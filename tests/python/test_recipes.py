@@ -441,10 +441,11 @@ def test_augmentation_scripts_and_differentiates_twice():
         augment.AugmentPipe(imgfilter=1, imgfilter_bands=[1, 1])
 
 
-def test_nvidias_augment_pipe_is_taken_with_its_settings_and_p():
+def test_nvidias_augment_pipe_is_taken_with_its_settings_and_p(capsys):
     """A module with NVIDIA's AugmentPipe's attributes (their training/augment.py's names) and
-    buffers becomes ganc's pipe with the same settings and p; another module is refused in one
-    line; a fixed p (ada_target=None) goes into the pipe and the spec has no controller."""
+    buffers becomes ganc's pipe with the same settings and p, and the recipe says so in the
+    line the export writes when it replaces their pipe; another module is refused in one line;
+    a fixed p (ada_target=None) goes into the pipe and the spec has no controller."""
     from zoo.stylegan2_ada import Discriminator, Generator
     from ganc import augment
     theirs = augment.AugmentPipe(**augment.PIPES["bgc"], xint_max=0.25, hue_max=0.5)
@@ -452,6 +453,7 @@ def test_nvidias_augment_pipe_is_taken_with_its_settings_and_p():
     theirs.__class__ = type("AugmentPipe", (nn.Module,), {})  # not ganc's class: taken by its attributes
     ours = recipes._augment_pipe(theirs)
     assert type(ours) is augment.AugmentPipe and ours.p.item() == pytest.approx(0.3)
+    assert capsys.readouterr().out == f"ganc.recipes: augment_pipe: replaced ({augment.REPLACED})\n"
     assert ours.xint_max == 0.25 and ours.hue_max == 0.5 and ours.rotate == 1.0 and ours.imgfilter == 0.0
     with pytest.raises(ValueError, match="ganc.augment: Linear is not an AugmentPipe: it has no 'xflip'"):
         recipes._augment_pipe(nn.Linear(2, 2))
