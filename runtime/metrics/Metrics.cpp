@@ -123,12 +123,18 @@ Expected<std::unique_ptr<Metrics>> Metrics::create(Session &s, const PhaseInputs
     m->metrics_.push_back(*spec);
   }
   const frontend::Spec &spec = s.spec();
-  if (!spec.sample || !spec.sample->method.empty())
-    return Status::error(
-        std::string("--metrics: the spec's `sample` ") +
-        (spec.sample ? "calls method '" + spec.sample->method + "'" : "is missing") +
-        "; the metrics score a generator on noise (spec `sample`: submodule, "
-        "noise_shape)");
+  if (!spec.sample)
+    return Status::error("--metrics: the spec's `sample` is missing; the metrics score a "
+                         "generator on noise (spec `sample`: submodule, noise_shape)");
+  // A method (StyleGAN's G(z, c) through its loss's sample_grid) is called on noise and class
+  // ids, as NVIDIA's metrics call G(z, c).
+  for (const frontend::InputSpec &input : spec.sample->inputs)
+    if (input.source != frontend::InputSource::Normal &&
+        input.source != frontend::InputSource::Uniform &&
+        input.source != frontend::InputSource::Categorical)
+      return Status::error("--metrics: the spec's `sample` method '" + spec.sample->method +
+                           "' takes '" + input.name +
+                           "' from the data; the metrics call it on noise and class ids only");
   if (!inputs.dataset().defined())
     return Status::error("--metrics compares with the real images: the spec's phases read no "
                          "data (--data)");
@@ -140,9 +146,11 @@ Expected<std::unique_ptr<Metrics>> Metrics::create(Session &s, const PhaseInputs
     return Status::error("--metrics scores images: the spec's data shape must be [C, H, W] with "
                          "C = 1 or 3, not " +
                          c10::str(c10::IntArrayRef(spec.dataShape)));
-  m->generator_ = spec.ema && spec.ema->submodule == spec.sample->submodule
-                      ? spec.ema->copy
-                      : spec.sample->submodule;
+  m->method_ = spec.sample->method;
+  if (m->method_.empty())
+    m->generator_ = spec.ema && spec.ema->submodule == spec.sample->submodule
+                        ? spec.ema->copy
+                        : spec.sample->submodule;
   m->everyImages_ = o.metricsEveryKimg * 1000;
   GANC_TRY(m->load(o.inception.empty() ? defaultInceptionPath() : o.inception));
   m->warnSmallSets();
@@ -210,8 +218,8 @@ Status Metrics::load(const std::string &path) {
   try {
     pixels = generateBlock(0);
   } catch (const std::exception &e) {
-    return Status::error("--metrics: the generator '" + generator_ +
-                         "' did not make images of [B, 1 or 3, H, W]: " + firstLine(e));
+    return Status::error("--metrics: the generator " + generatorName() +
+                         " did not make images of [B, 1 or 3, H, W]: " + firstLine(e));
   }
   at::Tensor features;
   try {
@@ -232,23 +240,53 @@ at::Tensor Metrics::toPixels(const at::Tensor &images) {
   return pixels.size(1) == 1 ? pixels.expand({-1, 3, -1, -1}).contiguous() : pixels.contiguous();
 }
 
+std::string Metrics::generatorName() const {
+  return method_.empty() ? "'" + generator_ + "'" : "method '" + method_ + "'";
+}
+
+torch::jit::Module Metrics::generatorModule() const {
+  return method_.empty() ? s_.module().attr(generator_).toModule() : s_.module();
+}
+
 at::Tensor Metrics::generateBlock(int64_t block) {
   const frontend::SampleSpec &sample = *s_.spec().sample;
   const int64_t batch = std::max<int64_t>(1, s_.spec().batchSize);
   auto random = at::detail::createCPUGenerator(kNoiseSeed + static_cast<uint64_t>(block));
-  std::vector<int64_t> shape = {batch};
-  shape.insert(shape.end(), sample.noiseShape.begin(), sample.noiseShape.end());
-  std::vector<c10::IValue> args{torch::randn(shape, random).to(s_.inputType).to(s_.device)};
-  if (sample.classes > 0)
-    args.emplace_back(
-        (torch::arange(block * batch, (block + 1) * batch, torch::kLong) % sample.classes)
-            .to(s_.device));
-  torch::jit::Module generator = s_.module().attr(generator_).toModule();
+  auto noise = [&](const std::vector<int64_t> &dims, bool uniform) {
+    std::vector<int64_t> shape = {batch};
+    shape.insert(shape.end(), dims.begin(), dims.end());
+    at::Tensor z = uniform ? torch::rand(shape, random) : torch::randn(shape, random);
+    return z.to(s_.inputType).to(s_.device);
+  };
+  std::vector<c10::IValue> args;
+  if (method_.empty()) {
+    args.emplace_back(noise(sample.noiseShape, false));
+    if (sample.classes > 0)
+      args.emplace_back(
+          (torch::arange(block * batch, (block + 1) * batch, torch::kLong) % sample.classes)
+              .to(s_.device));
+  }
+  for (const frontend::InputSpec &input : sample.inputs) {
+    if (input.source != frontend::InputSource::Categorical) {
+      args.emplace_back(noise(input.shape, input.source == frontend::InputSource::Uniform));
+      continue;
+    }
+    // Class ids as NVIDIA's metrics draw c: the labels of random samples of the data set
+    // (its class frequencies), else uniform over the classes.
+    const at::Tensor &labels = inputs_.labels();
+    at::Tensor ids =
+        labels.defined() && labels.size(0) > 0
+            ? labels.index_select(0, torch::randint(labels.size(0), {batch}, random, torch::kLong))
+            : torch::randint(input.classes, {batch}, random, torch::kLong);
+    args.emplace_back(ids.to(torch::kLong).to(s_.device));
+  }
+  torch::jit::Module generator = generatorModule();
   torch::NoGradGuard noGrad;
   generator.eval();
-  at::Tensor images = generator.forward(args).toTensor();
+  c10::IValue out = method_.empty() ? generator.forward(args) : generator.get_method(method_)(args);
   generator.train();
-  return toPixels(images);
+  TORCH_CHECK(out.isTensor(), "it returned a ", out.tagKind(), ", not one batch of images");
+  return toPixels(out.toTensor());
 }
 
 at::Tensor Metrics::embed(const at::Tensor &pixels) {
@@ -381,7 +419,7 @@ bool Metrics::due(int64_t before, int64_t after, bool last) const {
 
 Expected<std::vector<std::pair<std::string, double>>> Metrics::evaluate(int64_t step) {
   backend::ForkedRng fork(s_.device);
-  RankZeroBuffers buffers(s_, s_.module().attr(generator_).toModule());
+  RankZeroBuffers buffers(s_, generatorModule());
   std::map<int64_t, at::Tensor> generated; // by count: fid50k and kid50k share their images
   std::map<std::string, at::Tensor> dumped;
   std::vector<double> values;
@@ -418,7 +456,7 @@ Expected<std::vector<std::pair<std::string, double>>> Metrics::evaluate(int64_t 
   values.push_back(generatedFinite ? 1.0 : 0.0);
   at::Tensor shared = fromRankZero(s_, torch::tensor(values, at::kDouble));
   if (shared[static_cast<int64_t>(metrics_.size())].item<double>() == 0)
-    return notFinite("the generated images of '" + generator_ + "'");
+    return notFinite("the generated images of " + generatorName());
   std::vector<std::pair<std::string, double>> result;
   for (size_t i = 0; i < metrics_.size(); ++i)
     result.emplace_back(metrics_[i].name, shared[static_cast<int64_t>(i)].item<double>());

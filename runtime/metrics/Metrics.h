@@ -88,6 +88,10 @@ private:
   /// computed across the ranks and cached (rank 0 decides, every rank follows).
   Expected<at::Tensor> realFeatures(int64_t count);
   at::Tensor embed(const at::Tensor &pixels);
+  /// What makes the images, for messages: 'G_ema' or method 'sample_grid'.
+  std::string generatorName() const;
+  /// The module whose buffers and mode the generation touches.
+  torch::jit::Module generatorModule() const;
 
   Session &s_;
   const PhaseInputs &inputs_;
@@ -96,7 +100,10 @@ private:
   std::vector<char> networkBytes_;
   torch::jit::Module network_;
   int64_t featureSize_ = 0;
+  /// The submodule the metrics call on noise (the EMA copy where it has one), or "" where the
+  /// spec's `sample` is a method of the GAN (`method_`), called on noise and class ids.
   std::string generator_;
+  std::string method_;
   double everyImages_ = 0;
   /// The real features (rank 0's; undefined elsewhere) and their moments by image count: the
   /// data do not change during a run.

@@ -385,14 +385,15 @@ def test_data_without_a_field_is_refused_naming_it(ganc_bin, pairs, tmp_path):
 
 
 def test_metrics_need_a_generator_on_noise(ganc_bin, pairs, tmp_path):
-    """--metrics scores a generator on noise: a sample block that calls a method is refused
-    before any step, in one line."""
+    """--metrics scores a generator on noise: a sample method that takes the data (pix2pix's
+    rows of real images) is refused before any step, in one line."""
     plan = str(tmp_path / "plan.ganc")
     subprocess.run([ganc_bin, "compile", archive("pix2pix"), "-o", plan], check=True, stdout=subprocess.DEVNULL)
     done = subprocess.run([ganc_bin, "train", plan, "--model", archive("pix2pix"), "--data", pairs, "--steps", "1",
                            "--out", str(tmp_path / "run"), "--metrics", "fid1k"], capture_output=True, text=True,
                           timeout=300)
-    assert done.returncode == 2 and "calls method 'sample_rows'" in done.stderr, done.stderr
+    assert done.returncode == 2 and "the spec's `sample` method 'sample_rows' takes '" in done.stderr, done.stderr
+    assert "from the data; the metrics call it on noise and class ids only" in done.stderr, done.stderr
     assert not os.path.exists(tmp_path / "run" / "checkpoint.pt")
     # A generator on noise, but samples of two fields: no real images to compare with.
     spec = ganc.load_spec(archive("pix2pix"))

@@ -394,3 +394,38 @@ def test_a_network_with_integer_features_is_refused_by_what_it_returned(ganc_bin
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert f"--inception {net}: it returned long int features (FID's moments need floating-point features)" \
         in r.stderr, r.stderr
+
+
+def test_stylegans_g_of_z_and_c_is_scored_through_the_recipes_sample_method(ganc_bin, tmp_path):
+    """NVIDIA's G(z, c), whose c has no default, is sampled through the recipe's method
+    (`sample_grid(z)`, G_ema(z, c) with c of no classes): --metrics calls it on the metrics'
+    noise and scores its images (it was refused: 'the spec's sample calls method ...'). The
+    generated features are the trained G_ema's on that noise, and FID is StyleGAN's formula on
+    them."""
+    from ganc import recipes
+    from test_recipes import AdaG, TinyD
+    torch.manual_seed(0)
+    gan, spec = recipes.stylegan2(AdaG(), TinyD(), cfg="auto", gpus=1, batch=8, gamma=1.0)
+    assert spec["sample"] == {"method": "sample_grid", "inputs": [{"name": "z", "source": "normal", "shape": [8]}]}
+    model, plan = str(tmp_path / "sg.pt"), str(tmp_path / "sg.plan")
+    ganc.export(gan, model, spec, verbose=False)
+    subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
+    real = torch.rand(160, 3, 16, 16, generator=torch.Generator().manual_seed(1)) * 2 - 1
+    data, net = str(tmp_path / "real.pt"), feature_network.save(str(tmp_path / "net.pt"), shape=(3, 16, 16))
+    torch.save(real, data)
+    out, dump = str(tmp_path / "run"), str(tmp_path / "dump")
+    r = subprocess.run([ganc_bin, "train", plan, "--model", model, "--data", data, "--steps", "2", "--out", out,
+                        "--sample-every", "0", "--checkpoint-every", "2", "--tensorboard", "off", "--metrics", "fid64",
+                        "--inception", net, "--dump-grads", dump], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    [entry] = metrics_log(out)
+    features = ganc.load_checkpoint(os.path.join(dump, "metrics_step2.pt"))
+    G_ema = AdaG()
+    G_ema.load_state_dict(ganc.load_checkpoint(os.path.join(out, "checkpoint.pt"))["G_ema"])
+    G_ema.eval()
+    with torch.no_grad():
+        images = torch.cat([G_ema(torch.randn(8, 8, generator=torch.Generator().manual_seed(NOISE_SEED + b)),
+                                  torch.zeros(8, 0)) for b in range(64 // 8)])
+    torch.testing.assert_close(features["fid64/generated"], feature_network.embed(net, images), rtol=0, atol=1e-4)
+    fid = styleganFid(features["fid64/generated"].numpy(), features["fid64/real"].numpy())
+    assert entry["results"]["fid64"] == pytest.approx(fid, rel=1e-6)
