@@ -112,7 +112,8 @@ std::vector<Option<TrainOptions>> runOptions() {
                    recordMember(&O::kimg))},
       {"--tick-kimg", "K",
        "a progress line every K thousand real images over every rank (StyleGAN's --tick), in "
-       "place of --log-every",
+       "place of --log-every, opening as train.py's tick line: tick, kimg, time, sec/tick, "
+       "sec/kimg, cpumem, augment",
        recorded<O>([](S &f, S &v, O &o) { o.tickKimg = realIn(f, v, 0.001, 1e12); },
                    recordMember(&O::tickKimg))},
       {"--snap", "N",

@@ -10,8 +10,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
+
+#include <unistd.h>
 
 namespace ganc::runtime {
 
@@ -348,6 +351,58 @@ Progress::reduceInterval(int64_t done,
   return moments;
 }
 
+namespace {
+
+/// Seconds as StyleGAN's tick lines write them: "42s", "3m 05s", "2h 01m 05s", "1d 02h 03m".
+std::string formatTime(double seconds) {
+  const auto s = static_cast<int64_t>(std::llround(std::max(seconds, 0.0)));
+  char text[48];
+  if (s < 60)
+    std::snprintf(text, sizeof(text), "%llds", static_cast<long long>(s));
+  else if (s < 3600)
+    std::snprintf(text, sizeof(text), "%lldm %02llds", static_cast<long long>(s / 60),
+                  static_cast<long long>(s % 60));
+  else if (s < 86400)
+    std::snprintf(text, sizeof(text), "%lldh %02lldm %02llds", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  else
+    std::snprintf(text, sizeof(text), "%lldd %02lldh %02lldm", static_cast<long long>(s / 86400),
+                  static_cast<long long>(s / 3600 % 24), static_cast<long long>(s / 60 % 60));
+  return text;
+}
+
+/// This process's resident memory in GB (StyleGAN's cpumem), or 0 where /proc has none.
+double residentGigabytes() {
+  std::ifstream statm("/proc/self/statm");
+  long long pages = 0, resident = 0;
+  if (!(statm >> pages >> resident))
+    return 0;
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / 1e9;
+}
+
+} // namespace
+
+std::string Progress::tickLine(int64_t done, double seconds) const {
+  // train.py's tick line: tick, kimg, time, sec/tick, sec/kimg, cpumem, augment.
+  const double kimg = static_cast<double>(session_.imagesSeen) / 1000.0;
+  const double tickKimg = static_cast<double>(imagesSinceLog_) / 1000.0;
+  const double total = std::chrono::duration<double>(Clock::now() - start_).count();
+  char text[256];
+  std::snprintf(text, sizeof(text),
+                "tick %-5lld kimg %-8.1f time %-12s sec/tick %-7.1f sec/kimg %-7.2f cpumem %-6.2f",
+                static_cast<long long>(done / std::max<int64_t>(1, session_.options.logEvery)),
+                kimg, formatTime(total).c_str(), seconds, tickKimg > 0 ? seconds / tickKimg : 0.0,
+                residentGigabytes());
+  std::string line = text;
+  for (const auto &[name, controller] : session_.controllers) {
+    std::snprintf(text, sizeof(text), " %s %.3f",
+                  controller.spec().type == "ada" ? "augment" : name.c_str(),
+                  controller.value().item<double>());
+    line += text;
+  }
+  return line + " ";
+}
+
 void Progress::logLine(int64_t done, const std::vector<double> &moments,
                        const std::map<std::string, std::map<std::string, Moments>> &stats) {
   auto now = Clock::now();
@@ -365,7 +420,10 @@ void Progress::logLine(int64_t done, const std::vector<double> &moments,
       {"timestamp",
        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()}};
   std::ostringstream line;
-  line << "step " << done << "/" << session_.options.steps;
+  if (session_.options.tickKimg > 0)
+    line << tickLine(done, seconds);
+  else
+    line << "step " << done << "/" << session_.options.steps;
   size_t k = 0;
   for (const frontend::PhaseSpec &phase : session_.spec().phases) {
     const double count = moments[k], sum = moments[k + 1], squares = moments[k + 2];
@@ -401,6 +459,13 @@ void Progress::logLine(int64_t done, const std::vector<double> &moments,
   record["Progress/img_per_sec"] = imagesPerSecond;
   record["Progress/kimg"] = static_cast<double>(session_.imagesSeen) / 1000.0;
   record["Timing/sec_per_step"] = stepTime;
+  if (session_.options.tickKimg > 0 && imagesSinceLog_ > 0) { // train.py's, per tick
+    record["Progress/tick"] = done / std::max<int64_t>(1, session_.options.logEvery);
+    record["Timing/total_sec"] = std::chrono::duration<double>(now - start_).count();
+    record["Timing/sec_per_tick"] = seconds;
+    record["Timing/sec_per_kimg"] = seconds / (static_cast<double>(imagesSinceLog_) / 1000.0);
+    record["Resources/cpu_mem_gb"] = residentGigabytes();
+  }
   if (stats_.is_open())
     stats_ << record.dump() << std::endl; // flushed: the TensorBoard writer follows the file
   if (std::string how; events_ && !events_->alive(how)) {

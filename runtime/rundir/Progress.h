@@ -124,6 +124,8 @@ private:
   int64_t imagesSinceLog_ = 0, imagesThisRun_ = 0;
   size_t stepsAtLog_ = 0;
   Clock::time_point start_, lastLog_, stepStart_, phaseStart_;
+  /// With --tick-kimg, the head of a progress line as train.py writes it.
+  std::string tickLine(int64_t done, double seconds) const;
   double stepWork_ = 0;
   backend::PhaseTimer timer_;
   /// --kernel-time: the profiler over the run's last steps, its result (JSON) or why not.

@@ -4,6 +4,7 @@ TensorBoard events read back with tensorboard's reader, `ganc plot`, torchrun an
 scripts/gpu_check.sh's prebuilt binaries and refusals on a machine without a GPU."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -348,9 +349,11 @@ def test_absurd_run_lengths_are_refused_in_one_line(ganc_bin, datasets, tmp_path
 
 
 def test_ticks_set_the_progress_and_snapshots_in_images(ganc_bin, datasets, tmp_path):
-    """--tick-kimg K: a progress line every K thousand images; --snap N: the sample grid and a
-    checkpoint every N ticks (StyleGAN's --tick and --snap; the MLP GAN at 2 ranks trains 128
-    images a step, so 0.256 kimg is 2 steps); reals.png holds the data's first samples."""
+    """--tick-kimg K: a progress line every K thousand images, opening as train.py's tick line
+    (tick, kimg, time, sec/tick, sec/kimg, cpumem) with its values in stats.jsonl under
+    train.py's names; --snap N: the sample grid and a checkpoint every N ticks (StyleGAN's
+    --tick and --snap; the MLP GAN at 2 ranks trains 128 images a step, so 0.256 kimg is 2
+    steps); reals.png holds the data's first samples."""
     plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
     out = tmp_path / "run"
     r = run_ganc(ganc_bin, "run", "--nproc", "2", plan, "--model", archive("mlp"), "--data", datasets["ring"],
@@ -358,6 +361,16 @@ def test_ticks_set_the_progress_and_snapshots_in_images(ganc_bin, datasets, tmp_
     assert r.returncode == 0, r.stderr
     options = json.loads((out / "run.json").read_text())["options"]
     assert (options["log_every"], options["sample_every"], options["checkpoint_every"]) == (2, 4, 4), options
+    ticks = re.findall(r"^tick (\d+) +kimg (\S+) +time (?:\d+[dhms] ?)+ +sec/tick (\S+) +sec/kimg (\S+) +cpumem (\S+) "
+                       r"+d \S+ +g \S+ ", r.stdout, re.M)
+    assert [(int(t), k) for t, k, *_ in ticks] == [(1, "0.3"), (2, "0.5"), (3, "0.8"), (4, "1.0")], r.stdout
+    assert all(float(cpumem) > 0 for *_, cpumem in ticks)
+    stats = [json.loads(line) for line in (out / "stats.jsonl").read_text().splitlines()]
+    stats = [s for s in stats if "Progress/tick" in s]
+    assert [s["Progress/tick"] for s in stats] == [1, 2, 3, 4]
+    for record in stats:
+        assert record["Timing/sec_per_kimg"] == pytest.approx(record["Timing/sec_per_tick"] / 0.256)
+        assert record["Timing/total_sec"] > 0 and record["Resources/cpu_mem_gb"] > 0
     assert sorted(p.name for p in out.glob("checkpoint-*.pt")) == ["checkpoint-0000004.pt", "checkpoint-0000008.pt"]
     assert sorted(p.name for p in out.glob("samples_step*.png")) == ["samples_step4.png", "samples_step8.png"]
     assert (out / "reals.png").stat().st_size > 0
