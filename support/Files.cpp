@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <fstream>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -376,6 +377,14 @@ std::vector<char> sealZipArchive(std::vector<char> bytes) {
   std::snprintf(seal, sizeof(seal), "%s%08x", kSealPrefix, zip.crc(0, bytes.size()));
   bytes.insert(bytes.end(), seal, seal + kSealSize);
   return bytes;
+}
+
+double residentGigabytes() {
+  std::ifstream statm("/proc/self/statm");
+  long long pages = 0, resident = 0;
+  if (!(statm >> pages >> resident))
+    return 0;
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / 1e9;
 }
 
 } // namespace ganc

@@ -51,4 +51,7 @@ readZipEntries(const std::vector<char> &bytes,
                const std::function<bool(const std::string &)> &wanted,
                uint64_t maxBytes = UINT64_MAX);
 
+/// This process's resident memory in GB (StyleGAN's cpumem), or 0 where /proc has none.
+double residentGigabytes();
+
 } // namespace ganc

@@ -16,6 +16,8 @@ namespace ganc {
 std::string formatDouble(double value);
 /// `text` in double quotes with '"', '\' and newlines escaped.
 std::string quote(const std::string &text);
+/// Seconds as StyleGAN's tick lines write them: "42s", "3m 05s", "2h 01m 05s", "1d 02h 03m".
+std::string formatDuration(double seconds);
 
 /// The whole of `text` as a decimal int64, or nullopt when it is not one or out of range
 /// (never an exception: edited plans and IR files reach this).

@@ -2,6 +2,7 @@
 #include "runtime/rundir/Progress.h"
 
 #include "support/Files.h"
+#include "support/TextFormat.h"
 #include "support/torch/Collectives.h"
 
 #include <nlohmann/json.hpp>
@@ -10,11 +11,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <sstream>
-
-#include <unistd.h>
 
 namespace ganc::runtime {
 
@@ -351,37 +349,6 @@ Progress::reduceInterval(int64_t done,
   return moments;
 }
 
-namespace {
-
-/// Seconds as StyleGAN's tick lines write them: "42s", "3m 05s", "2h 01m 05s", "1d 02h 03m".
-std::string formatTime(double seconds) {
-  const auto s = static_cast<int64_t>(std::llround(std::max(seconds, 0.0)));
-  char text[48];
-  if (s < 60)
-    std::snprintf(text, sizeof(text), "%llds", static_cast<long long>(s));
-  else if (s < 3600)
-    std::snprintf(text, sizeof(text), "%lldm %02llds", static_cast<long long>(s / 60),
-                  static_cast<long long>(s % 60));
-  else if (s < 86400)
-    std::snprintf(text, sizeof(text), "%lldh %02lldm %02llds", static_cast<long long>(s / 3600),
-                  static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
-  else
-    std::snprintf(text, sizeof(text), "%lldd %02lldh %02lldm", static_cast<long long>(s / 86400),
-                  static_cast<long long>(s / 3600 % 24), static_cast<long long>(s / 60 % 60));
-  return text;
-}
-
-/// This process's resident memory in GB (StyleGAN's cpumem), or 0 where /proc has none.
-double residentGigabytes() {
-  std::ifstream statm("/proc/self/statm");
-  long long pages = 0, resident = 0;
-  if (!(statm >> pages >> resident))
-    return 0;
-  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / 1e9;
-}
-
-} // namespace
-
 std::string Progress::tickLine(int64_t done, double seconds) const {
   // train.py's tick line: tick, kimg, time, sec/tick, sec/kimg, cpumem, augment.
   const double kimg = static_cast<double>(session_.imagesSeen) / 1000.0;
@@ -391,8 +358,8 @@ std::string Progress::tickLine(int64_t done, double seconds) const {
   std::snprintf(text, sizeof(text),
                 "tick %-5lld kimg %-8.1f time %-12s sec/tick %-7.1f sec/kimg %-7.2f cpumem %-6.2f",
                 static_cast<long long>(done / std::max<int64_t>(1, session_.options.logEvery)),
-                kimg, formatTime(total).c_str(), seconds, tickKimg > 0 ? seconds / tickKimg : 0.0,
-                residentGigabytes());
+                kimg, formatDuration(total).c_str(), seconds,
+                tickKimg > 0 ? seconds / tickKimg : 0.0, residentGigabytes());
   std::string line = text;
   for (const auto &[name, controller] : session_.controllers) {
     std::snprintf(text, sizeof(text), " %s %.3f",
