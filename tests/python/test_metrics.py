@@ -429,3 +429,38 @@ def test_stylegans_g_of_z_and_c_is_scored_through_the_recipes_sample_method(ganc
     torch.testing.assert_close(features["fid64/generated"], feature_network.embed(net, images), rtol=0, atol=1e-4)
     fid = styleganFid(features["fid64/generated"].numpy(), features["fid64/real"].numpy())
     assert entry["results"]["fid64"] == pytest.approx(fid, rel=1e-6)
+
+
+def test_a_conditional_g_is_scored_on_classes_drawn_from_the_datas_labels(ganc_bin, digits16, tmp_path):
+    """A conditional G(z, c) through the recipe's `sample_grid_c(z, labels)`: the metrics draw
+    each image's class as NVIDIA's metrics draw c, the label of a random sample of the data set
+    (from the block's generator, after its noise), and the generated features are the trained
+    G_ema's on that noise and those one-hot classes."""
+    from ganc import recipes
+    from test_recipes import AdaG, TinyD
+    torch.manual_seed(0)
+    gan, spec = recipes.stylegan2(AdaG(c_dim=10), TinyD(), cfg="auto", gpus=1, batch=8, gamma=1.0)
+    assert spec["sample"]["method"] == "sample_grid_c"
+    model, plan = str(tmp_path / "sgc.pt"), str(tmp_path / "sgc.plan")
+    ganc.export(gan, model, spec, verbose=False)
+    subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
+    net = feature_network.save(str(tmp_path / "net.pt"), shape=(3, 16, 16))
+    out, dump = str(tmp_path / "run"), str(tmp_path / "dump")
+    r = subprocess.run([ganc_bin, "train", plan, "--model", model, "--data", digits16, "--steps", "2", "--out", out,
+                        "--sample-every", "0", "--checkpoint-every", "2", "--tensorboard", "off", "--metrics", "fid64",
+                        "--inception", net, "--dump-grads", dump], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    labels = torch.load(digits16)["labels"]
+    G_ema = AdaG(c_dim=10)
+    G_ema.load_state_dict(ganc.load_checkpoint(os.path.join(out, "checkpoint.pt"))["G_ema"])
+    G_ema.eval()
+    images = []
+    with torch.no_grad():
+        for b in range(64 // 8):
+            g = torch.Generator().manual_seed(NOISE_SEED + b)
+            z = torch.randn(8, 8, generator=g)
+            c = labels[torch.randint(len(labels), (8,), generator=g)]
+            images.append(G_ema(z, torch.nn.functional.one_hot(c, 10).float()))
+    features = ganc.load_checkpoint(os.path.join(dump, "metrics_step2.pt"))
+    torch.testing.assert_close(features["fid64/generated"], feature_network.embed(net, torch.cat(images)),
+                               rtol=0, atol=1e-4)

@@ -297,14 +297,16 @@ class AdaMapping(nn.Module):
     """stylegan2-ada-pytorch's MappingNetwork as its loss sees it: w_avg moves in every call in
     training mode unless the call passes skip_w_avg_update=True."""
 
-    def __init__(self, z_dim=8, w_dim=8, num_ws=4, w_avg_beta=0.5):
+    def __init__(self, z_dim=8, w_dim=8, num_ws=4, w_avg_beta=0.5, c_dim=0):
         super().__init__()
         self.num_ws, self.w_avg_beta = num_ws, w_avg_beta
         self.fc = nn.Linear(z_dim, w_dim)
+        self.embed = nn.Linear(c_dim, w_dim) if c_dim else None
         self.register_buffer("w_avg", torch.zeros([w_dim]))
 
     def forward(self, z, c, truncation_psi=1, truncation_cutoff=None, skip_w_avg_update=False):
-        x = F.leaky_relu(self.fc(z), 0.2)
+        x = self.fc(z) if self.embed is None else self.fc(z) + self.embed(c)
+        x = F.leaky_relu(x, 0.2)
         if self.w_avg_beta is not None and self.training and not skip_w_avg_update:
             self.w_avg.copy_(x.detach().mean(dim=0).lerp(self.w_avg, self.w_avg_beta))
         return x.unsqueeze(1).repeat([1, self.num_ws, 1])
@@ -322,10 +324,10 @@ class AdaSynthesis(nn.Module):
 class AdaG(nn.Module):
     """G(z, c) = synthesis(mapping(z, c)), with stylegan2-ada-pytorch's mapping signature."""
 
-    def __init__(self):
+    def __init__(self, c_dim=0):
         super().__init__()
-        self.z_dim, self.c_dim, self.w_dim, self.num_ws, self.img_resolution, self.img_channels = 8, 0, 8, 4, 16, 3
-        self.mapping, self.synthesis = AdaMapping(), AdaSynthesis()
+        self.z_dim, self.c_dim, self.w_dim, self.num_ws, self.img_resolution, self.img_channels = 8, c_dim, 8, 4, 16, 3
+        self.mapping, self.synthesis = AdaMapping(c_dim=c_dim), AdaSynthesis()
 
     def forward(self, z, c, **kwargs):
         return self.synthesis(self.mapping(z, c, **kwargs))
