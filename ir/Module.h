@@ -89,6 +89,9 @@ inline constexpr const char *kParam = "ganc.param", *kBuffer = "ganc.buffer",
                             *kStat = "ganc.stat", *kItem = "ganc.item",
                             *kAllReduce = "ganc.all_reduce",
                             *kReduceScatter = "ganc.reduce_scatter";
+/// Whether op `name` is a node of the captured graph (an ATen op or ganc.item), not a port or
+/// a collective the plan placed.
+inline bool isNode(const std::string &name) { return name.rfind("ganc.", 0) != 0 || name == kItem; }
 } // namespace joint
 
 /// One operation. Names follow TorchScript ("aten::conv2d", "prim::If"); ganc's own ops are

@@ -192,7 +192,7 @@ std::vector<backend::JointProgram::Launch> launchesOf(const ir::Phase &phase) {
 Status sameJointGraph(const ir::Phase &phase, const JointGraph &graph) {
   std::vector<std::pair<std::string, std::string>> planned;
   for (const auto &op : phase.joint.ops)
-    if ((op->name.rfind("ganc.", 0) != 0 || op->name == ir::joint::kItem) && !op->results.empty())
+    if (ir::joint::isNode(op->name) && !op->results.empty())
       planned.emplace_back(op->results[0]->name, op->name);
   for (size_t i = 0; i < std::max(planned.size(), graph.nodes.size()); ++i) {
     const std::string kept = i < graph.nodes.size()

@@ -274,9 +274,7 @@ void jointLines(std::ostream &out, const ir::Phase &phase) {
   }
   out << "  door: its joint graph through ganc's executor on the CPU (ganc train --executor "
          "auto, the default); TorchScript and autograd on CUDA\n";
-  auto computes = [](const ir::Op &op) {
-    return op.name.rfind("ganc.", 0) != 0 || op.name == ir::joint::kItem;
-  };
+  auto computes = [](const ir::Op &op) { return ir::joint::isNode(op.name); };
   size_t total = 0;
   for (const auto &op : phase.joint.ops)
     total += computes(*op) ? 1 : 0;
