@@ -1,6 +1,8 @@
 // Archive loading: the TorchScript module, its spec, the checks between them, its identity.
 #include "frontend/Archive.h"
 
+#include "frontend/GancArchive.h"
+
 #include "support/Files.h"
 #include "support/Json.h"
 #include "support/torch/Dtypes.h"
@@ -205,7 +207,11 @@ Status readJointGraphs(const std::string &path, const std::vector<char> &bytes, 
     return entries.status().withContext(path);
   for (auto &[name, content] : *entries) {
     const size_t start = name.find(marker) + marker.size();
-    archive.jointGraphs[name.substr(start, name.size() - 3 - start)] = std::move(content);
+    const std::string key = name.substr(start, name.size() - 3 - start);
+    auto graph = jointGraphFromBytes(content, path + ": the joint graph of phase '" + key + "'");
+    if (!graph)
+      return graph.status();
+    archive.jointGraphs.emplace(key, graph.take());
   }
   return Status::ok();
 }
@@ -225,7 +231,13 @@ Status readOpLibraries(const std::string &path, const std::vector<char> &bytes, 
   if (entries->empty())
     return Status::ok();
   const std::vector<char> &text = entries->front().second;
-  auto parsed = parseJson(std::string(text.begin(), text.end()), path + ": ganc_ops.json");
+  return checkOpNeeds(path, std::string(text.begin(), text.end()), archive);
+}
+
+} // namespace
+
+Status checkOpNeeds(const std::string &path, const std::string &text, Archive &archive) {
+  auto parsed = parseJson(text, path + ": ganc_ops.json");
   if (!parsed)
     return parsed.status();
   nlohmann::json &needs = *parsed;
@@ -261,34 +273,43 @@ Status readOpLibraries(const std::string &path, const std::vector<char> &bytes, 
   return Status::ok();
 }
 
-} // namespace
+namespace {
 
-Expected<Archive> loadArchive(const std::string &path, const std::string &planSpec) {
-  auto bytes = readFile(path);
-  if (!bytes)
-    return bytes.status();
-  GANC_TRY(checkZipArchive(*bytes).withContext(path));
-  Archive archive;
-  GANC_TRY(readOpLibraries(path, *bytes, archive));
-  archive.path = path;
-  GANC_TRY(readJointGraphs(path, *bytes, archive));
+/// The TorchScript archive's module and spec text; checks each phase's method.
+Status readTorchScriptArchive(const std::string &path, const std::vector<char> &bytes,
+                              Archive &archive, std::string &specText) {
+  GANC_TRY(readOpLibraries(path, bytes, archive));
+  GANC_TRY(readJointGraphs(path, bytes, archive));
   jit::ExtraFilesMap extra{{"ganc.json", ""}};
   try {
-    std::istringstream in(std::string(bytes->begin(), bytes->end()));
+    std::istringstream in(std::string(bytes.begin(), bytes.end()));
     archive.module = jit::load(in, c10::kCPU, extra);
   } catch (const std::exception &e) {
     return Status::error(path + ": not a TorchScript archive (" + firstLine(e) + ")");
   }
-  const std::string &specText = extra["ganc.json"];
-  if (specText.empty())
-    return Status::error(path + ": the archive has no ganc.json spec; export it with "
-                                "ganc.export(model, path, spec) (see docs/spec.md)");
-  auto spec = parseSpec(planSpec.empty() ? specText : planSpec);
-  if (!spec)
-    return spec.status().withContext(planSpec.empty() ? path : "the plan's spec for " + path);
-  archive.spec = spec.take();
+  specText = extra["ganc.json"];
+  return Status::ok();
+}
+
+/// Each phase's code: its method (a TorchScript archive's), or its joint graph for every stage
+/// (ganc's own archive).
+Status checkPhasesPresent(const Archive &archive) {
+  const std::string &path = archive.path;
   for (const PhaseSpec &phase : archive.spec.phases) {
     std::string where = path + ": phase '" + phase.name + "'";
+    if (!archive.torchscript) {
+      std::vector<std::string> keys;
+      if (archive.spec.stages)
+        for (const StageSpec &stage : archive.spec.stages->list)
+          keys.push_back(phase.name + "@" + stage.name);
+      else
+        keys.push_back(phase.name);
+      for (const std::string &key : keys)
+        if (!archive.jointGraphs.count(key))
+          return Status::error(path + ": phase '" + key +
+                               "' has no joint graph in the archive (was it exported?)");
+      continue;
+    }
     if (!archive.module.find_method(phase.method))
       return Status::error(where + ": method '" + phase.method +
                            "' does not exist in the archive (was it exported?)");
@@ -298,6 +319,32 @@ Expected<Archive> loadArchive(const std::string &path, const std::string &planSp
                            std::to_string(arity) + " inputs but the spec lists " +
                            std::to_string(phase.inputs.size()));
   }
+  return Status::ok();
+}
+
+} // namespace
+
+Expected<Archive> loadArchive(const std::string &path, const std::string &planSpec) {
+  auto bytes = readFile(path);
+  if (!bytes)
+    return bytes.status();
+  std::vector<std::string> entries;
+  GANC_TRY(checkZipArchive(*bytes, &entries).withContext(path));
+  Archive archive;
+  archive.path = path;
+  std::string specText;
+  if (isGancArchive(entries))
+    GANC_TRY(readGancArchive(path, *bytes, archive, specText));
+  else
+    GANC_TRY(readTorchScriptArchive(path, *bytes, archive, specText));
+  if (specText.empty())
+    return Status::error(path + ": the archive has no ganc.json spec; export it with "
+                                "ganc.export(model, path, spec) (see docs/spec.md)");
+  auto spec = parseSpec(planSpec.empty() ? specText : planSpec);
+  if (!spec)
+    return spec.status().withContext(planSpec.empty() ? path : "the plan's spec for " + path);
+  archive.spec = spec.take();
+  GANC_TRY(checkPhasesPresent(archive));
   GANC_TRY(resolveOptimizerGroups(archive).withContext(path));
   if (archive.spec.ema) {
     const EmaSpec &ema = *archive.spec.ema;
@@ -319,7 +366,10 @@ Expected<Archive> loadArchive(const std::string &path, const std::string &planSp
   }
   if (archive.spec.stages)
     GANC_TRY(checkStages(archive));
-  if (archive.spec.sample && !archive.spec.sample->method.empty() &&
+  if (archive.spec.sample && !archive.torchscript && !archive.sampleGraph)
+    return Status::error(path + ": the spec samples, but the archive holds no sample graph "
+                                "(export it again with ganc.export)");
+  if (archive.spec.sample && archive.torchscript && !archive.spec.sample->method.empty() &&
       !archive.module.find_method(archive.spec.sample->method))
     return Status::error(path + ": sample method '" + archive.spec.sample->method +
                          "' does not exist (export it with the phases: ganc.export does)");
@@ -330,7 +380,8 @@ Expected<Archive> loadArchive(const std::string &path, const std::string &planSp
                            "' does not exist");
   }
   try {
-    archive.identity = modelIdentity(path, archive.module, specText);
+    archive.identity = archive.torchscript ? modelIdentity(path, archive.module, specText)
+                                           : gancArchiveIdentity(archive, specText);
   } catch (const std::exception &e) {
     return Status::error(path + ": cannot read the archive's records (" + firstLine(e) + ")");
   }

@@ -2,20 +2,27 @@
 #pragma once
 
 #include "frontend/Spec.h"
+#include "support/torch/JointGraph.h"
 
 #include <torch/script.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace ganc::frontend {
 
-/// A loaded archive: the TorchScript module and its validated spec.
+/// A loaded archive: its module and its validated spec. Of a TorchScript archive, the module
+/// is the archive's code; of ganc's own archive (ganc.export(..., torchscript=False), no
+/// TorchScript code: docs/export.md), a module of the same names holding the parameters,
+/// buffers and stage attributes, with no methods: its phases run their joint graphs.
 struct Archive {
   std::string path;
   torch::jit::Module module;
+  /// Whether the archive holds TorchScript code (false: ganc's own archive).
+  bool torchscript = true;
   Spec spec;
   /// Fingerprint of code, spec, parameter names/shapes/dtypes (see modelIdentity).
   std::string identity;
@@ -24,10 +31,12 @@ struct Archive {
   /// Operators from operator libraries whose backward ganc.export measured (ganc_ops.json's
   /// backward_reads): per operand a gradient flows through, the operands its backward reads.
   std::map<std::string, std::vector<std::vector<int64_t>>> opBackwardReads;
-  /// Each phase's joint graph as ganc.export(joint=True) kept it (a torch.save file's bytes,
-  /// docs/ir.md "Joint graphs"), by phase key ("d", or "d@16x16" for a stage's); empty for an
-  /// archive exported without.
-  std::map<std::string, std::vector<char>> jointGraphs;
+  /// Each phase's joint graph as ganc.export(joint=True) kept it (docs/ir.md "Joint graphs"),
+  /// by phase key ("d", or "d@16x16" for a stage's); empty for an archive exported without.
+  std::map<std::string, JointGraph> jointGraphs;
+  /// The sample grid's call captured as a graph (ganc's own archive, where the spec samples);
+  /// its outputs are the images.
+  std::optional<JointGraph> sampleGraph;
 };
 
 /// Loads `path` and its ganc.json; checks that every phase's method and submodules exist,

@@ -2,6 +2,7 @@
 // recorded, and each view or in-place op's alias read off its operator's schema.
 #include "frontend/JointLowering.h"
 
+#include "ir/Recipe.h"
 #include "support/torch/Dtypes.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -183,16 +184,38 @@ Status lowerJointGraph(const JointGraph &graph, ir::Phase &phase) {
       .withContext("the joint graph of phase '" + phase.key() + "'");
 }
 
+std::unique_ptr<ir::Phase> phaseOfJointGraph(const Archive &archive, const PhaseSpec &spec,
+                                             int stage) {
+  auto phase = std::make_unique<ir::Phase>();
+  phase->name = spec.name;
+  if (stage >= 0)
+    phase->stage = archive.spec.stages->list[static_cast<size_t>(stage)].name;
+  phase->method = spec.method;
+  phase->updates = spec.updates;
+  ir::setRecipe(*phase,
+                {spec.interval, spec.accumulate, ir::autocastOf(precisionName(spec.precision))});
+  phase->lossScaler = spec.lossScaler;
+  phase->outputs = spec.outputs;
+  // The inputs as the graph was captured with them.
+  const JointGraph &graph = archive.jointGraphs.at(phase->key());
+  for (const InputSpec &in : spec.inputs) {
+    ir::Type type = ir::Type::unknownTensor();
+    for (const JointPort &port : graph.inputs)
+      if (port.kind == "input" && port.name == in.name && !port.dtype.empty()) {
+        auto dtype = scalarTypeNamed(port.dtype);
+        type = ir::Type::tensor(dtype ? dtypeName(*dtype) : "", port.shape);
+      }
+    phase->inputs.push_back({phase->newValue(in.name, type), inputSourceName(in.source)});
+  }
+  return phase;
+}
+
 Status lowerJointGraphs(const Archive &archive, ir::Module &module) {
   for (auto &phase : module.phases) {
-    auto bytes = archive.jointGraphs.find(phase->key());
-    if (bytes == archive.jointGraphs.end())
+    auto graph = archive.jointGraphs.find(phase->key());
+    if (graph == archive.jointGraphs.end())
       continue;
-    auto graph = jointGraphFromBytes(bytes->second, archive.path + ": the joint graph of phase '" +
-                                                        phase->key() + "'");
-    if (!graph)
-      return graph.status();
-    GANC_TRY(lowerJointGraph(*graph, *phase).inFile(archive.path));
+    GANC_TRY(lowerJointGraph(graph->second, *phase).inFile(archive.path));
   }
   return Status::ok();
 }

@@ -14,6 +14,12 @@ namespace ganc::frontend {
 /// Value names are the op list's.
 Status lowerJointGraph(const JointGraph &graph, ir::Phase &phase);
 
+/// The phase of ganc's own archive (no TorchScript code) for `spec` at `stage` (-1: none): its
+/// recipe and inputs, with no forward `body` and no loss; its joint graph, which the archive
+/// must hold, is lowered by lowerJointGraphs and is the phase's whole code.
+std::unique_ptr<ir::Phase> phaseOfJointGraph(const Archive &archive, const PhaseSpec &spec,
+                                             int stage);
+
 /// Every phase's joint graph the archive keeps, lowered into its phase of `module`; phases
 /// without one keep an empty block.
 Status lowerJointGraphs(const Archive &archive, ir::Module &module);

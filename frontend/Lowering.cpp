@@ -5,6 +5,7 @@
 #include "frontend/Archive.h"
 #include "frontend/DoubleBackward.h"
 #include "frontend/IRTypes.h"
+#include "frontend/JointLowering.h"
 #include "frontend/Sections.h"
 #include "frontend/Shapes.h"
 #include "frontend/SpecSchema.h"
@@ -502,6 +503,11 @@ Expected<std::unique_ptr<ir::Module>> lowerToIR(Archive &archive, bool fusion) {
       if (spec.isSection()) { // no IR phase: inlined where its graph is taken
         if (s == 0)
           GANC_TRY(checkSection(archive, spec).inFile(archive.path));
+        continue;
+      }
+      if (!archive.torchscript) { // ganc's own archive: the joint graph is the phase's code
+        module->phases.push_back(
+            phaseOfJointGraph(archive, spec, stages ? static_cast<int>(s) : -1));
         continue;
       }
       PhaseLowering lowering(archive, spec, module.get(), stages ? static_cast<int>(s) : -1);

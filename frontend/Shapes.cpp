@@ -140,8 +140,31 @@ Expected<at::Tensor> exampleOutput(Archive &archive, const InputSpec &input) {
 namespace {
 
 /// `phase`'s method logs controller `c`'s statistic, a scalar.
+/// Whether ganc's own archive's joint graphs of `phase` (every stage's) log `statistic`.
+bool jointGraphsLog(const Archive &archive, const PhaseSpec &phase, const std::string &statistic) {
+  bool any = false;
+  for (const auto &[key, graph] : archive.jointGraphs) {
+    if (key != phase.name && key.rfind(phase.name + "@", 0) != 0)
+      continue;
+    any = true;
+    if (std::none_of(graph.outputs.begin(), graph.outputs.end(), [&](const JointPort &port) {
+          return port.kind == "stat" && port.name == statistic;
+        }))
+      return false;
+  }
+  return any;
+}
+
 Status checkLogged(Archive &archive, const std::string &controller, const ControllerSpec &c,
                    const PhaseSpec &phase) {
+  if (!archive.torchscript) {
+    if (jointGraphsLog(archive, phase, c.statistic))
+      return Status::ok();
+    return Status::error("controller '" + controller + "' reads '" + c.statistic +
+                         "', which method '" + phase.method + "' does not log (return (loss, {\"" +
+                         c.statistic + "\": scalar tensor, ...}))")
+        .inPhase(phase.name);
+  }
   auto output = runOnExamples(archive, phase);
   if (!output)
     return output.status();

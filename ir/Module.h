@@ -278,6 +278,9 @@ struct Phase {
 
   /// What names the phase in a plan and at run time: "name", or "name@stage".
   std::string key() const { return phaseKey(name, stage); }
+  /// Whether the joint graph is the phase's only code (ganc's own archive, exported without
+  /// TorchScript): no forward graph, no `loss` value; its ganc.loss is the loss.
+  bool onlyJoint() const { return !loss && body.ops.empty() && !joint.ops.empty(); }
   /// Whether the phase shares values with others of its step: it takes one an earlier phase
   /// computed (an `output` input, or a section it runs `through`) or hands one on. On CUDA
   /// such a step's phases and sections are captured together, as one graph.

@@ -108,11 +108,14 @@ private:
     for (const PhaseInput &input : p.inputs)
       line(2, "input " + sym('%', input.value->name) + " : " + input.value->type.str() + " from " +
                   input.source);
-    line(2, "graph {");
-    printOps(p.body, 3);
-    if (p.loss)
-      line(3, "return " + sym('%', p.loss->name));
-    line(2, "}");
+    // A phase of ganc's own archive has no forward graph: its joint graph is its code.
+    if (p.loss || !p.body.ops.empty() || p.joint.ops.empty()) {
+      line(2, "graph {");
+      printOps(p.body, 3);
+      if (p.loss)
+        line(3, "return " + sym('%', p.loss->name));
+      line(2, "}");
+    }
     if (!p.joint.ops.empty()) {
       line(2, "joint {");
       printOps(p.joint, 3);

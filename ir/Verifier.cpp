@@ -83,9 +83,10 @@ private:
     for (const PhaseInput &input : p.inputs)
       GANC_TRY(define(input.value));
     GANC_TRY(verifyBlock(p.body));
-    if (!p.loss)
+    // Without a forward graph (ganc's own archive), the joint graph's ganc.loss is the loss.
+    if (!p.loss && (!p.body.ops.empty() || p.joint.ops.empty()))
       return Status::error("has no returned loss");
-    if (!defined_.count(p.loss))
+    if (p.loss && !defined_.count(p.loss))
       return Status::error("returns undefined value %" + p.loss->name);
     GANC_TRY(verifyUsedFacts(p));
     GANC_TRY(verifyBuckets(p));

@@ -14,8 +14,32 @@
 
 #include <algorithm>
 #include <map>
+#include <vector>
 
 namespace ganc::passes {
+
+namespace {
+
+/// The order in which a joint graph completes its gradients: by the op making each one.
+std::vector<std::string> jointReadyOrder(const ir::Phase &phase) {
+  std::map<const Value *, size_t> indexOf;
+  for (size_t i = 0; i < phase.joint.ops.size(); ++i)
+    for (const Value *result : phase.joint.ops[i]->results)
+      indexOf[result] = i;
+  std::map<std::string, size_t> madeAt;
+  for (const auto &op : phase.joint.ops)
+    if (op->name == ir::joint::kGradient && !op->operands.empty()) {
+      auto it = indexOf.find(op->operands[0]);
+      madeAt[op->symbol] = it == indexOf.end() ? 0 : it->second;
+    }
+  std::vector<std::string> order = phase.used;
+  std::stable_sort(order.begin(), order.end(), [&](const std::string &a, const std::string &b) {
+    return madeAt[a] < madeAt[b];
+  });
+  return order;
+}
+
+} // namespace
 
 std::map<std::string, FirstUse> firstUses(const ir::Phase &phase) {
   std::map<const Value *, std::string> paramOf;
@@ -44,6 +68,12 @@ Expected<bool> runReadyOrder(ir::Module &module, const PassOptions &) {
   for (auto &phase : module.phases) {
     if (!phase->hasUsedFacts)
       return Status::error("phase @" + phase->name + ": ready-order needs used-params first");
+    if (phase->onlyJoint()) {
+      std::vector<std::string> order = jointReadyOrder(*phase);
+      changed |= order != phase->readyOrder;
+      phase->readyOrder = std::move(order);
+      continue;
+    }
     std::map<std::string, FirstUse> first = firstUses(*phase);
     std::vector<std::string> order = phase->used;
     // stable_sort keeps declaration order for parameters that reach the loss without any

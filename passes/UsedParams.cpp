@@ -271,22 +271,36 @@ void markRegionReads(const ir::Block &block, bool inside, std::map<std::string, 
   }
 }
 
+/// The parameters a phase's graph gives a gradient: those its loss reaches through the forward
+/// graph, or, for a phase whose joint graph is its only code, those the joint graph computes a
+/// gradient for.
+std::set<std::string> gradientReceivers(const ir::Phase &phase) {
+  std::set<std::string> usedNames;
+  if (phase.onlyJoint()) {
+    for (const auto &op : phase.joint.ops)
+      if (op->name == ir::joint::kGradient)
+        usedNames.insert(op->symbol);
+    return usedNames;
+  }
+  Reachability graph;
+  graph.build(phase.body);
+  graph.refineGradOps();
+  std::set<const Value *> reached = graph.reach(phase.loss);
+  phase.walk([&](const Op &op) {
+    if (op.name == "ganc.param" && !op.results.empty() && reached.count(op.results[0]))
+      usedNames.insert(op.symbol);
+  });
+  return usedNames;
+}
+
 } // namespace
 
 Expected<bool> runUsedParams(ir::Module &module, const PassOptions &) {
   bool changed = false;
   for (auto &phase : module.phases) {
-    if (!phase->loss)
+    if (!phase->loss && !phase->onlyJoint())
       return Status::error("phase @" + phase->name + " has no loss");
-    Reachability graph;
-    graph.build(phase->body);
-    graph.refineGradOps();
-    std::set<const Value *> reached = graph.reach(phase->loss);
-    std::set<std::string> usedNames;
-    phase->walk([&](const Op &op) {
-      if (op.name == "ganc.param" && !op.results.empty() && reached.count(op.results[0]))
-        usedNames.insert(op.symbol);
-    });
+    std::set<std::string> usedNames = gradientReceivers(*phase);
     // A used parameter read only inside If/Loop regions is reached or not by data.
     std::map<std::string, bool> onlyInRegions;
     markRegionReads(phase->body, false, onlyInRegions);

@@ -35,6 +35,8 @@ const Spellings<PhaseExecutor> &phaseExecutorNames() {
   return names;
 }
 bool TrainOptions::runsJoint(const ir::Phase &phase, bool cuda) const {
+  if (phase.onlyJoint()) // its joint graph is its only code
+    return true;
   switch (executor) {
   case PhaseExecutor::Joint:
     return true;

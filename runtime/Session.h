@@ -4,6 +4,7 @@
 #pragma once
 
 #include "backend/Executor.h"
+#include "backend/JointProgram.h"
 #include "frontend/Frontend.h"
 #include "ir/Module.h"
 #include "runtime/Options.h"
@@ -83,6 +84,9 @@ struct Session {
     return recipeOf(phase, *plan, stage);
   }
   torch::jit::Module &module() { return archive->module; }
+  /// The sample grid's graph, prepared (ganc's own archive, where the spec samples): the
+  /// grids and the metrics draw through it in place of the module's code.
+  std::shared_ptr<const backend::JointProgram> sampler;
   bool isRankZero() const { return rank.rank == 0; }
   /// Optimizer state is sharded across the ranks (a zero stage, more than one rank).
   bool sharded() const { return plan->shardRanks > 1; }

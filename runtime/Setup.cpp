@@ -126,6 +126,8 @@ Status checkPhaseMethods(const ir::Module &plan, const frontend::Archive &archiv
       return Status::error(where + "the plan calls method '" + phase->method +
                            "', and its graph was lowered from '" + spec->method +
                            "' (the spec's); the plan was edited: run ganc compile again");
+    if (!archive.torchscript) // ganc's own archive: each phase is its joint graph
+      continue;
     auto method = archive.module.find_method(phase->method);
     if (!method)
       return Status::error(where + "the archive has no method '" + phase->method + "'");
@@ -142,7 +144,7 @@ Status checkPhaseMethods(const ir::Module &plan, const frontend::Archive &archiv
                            std::to_string(phase->inputs.size()));
   }
   for (const frontend::PhaseSpec &section : archive.spec.phases)
-    if (section.isSection() && !archive.module.find_method(section.method))
+    if (archive.torchscript && section.isSection() && !archive.module.find_method(section.method))
       return Status::error("section '" + section.name + "': the archive has no method '" +
                            section.method + "'");
   return Status::ok();
@@ -216,26 +218,30 @@ Status addJointPrograms(const Session &s, backend::ExecutorOptions &options) {
   if (s.options.executor == PhaseExecutor::Joint && s.device.is_cuda())
     return Status::error("--executor joint runs on the CPU for now; on " + s.device.str() +
                          " give --executor torchscript");
+  if (!s.archive->torchscript && s.device.is_cuda())
+    return Status::error(s.options.model +
+                         " was exported without TorchScript (its joint graphs are its code), "
+                         "which ganc runs on the CPU for now; on " +
+                         s.device.str() + " export it with TorchScript (ganc.export's default)");
+  if (!s.archive->torchscript && s.options.executor == PhaseExecutor::TorchScript)
+    return Status::error("--executor torchscript: " + s.options.model +
+                         " was exported without TorchScript; its joint graphs are its code");
   for (const auto &phase : s.plan->phases) {
     if (!s.options.runsJoint(*phase, s.device.is_cuda()))
       continue;
     const std::string where = "--executor " + nameOf(s.options.executor, phaseExecutorNames()) +
                               ": phase '" + phase->key() + "'";
-    auto bytes = s.archive->jointGraphs.find(phase->key());
-    if (bytes == s.archive->jointGraphs.end())
+    auto graph = s.archive->jointGraphs.find(phase->key());
+    if (graph == s.archive->jointGraphs.end())
       return Status::error(where + ": " + s.options.model +
                            " keeps no joint graph for it; export it with ganc.export(..., "
                            "joint=True)");
-    auto graph = jointGraphFromBytes(
-        bytes->second, s.options.model + ": the joint graph of phase '" + phase->key() + "'");
-    if (!graph)
-      return graph.status();
     if (phase->joint.ops.empty())
       return Status::error(where + ": " + s.options.plan +
                            " holds no joint graph for it; compile it again from " +
                            s.options.model);
-    GANC_TRY(sameJointGraph(*phase, *graph).withContext(where));
-    auto program = backend::JointProgram::compile(graph.take(), launchesOf(*phase));
+    GANC_TRY(sameJointGraph(*phase, graph->second).withContext(where));
+    auto program = backend::JointProgram::compile(graph->second, launchesOf(*phase));
     if (!program)
       return program.status().withContext(s.options.model);
     options.jointPrograms[phase->key()] = program.take();
@@ -272,6 +278,8 @@ Status createExecutor(Session &s) {
       const std::string key =
           spec.stages ? ir::phaseKey(phase.name, spec.stages->list[stage].name) : phase.name;
       const ir::Phase *compiled = s.plan->findPhase(key);
+      if (compiled && s.options.runsJoint(*compiled, s.device.is_cuda()))
+        continue; // its joint graph, not its method's graph, is what runs
       const bool plain = phase.isSection() || !phase.throughSections().empty();
       const bool fuses =
           !plain && compiled && compiled->fusedResamplings + compiled->fusedBiasActs > 0;
@@ -304,6 +312,12 @@ Status createExecutor(Session &s) {
         options.phaseGraphs[key] = graph.take();
     }
   GANC_TRY(addJointPrograms(s, options));
+  if (s.archive->sampleGraph) {
+    auto sampler = backend::JointProgram::compile(*s.archive->sampleGraph);
+    if (!sampler)
+      return sampler.status().withContext(s.options.model + ": the sample grid's graph");
+    s.sampler = sampler.take();
+  }
   ops::setSyncBatchNormGroup(s.group.backend);
   auto executor = backend::createExecutor(*s.plan, s.module(), s.group.backend, options);
   if (!executor)

@@ -272,8 +272,12 @@ void jointLines(std::ostream &out, const ir::Phase &phase) {
            "ganc.export(..., joint=True) captures one)\n";
     return;
   }
-  out << "  door: its joint graph through ganc's executor on the CPU (ganc train --executor "
-         "auto, the default); TorchScript and autograd on CUDA\n";
+  if (phase.onlyJoint())
+    out << "  door: its joint graph through ganc's executor on the CPU, its only code (the "
+           "archive was exported without TorchScript)\n";
+  else
+    out << "  door: its joint graph through ganc's executor on the CPU (ganc train --executor "
+           "auto, the default); TorchScript and autograd on CUDA\n";
   auto computes = [](const ir::Op &op) { return ir::joint::isNode(op.name); };
   size_t total = 0;
   for (const auto &op : phase.joint.ops)

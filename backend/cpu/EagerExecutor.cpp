@@ -82,7 +82,7 @@ EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
     if (graph != options.phaseGraphs.end())
       state.function =
           std::make_unique<torch::jit::GraphFunction>(phase->key(), graph->second, nullptr);
-    else if (!phase->stage.empty())
+    else if (!phase->stage.empty() && !options.jointPrograms.count(phase->key()))
       return Status::error("phase '" + phase->key() + "' has no stage-specialised graph");
     auto reducer =
         PhaseReducer::create(*phase, e->parameters_, group, options.device, zeroStage, &e->scratch_,

@@ -99,7 +99,7 @@ def _jit_deprecation_noted():
 
 
 def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, verbose: bool = True,
-           op_libraries=(), joint: bool = False) -> dict:
+           op_libraries=(), joint: bool = False, torchscript: bool = True) -> dict:
     """Exports `gan` with every phase method and its spec to the archive `path`.
 
     By default the export is hybrid (see ganc.hybrid): the phase methods are scripted, and each
@@ -123,14 +123,51 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, ver
     operators the model calls; they are loaded here and named in the archive, and `ganc
     compile` / `ganc train` need them too (`--op-library`).
 
+    `torchscript=False`: the archive is ganc's own, with no TorchScript code (docs/export.md,
+    "Without TorchScript"): the spec, the parameters and buffers, each phase's joint graph and
+    the sample grid's graph in one torch.save container. Nothing of torch.jit is called, so it
+    works where TorchScript is unavailable; `ganc train` runs it through ganc's executor.
+
     Returns the validated spec. Raises SpecError for a spec that names a method or submodule
     that does not exist or a phase that does not return a scalar, and ExportError, naming the
     submodule and file:line, for code ganc cannot export.
     """
     if not isinstance(gan, torch.nn.Module):
         raise TypeError(f"ganc.export: the GAN must be a torch.nn.Module, not {type(gan).__name__}")
+    if not torchscript:
+        if trace:
+            raise ValueError("ganc.export: trace=True makes a TorchScript archive; it cannot go with "
+                             "torchscript=False")
+        return _export_without_torchscript(gan, path, spec, op_libraries)
     with _jit_deprecation_noted():
         return _export(gan, path, spec, trace, verbose, op_libraries, joint)
+
+
+def _export_without_torchscript(gan, path, spec, op_libraries) -> dict:
+    """ganc's own archive (ganc.joint.write_archive): every phase's joint graph and the sample
+    grid's graph, captured on a copy of `gan`, with its parameters, buffers and spec."""
+    from . import joint as joint_graphs
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"ganc.export: {path}: the folder {folder} does not exist")
+    libraries = oplibs.load(op_libraries)
+    spec = _list_sync_batch_norms(validate(spec, gan), gan)
+    refuse_gradient_hooks(gan)
+    refuse_shared_parameters(gan)
+    model = make_scriptable(gan)  # the same state-dict names and numerics; nothing is scripted
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model.train()
+    ops = oplibs.Recorder() if libraries else contextlib.nullcontext()
+    with ops, rng_kept():
+        torch.manual_seed(0)
+        for phase, _, out in run_phases(model, spec):  # each phase returns a scalar loss
+            if phase["updates"]:
+                phase_loss(out, phase)
+    _restore(model, state)
+    with rng_kept():
+        joint_graphs.write_archive(model, path, spec, dumps(spec), libraries,
+                                   ops.calls if libraries else None)
+    return spec
 
 
 def _export(gan, path, spec, trace, verbose, op_libraries, joint=False) -> dict:
@@ -341,6 +378,10 @@ def load_spec(path: str) -> dict:
     files = {"ganc.json": ""}
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
+    stored = read_ganc_archive(path)
+    if stored is not None:
+        import json
+        return json.loads(stored["spec"])
     try:
         torch.jit.load(path, _extra_files=files)
     except RuntimeError as e:
@@ -353,6 +394,20 @@ def load_spec(path: str) -> dict:
         raise ValueError(f"{path} holds no ganc.json: it was not written by ganc.export")
     import json
     return json.loads(files["ganc.json"])
+
+
+def read_ganc_archive(path: str) -> dict | None:
+    """The contents of ganc's own archive (ganc.export(..., torchscript=False)), or None for
+    a file that is not one (a TorchScript archive)."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return None
+    if any("/code/" in n for n in names) or not any(n.endswith("/data.pkl") for n in names):
+        return None
+    stored = torch.load(path, weights_only=True)
+    return stored if isinstance(stored, dict) and "ganc_archive" in stored else None
 
 
 def load_checkpoint(path: str) -> dict:

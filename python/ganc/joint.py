@@ -19,6 +19,7 @@ import io
 import json
 import math
 import operator
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -30,9 +31,12 @@ from .phases import autocast, example_inputs, phase_loss
 from .probe import raised_at
 from .scriptable import ExportError
 
-__all__ = ["JOINT_VERSION", "JointGraph", "archive_entries", "capture", "to_file"]
+__all__ = ["ARCHIVE_VERSION", "JOINT_VERSION", "JointGraph", "archive_entries", "capture", "capture_sample",
+           "to_file", "write_archive"]
 
 JOINT_VERSION = 1
+# ganc's own archive (write_archive): no TorchScript code, docs/export.md "Without TorchScript".
+ARCHIVE_VERSION = 1
 
 
 @dataclass
@@ -210,11 +214,10 @@ def _set_stage(gan: nn.Module, spec: dict, index: int) -> None:
         setattr(gan.get_submodule(owner) if owner else gan, attribute, index)
 
 
-def archive_entries(gan: nn.Module, spec: dict) -> dict[str, bytes]:
+def captured(gan: nn.Module, spec: dict):
     """Every phase of `spec` captured on inputs of the spec's batch (the shapes a run gives
-    it), as the archive's entries `ganc_joint/PHASE.pt` (`ganc train --executor joint` runs
-    them); with stages, once per stage with the stage attributes set to its index, as
-    `ganc_joint/PHASE@STAGE.pt`. A phase that hands values on, and synchronised batch norm,
+    it), as (key, JointGraph); with stages, once per stage with the stage attributes set to
+    its index, keyed `PHASE@STAGE`. A phase that hands values on, and synchronised batch norm,
     are refused for now."""
     if spec.get("sync_batch_norm"):
         raise ExportError(f"ganc.export(joint=True): 'sync_batch_norm' ({', '.join(spec['sync_batch_norm'])}) "
@@ -226,7 +229,7 @@ def archive_entries(gan: nn.Module, spec: dict) -> dict[str, bytes]:
         for path in stages["attributes"]:
             owner, _, attribute = path.rpartition(".")
             saved[path] = getattr(gan.get_submodule(owner) if owner else gan, attribute)
-    entries = {}
+    graphs = []
     try:
         for index, stage in enumerate(stages["list"] if stages else [None]):
             if stage is not None:
@@ -237,12 +240,132 @@ def archive_entries(gan: nn.Module, spec: dict) -> dict[str, bytes]:
                                       "not captured yet; export it without joint=True")
                 graph = capture(gan, phase, example_inputs(spec, phase),
                                 phase.get("precision", spec.get("precision", "float32")))
-                buffer = io.BytesIO()
-                to_file(graph, buffer)
-                key = phase["name"] if stage is None else f"{phase['name']}@{stage['name']}"
-                entries[f"ganc_joint/{key}.pt"] = buffer.getvalue()
+                graphs.append((phase["name"] if stage is None else f"{phase['name']}@{stage['name']}", graph))
     finally:
         for path, value in saved.items():
             owner, _, attribute = path.rpartition(".")
             setattr(gan.get_submodule(owner) if owner else gan, attribute, value)
+    return graphs
+
+
+def archive_entries(gan: nn.Module, spec: dict) -> dict[str, bytes]:
+    """Every phase captured (`captured`), as a TorchScript archive's entries
+    `ganc_joint/KEY.pt` (`ganc train` runs them with ganc's executor)."""
+    entries = {}
+    for key, graph in captured(gan, spec):
+        buffer = io.BytesIO()
+        to_file(graph, buffer)
+        entries[f"ganc_joint/{key}.pt"] = buffer.getvalue()
     return entries
+
+
+def _stored(graph: JointGraph) -> dict:
+    return {"graph": json.dumps(op_list(graph)), "constants": graph.constants}
+
+
+def capture_sample(gan: nn.Module, spec: dict) -> JointGraph:
+    """The sample grid's call (the spec's `sample`: a submodule on noise, or a method on its
+    inputs) captured as a graph of ATen ops on a training batch of its inputs, without
+    gradients, in eval mode (or, with `mode: train`, in training mode; the runtime puts the
+    buffers back after it). Its outputs are the images, kind `sample`, one per tensor the call
+    returns."""
+    sample = spec["sample"]
+    batch = spec["batch_size"]
+    dtype = getattr(torch, spec.get("dtype", "float32"))
+    if "method" in sample:
+        args = list(example_inputs(spec, {"name": "sample", "inputs": sample["inputs"]}, batch))
+        names = [i["name"] for i in sample["inputs"]]
+        owner, call, mode = gan, getattr(gan, sample["method"]), sample.get("mode", "eval")
+    else:
+        args = [torch.randn([batch] + list(sample["noise_shape"])).to(dtype)]
+        names = ["noise"]
+        if sample.get("classes"):
+            args.append(torch.arange(batch) % sample["classes"])
+            names.append("labels")
+        owner = gan.get_submodule(sample["submodule"])
+        call, mode = owner, "eval"
+    params = dict(gan.named_parameters())
+    buffers = dict(gan.named_buffers())
+    pnames, bnames = list(params), list(buffers)
+    count = []
+
+    def draw(p, b, inputs):
+        state = {**dict(zip(pnames, p)), **dict(zip(bnames, b))}
+        with _reparametrize_module(gan, state, tie_weights=True), torch.no_grad():
+            out = call(*inputs)
+        images = list(out) if isinstance(out, tuple) else [out]
+        if not images or not all(isinstance(t, torch.Tensor) for t in images):
+            raise ExportError(f"ganc.export: spec sample: the call returned {type(out).__name__}, not a tensor or "
+                              "a tuple of tensors")
+        count[:] = [len(images)]
+        return images
+
+    modes = {name: m.training for name, m in gan.named_modules()}
+    owner.train(mode == "train")
+    try:
+        module = make_fx(draw)([t.detach().clone() for t in params.values()],
+                               [t.detach().clone() for t in buffers.values()], [a.clone() for a in args])
+    except RuntimeError as e:
+        if "tracing tensor" not in str(e) and "data-dependent" not in str(e):
+            raise
+        raise ExportError(f"ganc.export: spec sample: a Python value read from a tensor "
+                          f"({raised_at(e) or '<unknown>'}) decides what runs, which a graph cannot hold") from None
+    finally:
+        for name, m in gan.named_modules():
+            m.training = modes[name]
+    graph = JointGraph("sample", sample.get("method", sample.get("submodule", "")), module)
+    graph.inputs = ([("parameter", n) for n in pnames] + [("buffer", n) for n in bnames]
+                    + [("input", n) for n in names])
+    graph.outputs = [("sample", str(i)) for i in range(count[0])]
+    graph.constants = {name: getattr(module, name).detach().clone() for name in _constants(module)}
+    return graph
+
+
+def _library_ops(graphs: list, libraries: list, calls: dict | None) -> str | None:
+    """ganc_ops.json's text for the operators the graphs call from operator libraries (None
+    for none); ExportError where no library was given for one."""
+    from .oplibs import backward_reads
+    used = sorted({node["op"] for graph in graphs for node in graph["nodes"]
+                   if "::" in node["op"] and node["op"].split("::")[0] not in ("aten", "prims")})
+    if not used:
+        return None
+    if not libraries:
+        raise ExportError(f"ganc.export: the phases call the operator {used[0]}, which no library in op_libraries "
+                          "provides: pass the TORCH_LIBRARY shared library that registers it")
+    needs = {"libraries": [os.path.basename(p) for p in libraries], "ops": used}
+    measured = {op: backward_reads(*calls[op]) for op in used if op in (calls or {})}
+    if measured:
+        needs["backward_reads"] = measured
+    return json.dumps(needs, indent=1)
+
+
+def write_archive(gan: nn.Module, path, spec: dict, spec_text: str, libraries=(), calls=None) -> None:
+    """Writes ganc's own archive of `gan` (no TorchScript code): a torch.save container of
+    the spec, the parameters and buffers by their state-dict names, the int attributes the
+    spec's stages set, every phase's joint graph (`captured`) and the sample grid's graph
+    (`capture_sample`), as docs/export.md's "Without TorchScript" describes it, with
+    ganc_ops.json's text where the graphs call operators of `libraries` (`calls`: what the
+    export's recorder saw of them)."""
+    stages = spec.get("stages")
+    attributes = {}
+    for attribute in (stages["attributes"] if stages else []):
+        owner, _, name = attribute.rpartition(".")
+        attributes[attribute] = int(getattr(gan.get_submodule(owner) if owner else gan, name))
+    archive = {
+        "ganc_archive": ARCHIVE_VERSION,
+        "spec": spec_text,
+        "parameters": {n: t.detach().clone() for n, t in gan.named_parameters()},
+        "frozen": [n for n, t in gan.named_parameters() if not t.requires_grad],
+        "buffers": {n: t.detach().clone() for n, t in gan.named_buffers()},
+        # Each module's own tensors, then its submodules', as PyTorch lists them.
+        "order": [f"{prefix}.{n}" if prefix else n for prefix, m in gan.named_modules()
+                  for n, t in [*m._parameters.items(), *m._buffers.items()] if t is not None],
+        "attributes": attributes,
+        "joint": {key: _stored(graph) for key, graph in captured(gan, spec)},
+    }
+    if spec.get("sample"):
+        archive["sample"] = _stored(capture_sample(gan, spec))
+    ops = _library_ops([json.loads(g["graph"]) for g in archive["joint"].values()], list(libraries), calls)
+    if ops:
+        archive["ops"] = ops
+    torch.save(archive, path)

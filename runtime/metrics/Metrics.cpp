@@ -4,6 +4,7 @@
 
 #include "backend/Device.h"
 #include "runtime/metrics/MetricMath.h"
+#include "runtime/rundir/Samples.h"
 #include "runtime/rundir/Stop.h"
 #include "support/Files.h"
 #include "support/Hash.h"
@@ -283,7 +284,9 @@ at::Tensor Metrics::generateBlock(int64_t block) {
   torch::jit::Module generator = generatorModule();
   torch::NoGradGuard noGrad;
   generator.eval();
-  c10::IValue out = method_.empty() ? generator.forward(args) : generator.get_method(method_)(args);
+  c10::IValue out = s_.sampler        ? runSampler(s_, args)
+                    : method_.empty() ? generator.forward(args)
+                                      : generator.get_method(method_)(args);
   generator.train();
   TORCH_CHECK(out.isTensor(), "it returned a ", out.tagKind(), ", not one batch of images");
   return toPixels(out.toTensor());

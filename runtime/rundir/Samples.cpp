@@ -62,6 +62,29 @@ std::vector<std::pair<at::Tensor, at::Tensor>> bufferCopies(torch::jit::Module &
   return copies;
 }
 
+} // namespace
+
+c10::IValue runSampler(Session &s, const std::vector<c10::IValue> &args) {
+  const backend::JointProgram &sampler = *s.sampler;
+  std::map<std::string, at::Tensor> given;
+  for (const auto &p : s.module().named_parameters(/*recurse=*/true))
+    given[p.name] = p.value;
+  for (const auto &b : s.module().named_buffers(/*recurse=*/true))
+    given[b.name] = b.value;
+  size_t next = 0;
+  for (const JointPort &port : sampler.graph().inputs)
+    if (port.kind == "input" && next < args.size())
+      given[port.name] = args[next++].toTensor();
+  auto out = sampler.run(given, [](const std::string &, const at::Tensor &) {});
+  if (!out)
+    throw std::runtime_error(out.status().message());
+  if (out->size() == 1)
+    return out->front();
+  return c10::ivalue::Tuple::create(std::vector<c10::IValue>(out->begin(), out->end()));
+}
+
+namespace {
+
 /// The sampler on the grid's samples `start` onward, a training batch of them (wrapping
 /// around to the first), without gradients, in eval mode or (`mode: train`) in training mode
 /// with the buffers put back; the first `n` of its outputs, [n, K, ...] for the K image
@@ -80,8 +103,9 @@ at::Tensor drawBatch(Session &s, const std::vector<at::Tensor> &in, int64_t star
   const auto buffers = sample.train ? bufferCopies(module) : decltype(bufferCopies(module))();
   if (!sample.train)
     module.eval();
-  c10::IValue out =
-      sample.method.empty() ? module.forward(args) : module.get_method(sample.method)(args);
+  c10::IValue out = s.sampler               ? runSampler(s, args)
+                    : sample.method.empty() ? module.forward(args)
+                                            : module.get_method(sample.method)(args);
   module.train();
   for (const auto &[buffer, copy] : buffers)
     buffer.copy_(copy);

@@ -17,6 +17,11 @@ Status checkSampler(Session &session, const PhaseInputs &inputs);
 /// back afterwards), so BatchNorm statistics are not touched by sampling.
 Status writeSamples(Session &session, const PhaseInputs &inputs, int64_t step, bool last);
 
+/// The sample graph of ganc's own archive (session.sampler) run on `args`, the sampler's
+/// inputs in its order, with the module's parameters and buffers: what the sampler's call
+/// returned (a tensor, or a tuple of them). Throws naming the graph's node on failure.
+c10::IValue runSampler(Session &session, const std::vector<c10::IValue> &args);
+
 /// Writes reals.png, the data set's first samples as the grids show fakes (each field beside
 /// the others where the sample has fields of one shape), as StyleGAN's training loop does at
 /// its start (rank 0, where samples are drawn; other ranks do nothing).

@@ -249,9 +249,6 @@ Expected<c10::IValue> readTorchSave(const std::string &path, const std::string &
   }
 }
 
-namespace {
-
-/// The op list and constants `stored` (a torch.save'd dict) holds; errors name `path`.
 Expected<JointGraph> jointGraphOf(const c10::IValue &stored, const std::string &path) {
   if (!stored.isGenericDict() || !stored.toGenericDict().contains("graph") ||
       !stored.toGenericDict().at("graph").isString())
@@ -279,8 +276,6 @@ Expected<JointGraph> jointGraphOf(const c10::IValue &stored, const std::string &
       graph.constants[entry.key().toStringRef()] = entry.value().toTensor();
   return graph;
 }
-
-} // namespace
 
 Expected<JointGraph> readJointGraph(const std::string &path) {
   auto read = readTorchSave(path, "");

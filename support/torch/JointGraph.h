@@ -55,6 +55,10 @@ Expected<c10::ScalarType> scalarTypeNamed(const std::string &name);
 /// The value a torch.save file holds, its zip checked first; an error names `what` and `path`.
 Expected<c10::IValue> readTorchSave(const std::string &path, const std::string &what);
 
+/// The op list and constants `stored` holds (a dict {"graph": op list text, "constants":
+/// {name: tensor}}, as ganc.joint stores one); errors name `where`.
+Expected<JointGraph> jointGraphOf(const c10::IValue &stored, const std::string &where);
+
 /// Reads the op list at `path`; an error names the file and what is wrong with it.
 Expected<JointGraph> readJointGraph(const std::string &path);
 

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -39,8 +40,11 @@ def eager(gan, phase, args):
 
 
 def plan_used(ganc_bin, model, tmp_path) -> dict:
-    plan = str(tmp_path / f"{model}.plan")
-    subprocess.run([ganc_bin, "compile", archive(model), "-o", plan], check=True, capture_output=True)
+    """Each phase's used parameters in the plan of the test archive `model` (or of the archive
+    at that path)."""
+    path = model if os.path.exists(model) else archive(model)
+    plan = str(tmp_path / (os.path.basename(path) + ".plan"))
+    subprocess.run([ganc_bin, "compile", path, "-o", plan], check=True, capture_output=True)
     r = subprocess.run([ganc_bin, "explain", plan, "--json"], check=True, capture_output=True, text=True)
     return {(p["name"], p["stage"]) if p.get("stage") else p["name"]: sorted(p["used"])
             for p in json.loads(r.stdout)["phases"]}
@@ -339,3 +343,103 @@ def test_the_joint_executor_refuses_what_it_cannot_run(ganc_bin, datasets, tmp_p
     assert re.search(r"--executor joint: phase 'd': the plan's joint graph is not the archive's: its node \d+ is "
                      r"addmm \(aten::mm\) where the archive has addmm \(aten::addmm\); compile the plan again "
                      "from this archive", r.stderr), r.stderr
+
+
+# torch.jit's entry points, Python's and the private ones behind them, as a PyTorch without
+# TorchScript would have them (pytorch/pytorch#189705 makes the public ones raise).
+_WITHOUT_TORCHSCRIPT = '''
+import sys, torch
+def unavailable(name):
+    def refuse(*args, **kwargs):
+        raise RuntimeError(f"{name} is unavailable: TorchScript is gone")
+    return refuse
+for name in ("script", "trace", "trace_module", "save", "load", "freeze", "script_if_tracing"):
+    setattr(torch.jit, name, unavailable("torch.jit." + name))
+for name in ("_jit_script_compile", "_jit_script_class_compile", "_create_function_from_trace",
+             "_create_function_from_trace_with_dict", "_create_method_from_trace", "import_ir_module",
+             "import_ir_module_from_buffer"):
+    if hasattr(torch._C, name):
+        setattr(torch._C, name, unavailable("torch._C." + name))
+model, state, path = sys.argv[1:4]
+sys.path[:0] = sys.argv[4].split(":")
+import ganc
+from test_joint import build
+gan, spec = build(model)
+gan.load_state_dict(torch.load(state))
+try:
+    ganc.export(gan, path + ".ts", spec, verbose=False)
+except Exception as e:  # the export names the piece it could not script or trace
+    print("the TorchScript export:", str(e).splitlines()[0])
+ganc.export(gan, path, spec, torchscript=False)
+print("exported", path)
+'''
+
+WITHOUT_TORCHSCRIPT = [("mlp", "ring", "ddp"), ("dcgan32", "digits", "ddp"), ("r1gan", "ring", "manual"),
+                       ("pggan_quick", "digits", "ddp")]
+
+
+@pytest.mark.parametrize("model,dataset,reducer", WITHOUT_TORCHSCRIPT)
+def test_an_archive_exported_without_torchscript_trains_as_eager_ddp(ganc_bin, datasets, tmp_path, model, dataset,
+                                                                     reducer):
+    """ganc.export(..., torchscript=False) in a Python whose torch.jit entry points (public and
+    private) raise: ganc's own archive (spec, state, each phase's joint graph, the sample
+    grid's graph; no TorchScript code), compiled and trained on 2 ranks. Every all-reduced
+    gradient and every final parameter equal eager DDP's bit for bit (run here on the same
+    weights), the plan's used sets those of the TorchScript door's plan, and the sample grid
+    the TorchScript archive's."""
+    from test_parity import STEPS, SEED, compare_bitwise, run_ganc
+    from ganc import reference
+    torch.manual_seed(0)
+    gan, spec = build(model)
+    state, path, scripted = (str(tmp_path / f"{model}.{ext}") for ext in ("state", "ganc", "pt"))
+    torch.save(gan.state_dict(), state)
+    r = subprocess.run([sys.executable, "-c", _WITHOUT_TORCHSCRIPT, model, state, path, ":".join(sys.path)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    # The patch holds: the TorchScript export cannot run there.
+    assert "the TorchScript export: " in r.stdout and "is unavailable: TorchScript is gone" in r.stdout, r.stdout
+    ganc.export(gan, scripted, spec, verbose=False)
+    assert plan_used(ganc_bin, scripted, tmp_path) == plan_used(ganc_bin, path, tmp_path)
+    (tmp_path / "ganc").mkdir()
+    got = run_ganc(ganc_bin, model, datasets[dataset], 2, str(tmp_path / "ganc"), path=path)
+    ref_dir = str(tmp_path / "ddp")
+    reference.run(scripted, datasets[dataset], 2, STEPS, SEED, out_dir=ref_dir, reducer=reducer)
+    compare_bitwise(scripted, got, ref_dir)
+    if model == "dcgan32":  # the grid drawn through the sample graph, against TorchScript's
+        grids = {}
+        for name, archive_ in (("joint", path), ("script", scripted)):
+            plan = str(tmp_path / f"{name}.plan")
+            subprocess.run([ganc_bin, "compile", archive_, "-o", plan], check=True, capture_output=True)
+            out = str(tmp_path / f"grid_{name}")
+            r = subprocess.run([ganc_bin, "train", plan, "--model", archive_, "--data", datasets[dataset], "--steps",
+                                "2", "--out", out, "--sample-every", "2", "--tensorboard", "off"],
+                               capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0, r.stderr
+            grids[name] = open(os.path.join(out, "samples.png"), "rb").read()
+        assert grids["joint"] == grids["script"]
+
+
+def test_an_archive_without_torchscript_is_read_and_refused_as_it_says(ganc_bin, datasets, tmp_path):
+    """ganc's own archive: `ganc explain` says its joint graph is each phase's only code,
+    ganc.load_spec reads its spec, and what cannot run it is refused in one line naming the
+    file: --executor torchscript, an archive of another version, one missing a phase's graph."""
+    gan, spec = zoo.build("mlp")
+    path, plan = str(tmp_path / "mlp.ganc"), str(tmp_path / "mlp.plan")
+    ganc.export(gan, path, spec, torchscript=False)
+    assert ganc.load_spec(path)["name"] == spec["name"]
+    subprocess.run([ganc_bin, "compile", path, "-o", plan], check=True, capture_output=True)
+    explained = subprocess.run([ganc_bin, "explain", plan], check=True, capture_output=True, text=True).stdout
+    assert explained.count("its only code (the archive was exported without TorchScript)") == 2, explained
+    r = subprocess.run([ganc_bin, "train", plan, "--model", path, "--data", datasets["ring"], "--steps", "1",
+                        "--out", str(tmp_path / "run"), "--executor", "torchscript"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode != 0 and r.stderr.count("\n") == 1, r.stderr
+    assert f"--executor torchscript: {path} was exported without TorchScript" in r.stderr, r.stderr
+    stored = torch.load(path, weights_only=True)
+    for change, says in ((dict(ganc_archive=2), "a ganc archive of another version (this ganc reads version 1)"),
+                         (dict(joint={"d": stored["joint"]["d"]}), "phase 'g' has no joint graph in the archive")):
+        broken = str(tmp_path / "broken.ganc")
+        torch.save({**stored, **change}, broken)
+        r = subprocess.run([ganc_bin, "compile", broken, "-o", str(tmp_path / "b.plan")], capture_output=True,
+                           text=True)
+        assert r.returncode != 0 and r.stderr.count("\n") == 1 and says in r.stderr and broken in r.stderr, r.stderr
