@@ -230,6 +230,19 @@ bool Phase::trains(const std::string &parameter) const {
                      [&](const std::string &path) { return isWithin(parameter, path); });
 }
 
+std::string Phase::jointDeclined() const {
+  if (joint.ops.empty() || onlyJoint())
+    return "";
+  if (fusedResamplings + fusedBiasActs > 0)
+    return "the plan fuses " + std::to_string(fusedResamplings) + " resampling(s) and " +
+           std::to_string(fusedBiasActs) + " bias + activation(s) in it, which its joint graph " +
+           "does not fuse yet";
+  if (!doubleBackward.empty())
+    return "its grouped convolutions take ganc's double backward, which its joint graph does "
+           "not have yet";
+  return "";
+}
+
 Value *Phase::newValue(std::string name, Type type) {
   values_.push_back(std::make_unique<Value>());
   Value *v = values_.back().get();

@@ -281,6 +281,11 @@ struct Phase {
   /// Whether the joint graph is the phase's only code (ganc's own archive, exported without
   /// TorchScript): no forward graph, no `loss` value; its ganc.loss is the loss.
   bool onlyJoint() const { return !loss && body.ops.empty() && !joint.ops.empty(); }
+  /// Why a run that may choose (`ganc train --executor auto`) takes TorchScript for this phase
+  /// although it has a joint graph: the plan fuses in it, or gives its grouped convolutions
+  /// ganc's double backward, neither of which the joint graph has yet. "" where it takes the
+  /// joint graph (or has none).
+  std::string jointDeclined() const;
   /// Whether the phase shares values with others of its step: it takes one an earlier phase
   /// computed (an `output` input, or a section it runs `through`) or hands one on. On CUDA
   /// such a step's phases and sections are captured together, as one graph.

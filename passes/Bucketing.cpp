@@ -14,6 +14,8 @@
 #include "passes/FirstUse.h"
 #include "passes/Pass.h"
 
+#include <algorithm>
+
 #include <map>
 
 namespace ganc::passes {
@@ -108,6 +110,14 @@ Expected<bool> runBucketing(ir::Module &module, const PassOptions &options) {
     if (!group.empty())
       builder.addGroup(group);
     phase->buckets = builder.take();
+    // The joint graph's collectives were the old buckets'; joint-schedule places the new ones.
+    auto &ops = phase->joint.ops;
+    ops.erase(std::remove_if(ops.begin(), ops.end(),
+                             [](const std::unique_ptr<ir::Op> &op) {
+                               return op->name == ir::joint::kAllReduce ||
+                                      op->name == ir::joint::kReduceScatter;
+                             }),
+              ops.end());
   }
   return true;
 }

@@ -41,7 +41,7 @@ bool TrainOptions::runsJoint(const ir::Phase &phase, bool cuda) const {
   case PhaseExecutor::Joint:
     return true;
   case PhaseExecutor::Auto:
-    return !cuda && !phase.joint.ops.empty();
+    return !cuda && !phase.joint.ops.empty() && phase.jointDeclined().empty();
   case PhaseExecutor::TorchScript:
     break;
   }

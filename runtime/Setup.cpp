@@ -109,6 +109,10 @@ Status planShards(Session &s) {
   auto changed = passes::runSharding(plan, options);
   if (!changed)
     return changed.status().withContext(s.options.plan);
+  // The joint graphs' collectives follow the stage: ZeRO 2 reduce-scatters what they reduced.
+  changed = passes::runJointSchedule(plan, options);
+  if (!changed)
+    return changed.status().withContext(s.options.plan);
   return ir::verifyInvariants(plan).withContext("sharding " + s.options.plan);
 }
 
@@ -214,6 +218,20 @@ Status sameJointGraph(const ir::Phase &phase, const JointGraph &graph) {
   return Status::ok();
 }
 
+/// What of this run differs from what `graph` was captured for: the phase's autocast
+/// precision (--precision, ganc.train(precision=...)) and the batch (--batch-size); "" where
+/// nothing does (or the op list does not say).
+std::string capturedForAnother(const Session &s, const ir::Phase &phase, const JointGraph &graph) {
+  if (!graph.precision.empty() && ir::autocastOf(graph.precision) != phase.autocast)
+    return "its joint graph was captured under " + graph.precision +
+           " autocast, and this run's is " +
+           (phase.autocast.empty() ? std::string("float32") : ir::precisionOf(phase.autocast));
+  if (graph.batch > 0 && graph.batch != s.spec().batchSize)
+    return "its joint graph was captured for a batch of " + std::to_string(graph.batch) +
+           ", and this run's is " + std::to_string(s.spec().batchSize);
+  return "";
+}
+
 Status addJointPrograms(const Session &s, backend::ExecutorOptions &options) {
   if (s.options.executor == PhaseExecutor::Joint && s.device.is_cuda())
     return Status::error("--executor joint runs on the CPU for now; on " + s.device.str() +
@@ -241,6 +259,18 @@ Status addJointPrograms(const Session &s, backend::ExecutorOptions &options) {
                            " holds no joint graph for it; compile it again from " +
                            s.options.model);
     GANC_TRY(sameJointGraph(*phase, graph->second).withContext(where));
+    const std::string differs = capturedForAnother(s, *phase, graph->second);
+    if (!differs.empty()) {
+      if (s.options.executor == PhaseExecutor::Joint || phase->onlyJoint())
+        return Status::error(where + ": " + differs + "; export it again for this run" +
+                             (phase->onlyJoint() ? "" : ", or give --executor torchscript"));
+      // auto: TorchScript runs it, and the plan this run trains (and keeps) has no graph.
+      if (s.isRankZero())
+        std::cout << "phase '" << phase->key() << "': TorchScript and autograd: " << differs
+                  << std::endl;
+      phase->joint.ops.clear();
+      continue;
+    }
     auto program = backend::JointProgram::compile(graph->second, launchesOf(*phase));
     if (!program)
       return program.status().withContext(s.options.model);

@@ -269,12 +269,15 @@ void bucketLines(std::ostream &out, const ir::Module &plan, const ir::Phase &pha
 void jointLines(std::ostream &out, const ir::Phase &phase) {
   if (phase.joint.ops.empty()) {
     out << "  door: TorchScript and autograd (the archive keeps no joint graph for it: "
-           "ganc.export(..., joint=True) captures one)\n";
+           "ganc.export said why it captured none)\n";
     return;
   }
   if (phase.onlyJoint())
     out << "  door: its joint graph through ganc's executor on the CPU, its only code (the "
            "archive was exported without TorchScript)\n";
+  else if (!phase.jointDeclined().empty())
+    out << "  door: TorchScript and autograd (" << phase.jointDeclined()
+        << "; ganc train --executor joint takes the graph as captured)\n";
   else
     out << "  door: its joint graph through ganc's executor on the CPU (ganc train --executor "
            "auto, the default); TorchScript and autograd on CUDA\n";

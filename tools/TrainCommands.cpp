@@ -319,11 +319,12 @@ std::vector<Option<TrainOptions>> deviceOptions() {
        "contiguous on CPU)",
        storeChoice(&O::memoryFormat, runtime::memoryFormatNames())},
       {"--executor", choiceValue(runtime::phaseExecutorNames()),
-       "what runs each phase: TorchScript's interpreter with PyTorch's autograd (torchscript, "
-       "the default), or the phase's joint graph of ATen ops (forward, gradient penalties and "
-       "parameter gradients as one list, kept by ganc.export(..., joint=True)) through ganc's "
-       "own executor (joint: CPU; no sections yet), each bucket's all-reduce "
-       "started where the plan places it in the graph",
+       "what runs each phase: its joint graph of ATen ops (forward, gradient penalties and "
+       "parameter gradients as one list, which ganc.export captures wherever it can) through "
+       "ganc's own executor, each bucket's all-reduce started where the plan places it in the "
+       "graph, or TorchScript's interpreter with PyTorch's autograd. auto (the default): the "
+       "joint graph on the CPU where the archive holds one, TorchScript elsewhere and on CUDA; "
+       "joint insists on the graph (CPU only); torchscript declines it",
        storeChoice(&O::executor, runtime::phaseExecutorNames())},
       {"--fusion", "on|off",
        "run the resamplings and bias + activations the plan fused as ganc's ops (on, the "

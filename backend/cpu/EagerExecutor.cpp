@@ -287,6 +287,30 @@ void accumulateGrad(at::Tensor parameter, const at::Tensor &gradient) {
 
 } // namespace
 
+at::Tensor EagerExecutor::jointSeed(const PhaseState &state, const JointPort &port) const {
+  // Autograd seeds (loss / accumulate * scale).backward() with 1 in the scaled loss's dtype:
+  // multiplied by the scale there and cast to the loss's dtype (MulBackward, then the cast to
+  // its input's dtype), then divided by the micro-batches in the loss's dtype. Under float16
+  // autocast the loss is float16: a scale past its range is inf there, as in eager.
+  const JointGraph &graph = state.joint->graph();
+  auto seedType = scalarTypeNamed(port.dtype.empty() ? "float32" : port.dtype);
+  const std::string loss = graph.lossDtype();
+  auto lossType = loss.empty() ? seedType : scalarTypeNamed(loss);
+  if (!seedType || !lossType)
+    throw std::runtime_error("phase '" + state.plan->key() +
+                             "': " + (!seedType ? seedType : lossType).status().message());
+  const at::TensorOptions on = at::TensorOptions(options_.device);
+  at::Tensor seed;
+  auto scale = options_.lossScales.find(state.plan->name);
+  if (scale != options_.lossScales.end())
+    seed = (at::ones({}, on.dtype(scale->second.scalar_type())) * scale->second).to(*lossType);
+  else
+    seed = at::ones({}, on.dtype(*lossType));
+  if (state.plan->accumulate > 1)
+    seed = seed / static_cast<double>(state.plan->accumulate);
+  return seed.to(*seedType);
+}
+
 at::Tensor EagerExecutor::jointForwardBackward(PhaseState &state,
                                                const std::vector<at::Tensor> &inputs,
                                                int64_t micro) {
@@ -307,17 +331,7 @@ at::Tensor EagerExecutor::jointForwardBackward(PhaseState &state,
                                  "inputs than the phase is given");
       given[port.name] = inputs[next++];
     } else if (port.kind == "seed") {
-      // The loss's gradient, as autograd seeds (loss / accumulate * scale).backward().
-      auto dtype = scalarTypeNamed(port.dtype.empty() ? "float32" : port.dtype);
-      if (!dtype)
-        throw std::runtime_error("phase '" + state.plan->key() + "': " + dtype.status().message());
-      at::Tensor seed = at::ones({}, at::TensorOptions(options_.device).dtype(*dtype));
-      auto scale = options_.lossScales.find(state.plan->name);
-      if (scale != options_.lossScales.end())
-        seed = seed * scale->second;
-      if (accumulate > 1)
-        seed = seed / static_cast<double>(accumulate);
-      given[port.name] = seed;
+      given[port.name] = jointSeed(state, port);
     }
   }
   auto start = std::chrono::steady_clock::now();

@@ -62,6 +62,9 @@ private:
   /// as the op completing it has run.
   at::Tensor jointForwardBackward(PhaseState &state, const std::vector<at::Tensor> &inputs,
                                   int64_t micro);
+  /// The loss's gradient a joint graph is seeded with: what autograd seeds it with in eager's
+  /// (loss / accumulate * scale).backward(), in the dtype of the graph's seed port.
+  at::Tensor jointSeed(const PhaseState &state, const JointPort &port) const;
 
   torch::jit::Module module_;
   c10::intrusive_ptr<c10d::Backend> group_;

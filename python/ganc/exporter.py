@@ -99,7 +99,7 @@ def _jit_deprecation_noted():
 
 
 def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, verbose: bool = True,
-           op_libraries=(), joint: bool = False, torchscript: bool = True) -> dict:
+           op_libraries=(), joint: bool | None = None, torchscript: bool = True) -> dict:
     """Exports `gan` with every phase method and its spec to the archive `path`.
 
     By default the export is hybrid (see ganc.hybrid): the phase methods are scripted, and each
@@ -113,11 +113,13 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, ver
     parameters and buffers `gan` had. With `verbose`, one line per traced submodule, container
     and Function says what became of it and why.
 
-    `joint=True`: each phase is also captured as one joint graph of ATen ops (forward, its
-    `autograd.grad` calls and the parameter gradients; see ganc.joint), kept in the archive,
-    which `ganc train --executor joint` runs with ganc's own executor in place of TorchScript
-    and autograd; a spec with stages gets one graph per phase and stage. Sections are not
-    captured yet.
+    Each phase is also captured as one joint graph of ATen ops (forward, its `autograd.grad`
+    calls and the parameter gradients; see ganc.joint), kept in the archive, which `ganc train`
+    runs on the CPU with ganc's own executor in place of TorchScript and autograd; a spec with
+    stages gets one graph per phase and stage. By default (`joint=None`) a phase the capture
+    cannot take (a section, one taking values of others, a branch on a tensor value; every
+    phase with `sync_batch_norm`) keeps TorchScript alone, said in one line; `joint=True` makes
+    that an error, `joint=False` captures nothing.
 
     `op_libraries`: paths of TORCH_LIBRARY operator libraries (shared libraries) whose
     operators the model calls; they are loaded here and named in the archive, and `ganc
@@ -158,19 +160,20 @@ def _export_without_torchscript(gan, path, spec, op_libraries) -> dict:
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     model.train()
     ops = oplibs.Recorder() if libraries else contextlib.nullcontext()
-    with ops, rng_kept():
-        torch.manual_seed(0)
-        for phase, _, out in run_phases(model, spec):  # each phase returns a scalar loss
-            if phase["updates"]:
-                phase_loss(out, phase)
+    with ops:
+        probe = _probe(model, spec)  # each phase returns a scalar loss; what a graph would freeze
     _restore(model, state)
+    frozen = _frozen_by_capture(probe)
+    if frozen:
+        raise ExportError(f"ganc.export(torchscript=False): {frozen}; export it with TorchScript (ganc.export's "
+                          "default), which keeps it")
     with rng_kept():
         joint_graphs.write_archive(model, path, spec, dumps(spec), libraries,
                                    ops.calls if libraries else None)
     return spec
 
 
-def _export(gan, path, spec, trace, verbose, op_libraries, joint=False) -> dict:
+def _export(gan, path, spec, trace, verbose, op_libraries, joint=None) -> dict:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):  # said before the scripting, not by torch.jit.save after it
         raise FileNotFoundError(f"ganc.export: {path}: the folder {folder} does not exist")
@@ -196,9 +199,22 @@ def _export(gan, path, spec, trace, verbose, op_libraries, joint=False) -> dict:
     _restore(model, state)
     lines = functions.check_all(probe.functions.applied.values())
     graphs = {}
-    if joint:  # captured on the module the archive's names come from, left as it was
+    frozen = _frozen_by_capture(probe) if joint is not False else None
+    if frozen and joint:
+        raise ExportError(f"ganc.export(joint=True): {frozen}; export it with joint=False")
+    if frozen:
+        lines.append(f"joint graphs: none (every phase runs through TorchScript): {frozen}")
+    elif joint is not False:  # captured on the module the archive's names come from, left as it was
         from . import joint as joint_graphs
-        graphs = joint_graphs.archive_entries(model, spec)
+        refused = None if joint else []
+        try:
+            graphs = joint_graphs.archive_entries(model, spec, refused,
+                                                  "export it with joint=False" if joint else "")
+        except Exception as e:  # noqa: BLE001 - by default, what the capture cannot take keeps TorchScript
+            if joint:
+                raise
+            lines.append(f"joint graphs: none (every phase runs through TorchScript): {joint_graphs._first_line(e)}")
+        lines += [f"phase {name!r}: no joint graph (it runs through TorchScript): {why}" for name, why in refused or []]
         _restore(model, state)
     names = [p["method"] for p in spec["phases"]]
     names += [spec["sample"]["method"]] if "method" in spec.get("sample", {}) else []  # the grid's
@@ -221,6 +237,16 @@ def _export(gan, path, spec, trace, verbose, op_libraries, joint=False) -> dict:
             print(f"ganc.export: {line}")
     torch.jit.save(scripted, path, _extra_files=extra)
     return spec
+
+
+def _frozen_by_capture(probe: Probe) -> str | None:
+    """What the probe saw that a joint graph would freeze (a NumPy or Python random draw, a
+    tensor's value read into Python, a parameter read as a value or changed in place, a tensor
+    hook), said as a refusal; None where it saw nothing."""
+    if not probe.hazards:
+        return None
+    h = probe.hazards[0]
+    return f"{h.construct} in {h.path or 'a phase method'} ({h.where}) would be the same every step in a joint graph"
 
 
 def _trace_whole(model, spec, names):

@@ -49,6 +49,10 @@ class JointGraph:
     inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
     constants: dict = field(default_factory=dict)
+    # The autocast precision and the batch the phase was captured under ("" and 0 for the
+    # sample graph, which runs as captured).
+    precision: str = ""
+    batch: int = 0
 
     @property
     def used(self) -> list[str]:
@@ -108,7 +112,8 @@ def capture(gan: nn.Module, phase: dict, args: tuple, precision: str = "float32"
                           f"tensor ({raised_at(e) or '<unknown>'}) decides what runs, which a joint graph cannot hold; keep the "
                           "phase with TorchScript (ganc.export) or write the choice with torch.where or "
                           "torch.cond") from None
-    graph = JointGraph(phase["name"], phase["method"], module)
+    graph = JointGraph(phase["name"], phase["method"], module, precision=precision,
+                       batch=next((a.shape[0] for a in inputs if isinstance(a, torch.Tensor) and a.dim()), 0))
     graph.inputs = ([("parameter", n) for n in pnames] + [("buffer", n) for n in bnames]
                     + [("input", inp["name"]) for inp in phase["inputs"]] + [("seed", "loss")])
     graph.outputs = ([("loss", "loss")] + [("gradient", n) for n in used] + [("buffer", n) for n in bnames]
@@ -198,8 +203,11 @@ def op_list(graph: JointGraph) -> dict:
                 outputs.append({"value": _encode(value, where), "kind": kind, "name": name})
         elif node.op != "placeholder":
             raise ExportError(f"ganc.joint: {where}: {node.op} {node.target} is not an ATen op")
-    return {"ganc_joint": JOINT_VERSION, "phase": graph.phase, "method": graph.method,
-            "inputs": inputs, "nodes": nodes, "outputs": outputs}
+    listed = {"ganc_joint": JOINT_VERSION, "phase": graph.phase, "method": graph.method,
+              "inputs": inputs, "nodes": nodes, "outputs": outputs}
+    if graph.precision:  # what a run must match to run the graph
+        listed.update(precision=graph.precision, batch=graph.batch)
+    return listed
 
 
 def to_file(graph: JointGraph, path) -> None:
@@ -214,15 +222,29 @@ def _set_stage(gan: nn.Module, spec: dict, index: int) -> None:
         setattr(gan.get_submodule(owner) if owner else gan, attribute, index)
 
 
-def captured(gan: nn.Module, spec: dict):
+def _first_line(e: Exception) -> str:
+    """The first line of what `e` says, without the export's own prefix."""
+    text = str(e).strip()
+    line = text.splitlines()[0] if text else type(e).__name__
+    for prefix in ("ganc.export: ", "ganc.joint: "):
+        line = line[len(prefix):] if line.startswith(prefix) else line
+    return line
+
+
+def _advised(text: str, advice: str) -> str:
+    return f"{text}; {advice}" if advice else text
+
+
+def captured(gan: nn.Module, spec: dict, refused: list | None = None, advice: str = ""):
     """Every phase of `spec` captured on inputs of the spec's batch (the shapes a run gives
     it), as (key, JointGraph); with stages, once per stage with the stage attributes set to
-    its index, keyed `PHASE@STAGE`. A phase that hands values on, and synchronised batch norm,
-    are refused for now."""
+    its index, keyed `PHASE@STAGE`. A phase the capture cannot take (a section, one that takes
+    or hands on values of other phases, a branch on a tensor value) raises ExportError, or, with
+    `refused` (a list), is left out and (phase name, why) appended there. Synchronised batch
+    norm is refused for the whole spec. `advice` ends the refusals' lines."""
     if spec.get("sync_batch_norm"):
-        raise ExportError(f"ganc.export(joint=True): 'sync_batch_norm' ({', '.join(spec['sync_batch_norm'])}) "
-                          "is not captured yet (a joint graph would hold each rank's own batch statistics); "
-                          "export it without joint=True")
+        raise ExportError(_advised(f"ganc.export: 'sync_batch_norm' ({', '.join(spec['sync_batch_norm'])}) is not "
+                                   "captured yet (a joint graph would hold each rank's own batch statistics)", advice))
     stages = spec.get("stages")
     saved = {}
     if stages:
@@ -235,11 +257,14 @@ def captured(gan: nn.Module, spec: dict):
             if stage is not None:
                 _set_stage(gan, spec, index)
             for phase in spec["phases"]:
-                if "updates" not in phase:
-                    raise ExportError(f"ganc.export(joint=True): phase {phase['name']!r} is a section: sections are "
-                                      "not captured yet; export it without joint=True")
-                graph = capture(gan, phase, example_inputs(spec, phase),
-                                phase.get("precision", spec.get("precision", "float32")))
+                try:
+                    graph = _capture_phase(gan, spec, phase, advice)
+                except Exception as e:  # noqa: BLE001 - with `refused`, any failure leaves the phase out
+                    if refused is None:
+                        raise
+                    if all(name != phase["name"] for name, _ in refused):
+                        refused.append((phase["name"], _first_line(e)))
+                    continue
                 graphs.append((phase["name"] if stage is None else f"{phase['name']}@{stage['name']}", graph))
     finally:
         for path, value in saved.items():
@@ -248,11 +273,22 @@ def captured(gan: nn.Module, spec: dict):
     return graphs
 
 
-def archive_entries(gan: nn.Module, spec: dict) -> dict[str, bytes]:
-    """Every phase captured (`captured`), as a TorchScript archive's entries
-    `ganc_joint/KEY.pt` (`ganc train` runs them with ganc's executor)."""
+def _capture_phase(gan: nn.Module, spec: dict, phase: dict, advice: str) -> JointGraph:
+    if "updates" not in phase:
+        raise ExportError(_advised(f"ganc.export: phase {phase['name']!r} is a section: sections are not captured "
+                                   "yet", advice))
+    taken = [i["output"] for i in phase["inputs"] if i["source"] == "output"]
+    if taken:
+        raise ExportError(_advised(f"ganc.export: phase {phase['name']!r} takes {', '.join(taken)} from another "
+                                   "phase: phases that take values of others are not captured yet", advice))
+    return capture(gan, phase, example_inputs(spec, phase), phase.get("precision", spec.get("precision", "float32")))
+
+
+def archive_entries(gan: nn.Module, spec: dict, refused: list | None = None, advice: str = "") -> dict[str, bytes]:
+    """Every phase captured (`captured`, `refused` and `advice` as there), as a TorchScript
+    archive's entries `ganc_joint/KEY.pt` (`ganc train` runs them with ganc's executor)."""
     entries = {}
-    for key, graph in captured(gan, spec):
+    for key, graph in captured(gan, spec, refused, advice):
         buffer = io.BytesIO()
         to_file(graph, buffer)
         entries[f"ganc_joint/{key}.pt"] = buffer.getvalue()
@@ -361,7 +397,8 @@ def write_archive(gan: nn.Module, path, spec: dict, spec_text: str, libraries=()
         "order": [f"{prefix}.{n}" if prefix else n for prefix, m in gan.named_modules()
                   for n, t in [*m._parameters.items(), *m._buffers.items()] if t is not None],
         "attributes": attributes,
-        "joint": {key: _stored(graph) for key, graph in captured(gan, spec)},
+        "joint": {key: _stored(graph) for key, graph in
+                  captured(gan, spec, advice="export it with TorchScript (ganc.export's default)")},
     }
     if spec.get("sample"):
         archive["sample"] = _stored(capture_sample(gan, spec))

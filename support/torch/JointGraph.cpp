@@ -234,6 +234,18 @@ std::vector<std::string> JointGraph::used() const {
   return names;
 }
 
+std::string JointGraph::lossDtype() const {
+  for (const JointPort &port : outputs) {
+    if (port.kind != "loss")
+      continue;
+    for (const nlohmann::json &node : nodes)
+      if (node.value("out", std::string()) == port.value && node.contains("results") &&
+          node["results"].is_array() && !node["results"].empty() && node["results"][0].is_object())
+        return node["results"][0].value("dtype", std::string());
+  }
+  return "";
+}
+
 Expected<c10::IValue> readTorchSave(const std::string &path, const std::string &what) {
   const std::string where = what.empty() ? path : what + " " + path;
   auto bytes = readFile(path);
@@ -263,6 +275,8 @@ Expected<JointGraph> jointGraphOf(const c10::IValue &stored, const std::string &
   JointGraph graph;
   graph.phase = j.value("phase", std::string());
   graph.method = j.value("method", std::string());
+  graph.precision = j.value("precision", std::string());
+  graph.batch = j.value("batch", int64_t{0});
   for (const char *key : {"inputs", "outputs"})
     for (const nlohmann::json &p : j.value(key, nlohmann::json::array())) {
       auto port = portOf(p);

@@ -36,8 +36,18 @@ struct JointGraph {
   nlohmann::json nodes;
   std::map<std::string, at::Tensor> constants;
 
+  /// The autocast precision the phase was captured under ("float32", "bfloat16", "float16"),
+  /// or "" where the op list does not say (written before it did).
+  std::string precision;
+  /// The batch the phase was captured for (its inputs' first dimension), or 0 where the op
+  /// list does not say.
+  int64_t batch = 0;
+
   /// The parameters the graph computes a gradient for: the phase's used parameters.
   std::vector<std::string> used() const;
+  /// The dtype of the loss the graph computes ("float16" under float16 autocast), as the op
+  /// list records its result; "" where it does not.
+  std::string lossDtype() const;
 };
 
 /// An op-list argument (docs/ir.md, "Joint graphs") as the IValue the schema's `type` takes,

@@ -125,6 +125,13 @@ def test_numpy_draws_become_random_ops_and_train_like_eager_ddp(ganc_bin, digits
                      + re.escape(where(reparameterization, "np.random.normal")) + r"\) drawn by torch\.randn from "
                      r"ganc's random stream", said), said
     assert "numpy.random.uniform()" in said and "numpy.random.randn()" in said and "torch.rand/randn" in said, said
+    # A joint graph would hold the draws as constants, the same every step: none is captured,
+    # and an archive of joint graphs alone is refused (both once froze them, and trained on).
+    assert re.search(r"joint graphs: none \(every phase runs through TorchScript\): numpy\.random\.normal\(\) "
+                     r"\(Python randomness\) in generator\.encoder \(.*\) would be the same every step", said), said
+    with pytest.raises(ganc.ExportError, match=r"ganc.export\(torchscript=False\): numpy\.random\.normal\(\) .* "
+                                               r"would be the same every step in a joint graph"):
+        ganc.export(AAE(), str(tmp_path / "aae.ganc"), aae_spec(), torchscript=False)
     loaded = torch.jit.load(model)
     assert "torch.randn(" in loaded.generator.encoder.code and "torch.rand(" in loaded.generator.decoder.code
     x = torch.rand(8, 3, 16, 16) * 2 - 1

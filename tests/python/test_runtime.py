@@ -217,7 +217,7 @@ def test_the_start_up_line_says_what_runs(ganc_bin, datasets, tmp_path):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == ("training mlp: 2 ranks (cpu, Gloo), steps 0..4, batch 64 per rank, 4096 samples; "
-                        "phases: d (eager), g (eager)"), lines[0]
+                        "phases: d (joint graph, ganc's executor), g (joint graph, ganc's executor)"), lines[0]
     assert lines[1].startswith("step 2/4") and lines[1].endswith("img/s (all ranks)"), lines[1]
 
 
