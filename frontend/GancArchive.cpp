@@ -1,6 +1,7 @@
 // ganc's own archive: a torch.save container of the spec, the state and the captured graphs.
 #include "frontend/GancArchive.h"
 
+#include "support/Hash.h"
 #include "support/torch/Dtypes.h"
 #include "support/torch/TorchError.h"
 
@@ -142,36 +143,26 @@ Status readGancArchive(const std::string &path, const std::vector<char> &bytes, 
   return Status::ok();
 }
 
-namespace {
-
-uint64_t fnv1a(uint64_t h, const std::string &s) {
-  for (unsigned char c : s + '\0') {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
-} // namespace
-
 std::string gancArchiveIdentity(const Archive &archive, const std::string &specText) {
-  uint64_t h = fnv1a(1469598103934665603ULL, "ganc archive");
-  h = fnv1a(h, specText);
+  uint64_t h = kDigestStart;
+  auto mix = [&h](const std::string &text) { h = digestWords(h, text.c_str(), text.size() + 1); };
+  mix("ganc archive");
+  mix(specText);
   auto hashGraph = [&](const std::string &key, const JointGraph &graph) {
-    h = fnv1a(h, key);
-    h = fnv1a(h, graph.nodes.dump());
+    mix(key);
+    mix(graph.nodes.dump());
     for (const auto *ports : {&graph.inputs, &graph.outputs})
       for (const JointPort &port : *ports)
-        h = fnv1a(h, port.kind + " " + port.name + " " + port.value);
+        mix(port.kind + " " + port.name + " " + port.value);
   };
   for (const auto &[key, graph] : archive.jointGraphs)
     hashGraph(key, graph);
   if (archive.sampleGraph)
     hashGraph("sample", *archive.sampleGraph);
   for (const auto &p : archive.module.named_parameters(/*recurse=*/true)) {
-    h = fnv1a(h, p.name + " " + dtypeName(p.value.scalar_type()));
+    mix(p.name + " " + dtypeName(p.value.scalar_type()));
     for (int64_t d : p.value.sizes())
-      h = fnv1a(h, std::to_string(d));
+      mix(std::to_string(d));
   }
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
