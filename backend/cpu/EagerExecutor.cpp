@@ -35,6 +35,25 @@ Status checkParameters(const ir::Module &plan, const std::map<std::string, at::T
 
 } // namespace
 
+Status EagerExecutor::readSeedTypes(PhaseState &state) {
+  const JointGraph &graph = state.joint->graph();
+  for (const JointPort &port : graph.inputs)
+    if (port.kind == "seed" && !port.dtype.empty()) {
+      auto dtype = scalarTypeNamed(port.dtype);
+      if (!dtype)
+        return dtype.status();
+      state.seedType = *dtype;
+    }
+  state.lossType = state.seedType;
+  if (!graph.lossDtype().empty()) {
+    auto dtype = scalarTypeNamed(graph.lossDtype());
+    if (!dtype)
+      return dtype.status();
+    state.lossType = *dtype;
+  }
+  return Status::ok();
+}
+
 Expected<std::unique_ptr<EagerExecutor>>
 EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
                       c10::intrusive_ptr<c10d::Backend> group, const ExecutorOptions &options) {
@@ -104,6 +123,7 @@ EagerExecutor::create(const ir::Module &plan, torch::jit::Module module,
     auto joint = options.jointPrograms.find(phase->key());
     if (joint != options.jointPrograms.end()) {
       state.joint = joint->second;
+      GANC_TRY(readSeedTypes(state).withContext("phase '" + phase->key() + "'"));
       state.jointInputs = e->parameters_;
       state.jointInputs.insert(e->buffersByName_.begin(), e->buffersByName_.end());
     }
@@ -287,28 +307,21 @@ void accumulateGrad(at::Tensor parameter, const at::Tensor &gradient) {
 
 } // namespace
 
-at::Tensor EagerExecutor::jointSeed(const PhaseState &state, const JointPort &port) const {
+at::Tensor EagerExecutor::jointSeed(const PhaseState &state) const {
   // Autograd seeds (loss / accumulate * scale).backward() with 1 in the scaled loss's dtype:
   // multiplied by the scale there and cast to the loss's dtype (MulBackward, then the cast to
   // its input's dtype), then divided by the micro-batches in the loss's dtype. Under float16
   // autocast the loss is float16: a scale past its range is inf there, as in eager.
-  const JointGraph &graph = state.joint->graph();
-  auto seedType = scalarTypeNamed(port.dtype.empty() ? "float32" : port.dtype);
-  const std::string loss = graph.lossDtype();
-  auto lossType = loss.empty() ? seedType : scalarTypeNamed(loss);
-  if (!seedType || !lossType)
-    throw std::runtime_error("phase '" + state.plan->key() +
-                             "': " + (!seedType ? seedType : lossType).status().message());
   const at::TensorOptions on = at::TensorOptions(options_.device);
   at::Tensor seed;
   auto scale = options_.lossScales.find(state.plan->name);
   if (scale != options_.lossScales.end())
-    seed = (at::ones({}, on.dtype(scale->second.scalar_type())) * scale->second).to(*lossType);
+    seed = (at::ones({}, on.dtype(scale->second.scalar_type())) * scale->second).to(state.lossType);
   else
-    seed = at::ones({}, on.dtype(*lossType));
+    seed = at::ones({}, on.dtype(state.lossType));
   if (state.plan->accumulate > 1)
     seed = seed / static_cast<double>(state.plan->accumulate);
-  return seed.to(*seedType);
+  return seed.to(state.seedType);
 }
 
 at::Tensor EagerExecutor::jointForwardBackward(PhaseState &state,
@@ -331,7 +344,7 @@ at::Tensor EagerExecutor::jointForwardBackward(PhaseState &state,
                                  "inputs than the phase is given");
       given[port.name] = inputs[next++];
     } else if (port.kind == "seed") {
-      given[port.name] = jointSeed(state, port);
+      given[port.name] = jointSeed(state);
     }
   }
   auto start = std::chrono::steady_clock::now();

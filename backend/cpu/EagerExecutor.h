@@ -51,6 +51,8 @@ private:
     /// Its graph's parameters and buffers by name (the executor's own tensors, made once);
     /// each run adds the phase's inputs and the seed.
     std::map<std::string, at::Tensor> jointInputs;
+    /// The dtypes of its graph's seed port and of its loss, read off the graph once.
+    c10::ScalarType seedType = at::kFloat, lossType = at::kFloat;
   };
   EagerExecutor() = default;
   void broadcastCoalesced(std::vector<at::Tensor> tensors);
@@ -64,7 +66,9 @@ private:
                                   int64_t micro);
   /// The loss's gradient a joint graph is seeded with: what autograd seeds it with in eager's
   /// (loss / accumulate * scale).backward(), in the dtype of the graph's seed port.
-  at::Tensor jointSeed(const PhaseState &state, const JointPort &port) const;
+  at::Tensor jointSeed(const PhaseState &state) const;
+  /// The dtypes of a joint phase's seed port and of its loss, read off its graph once.
+  static Status readSeedTypes(PhaseState &state);
 
   torch::jit::Module module_;
   c10::intrusive_ptr<c10d::Backend> group_;
