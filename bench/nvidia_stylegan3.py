@@ -107,7 +107,7 @@ def side(ganc_bin, model, data, tmp, steps, fusion):
     shutil.rmtree(os.path.join(tmp, "ganc"), ignore_errors=True)
     subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", model, "--data", data, "--steps", str(steps),
                     "--seed", "3", "--out", os.path.join(tmp, f"run-{fusion}"), "--sample-every", "0",
-                    "--checkpoint-every", "0", "--log-every", str(steps), "--dump-grads",
+                    "--checkpoint-every", "0", "--log-every", str(steps), "--fusion", fusion, "--dump-grads",
                     os.path.join(tmp, "ganc")], check=True)
     worst, mismatched, final, tensors = results.gradient_parity(os.path.join(tmp, "ganc"), os.path.join(tmp, "ddp"),
                                                                 steps, spec()["phases"])

@@ -518,8 +518,10 @@ def main():
         trace_as_on_gpu()
         torch.manual_seed(0)
         t0 = time.time()
+        # joint=False: `ganc train --device cuda` replays the TorchScript phases; capturing each
+        # phase's joint graph as well would only lengthen the export on the GPU machine.
         ganc.export(OfficialStyleGAN2(options, args.resolution), model + ".partial",
-                    spec(options, args.resolution, export_batch), verbose=False)
+                    spec(options, args.resolution, export_batch), verbose=False, joint=False)
         os.replace(model + ".partial", model)
         subprocess.run([ganc_bin, "compile", model, "-o", plan + ".partial"], check=True, stdout=subprocess.DEVNULL)
         os.replace(plan + ".partial", plan)

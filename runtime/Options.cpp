@@ -34,6 +34,14 @@ const Spellings<PhaseExecutor> &phaseExecutorNames() {
                                                  {"joint", PhaseExecutor::Joint}};
   return names;
 }
+const Spellings<Fusion> &fusionNames() {
+  static const Spellings<Fusion> names = {
+      {"auto", Fusion::Auto}, {"on", Fusion::On}, {"off", Fusion::Off}};
+  return names;
+}
+bool TrainOptions::fuses() const {
+  return fusion == Fusion::On || (fusion == Fusion::Auto && device.rfind("cuda", 0) == 0);
+}
 bool TrainOptions::runsJoint(const ir::Phase &phase, bool cuda) const {
   if (phase.onlyJoint()) // its joint graph is its only code
     return true;

@@ -32,6 +32,12 @@ enum class DoubleBackward { Filters, Grouped, PyTorch };
 /// the device is the CPU, else TorchScript (auto); TorchScript's interpreter with PyTorch's
 /// autograd; or every phase's joint graph, refusing a run where one has none.
 enum class PhaseExecutor { Auto, TorchScript, Joint };
+/// Whether the phases run the ops the plan fused (ganc::upfirdn2d, ganc::bias_act): auto (on
+/// CUDA, where ganc's kernels are faster than the compositions they replace, e.g. the resampling
+/// of StyleGAN2's G and D at 256 pixels 1.35x on an H200; off on the CPU, where the fused ops are
+/// compositions of the same ATen kernels that gain nothing measured and only change the
+/// roundings, so a CPU run stays bit for bit equal to eager DDP), on, off.
+enum class Fusion { Auto, On, Off };
 
 /// Each enum's spellings, on the command line and in run.json.
 template <typename E> using Spellings = std::vector<std::pair<std::string, E>>;
@@ -42,6 +48,7 @@ const Spellings<UploadStream> &uploadStreamNames();
 const Spellings<MemoryFormat> &memoryFormatNames();
 const Spellings<DoubleBackward> &doubleBackwardNames();
 const Spellings<PhaseExecutor> &phaseExecutorNames();
+const Spellings<Fusion> &fusionNames();
 /// The spelling of `value` in `names`.
 template <typename E> const std::string &nameOf(E value, const Spellings<E> &names) {
   for (const auto &entry : names)
@@ -156,7 +163,9 @@ struct TrainOptions {
   /// How errors name the checkpoint resumed from: the flag that gave it.
   std::string resumeFlag = "--resume";
   /// Whether each phase's graph runs fused as its plan says (ganc::upfirdn2d, ganc::bias_act).
-  bool fusion = true;
+  Fusion fusion = Fusion::Auto;
+  /// --fusion resolved for this run's device.
+  bool fuses() const;
   int64_t steps = 1000;
   /// --steps was given (it and --kimg are one or the other).
   bool stepsGiven = false;

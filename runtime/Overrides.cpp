@@ -152,7 +152,8 @@ Status applyOverrides(frontend::Spec &spec, ir::Module &plan, const TrainOptions
       spec.ema->beta = 0;
   }
   GANC_TRY(overridePhases(spec, plan, o));
-  if (!o.fusion) // --fusion off: the phases run the ops as the archive wrote them
+  if (!o.fuses()) // --fusion off (auto on the CPU): the phases run the ops as the archive wrote
+                  // them
     for (const auto &phase : plan.phases) {
       phase->fusedResamplings = phase->fusedBiasActs = 0;
       phase->notFused.clear();

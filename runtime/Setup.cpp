@@ -154,6 +154,13 @@ Status checkPhaseMethods(const ir::Module &plan, const frontend::Archive &archiv
   return Status::ok();
 }
 
+/// Whether the plan fuses anything in any phase.
+bool fusesAny(const ir::Module &plan) {
+  return std::any_of(plan.phases.begin(), plan.phases.end(), [](const auto &phase) {
+    return phase->fusedResamplings + phase->fusedBiasActs > 0;
+  });
+}
+
 /// The start-up line of a phase whose graph ganc rewrote: what it fused, how many grouped
 /// convolutions take ganc's double backward.
 void tellRewrites(const std::string &phase, const frontend::FusionReport *fusion, size_t rewritten,
@@ -429,7 +436,12 @@ Expected<std::unique_ptr<Session>> setUp(const TrainOptions &options) {
     return archive.status();
   s->archive = std::make_unique<frontend::Archive>(archive.take());
   GANC_TRY(checkPhaseMethods(*s->plan, *s->archive));
+  const bool planFuses = fusesAny(*s->plan);
   GANC_TRY(applyOverrides(s->archive->spec, *s->plan, options));
+  if (planFuses && options.fusion == Fusion::Auto && !options.fuses() && s->isRankZero())
+    std::cout << "fusion: off on the CPU (--fusion auto): the resamplings and bias + activations "
+                 "run as the model wrote them, bit for bit as eager; --fusion on runs ganc's ops"
+              << std::endl;
   // The plan's spec as it trains (--lr, --batch-size ...): the plan a run directory keeps is
   // the whole of what it trained.
   s->plan->spec = frontend::planSpecText(effectiveSpec(s->archive->spec, *s->plan).dump());

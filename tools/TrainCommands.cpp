@@ -326,10 +326,10 @@ std::vector<Option<TrainOptions>> deviceOptions() {
        "joint graph on the CPU where the archive holds one, TorchScript elsewhere and on CUDA; "
        "joint insists on the graph (CPU only); torchscript declines it",
        storeChoice(&O::executor, runtime::phaseExecutorNames())},
-      {"--fusion", "on|off",
-       "run the resamplings and bias + activations the plan fused as ganc's ops (on, the "
-       "default) or as the model's code wrote them (off, for comparison)",
-       storeChoice(&O::fusion, onOff())},
+      {"--fusion", choiceValue(runtime::fusionNames()),
+       "run the plan's fused resamplings and bias + activations as ganc's ops (on) or as written "
+       "(off); auto (the default): on CUDA, off on the CPU (bit for bit as eager DDP there)",
+       storeChoice(&O::fusion, runtime::fusionNames())},
       {"--double-backward", choiceValue(runtime::doubleBackwardNames()),
        "phases that differentiate twice (R1, path length, gradient penalties): their grouped "
        "convolutions whose weight takes no gradient (FIR filters) get a double backward of "

@@ -1,6 +1,10 @@
 // torchrun-compatible rank discovery and the Gloo process group.
 #include "runtime/dist/Distributed.h"
 
+#include "runtime/dist/Launcher.h"
+
+#include <fcntl.h>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -88,6 +92,11 @@ Expected<RankInfo> rankFromEnvironment() {
     const char *attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
     info.storePrefix = std::string("/worker/attempt_") + (attempt ? attempt : "0");
   }
+  if (const char *fd = std::getenv(kStoreListenFdVariable); fd && *fd && info.rank == 0) {
+    info.storeListenFd = std::atoi(fd);
+    // Held by this process alone: not by the helpers it starts (plots, TensorBoard).
+    fcntl(info.storeListenFd, F_SETFD, FD_CLOEXEC);
+  }
   if (info.rank >= info.worldSize)
     return Status::error("RANK=" + std::to_string(info.rank) +
                          " is not below WORLD_SIZE=" + std::to_string(info.worldSize));
@@ -112,6 +121,8 @@ c10::intrusive_ptr<c10d::Store> connectStore(const RankInfo &rank,
   options.numWorkers = rank.agentStore ? std::nullopt : std::optional<std::size_t>(rank.worldSize);
   options.waitWorkers = !rank.agentStore;
   options.timeout = timeout;
+  if (options.isServer && rank.storeListenFd >= 0)
+    options.masterListenFd = rank.storeListenFd;
   auto store = c10::make_intrusive<c10d::TCPStore>(rank.masterAddr, options);
   if (!rank.agentStore)
     return store;

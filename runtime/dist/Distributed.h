@@ -22,6 +22,9 @@ struct RankInfo {
   /// is a client, and keys live under the restart attempt's prefix.
   bool agentStore = false;
   std::string storePrefix;
+  /// Rank 0 under `ganc run`: the listening socket the launcher holds for the store's port
+  /// (GANC_STORE_LISTEN_FD), served as it is; -1 otherwise.
+  int storeListenFd = -1;
 };
 
 /// Reads torchrun's variables (all optional for a single process; SLURM's SLURM_PROCID,

@@ -10,32 +10,39 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <thread>
+#include <utility>
 
 namespace ganc::runtime {
 
 namespace {
 
-/// A port that was free a moment ago (the OS picks it).
-int freePort() {
+/// The store's socket: listening on a loopback port the OS picks, held from that moment until
+/// rank 0 (which inherits it) serves the store on it. A port found free, closed and bound again
+/// by rank 0 a second later could be taken in between by any other process on the machine (it
+/// was, by a test beside another on a GPU machine: EADDRINUSE). {descriptor, port}, or {-1, 0}.
+std::pair<int, int> storeSocket() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0)
+    return {-1, 0};
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = 0;
   socklen_t len = sizeof(addr);
-  int port = 29500;
-  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  if (fd >= 0)
+  if (bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len) != 0 ||
+      listen(fd, SOMAXCONN) != 0) {
     close(fd);
-  return port;
+    return {-1, 0};
+  }
+  return {fd, ntohs(addr.sin_port)};
 }
 
 std::string describeExit(int status) {
@@ -54,7 +61,7 @@ void onStopSignal(int signal) { stopSignal = signal; }
 /// Forks rank `rank` of `nproc` and execs `ganc train` in it with torchrun's environment.
 /// Returns its pid, or -1 when it could not be started.
 pid_t startRank(const std::string &self, const std::string &command, int rank, int nproc, int port,
-                const std::vector<std::string> &rest, int errorFile) {
+                int storeFd, const std::vector<std::string> &rest, int errorFile) {
   const pid_t launcher = getpid();
   pid_t pid = fork();
   if (pid != 0)
@@ -69,6 +76,8 @@ pid_t startRank(const std::string &self, const std::string &command, int rank, i
   setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  if (storeFd >= 0) // rank 0 serves the store on the socket the launcher holds
+    setenv(kStoreListenFdVariable, std::to_string(storeFd).c_str(), 1);
   if (errorFile >= 0) // the rank's own unlinked file, inherited: reached by its descriptor
     setenv(kErrorFileVariable, ("/proc/self/fd/" + std::to_string(errorFile)).c_str(), 1);
   std::vector<std::string> argvStrings = {self, command};
@@ -189,14 +198,22 @@ void reportRankErrors(const std::vector<int> &files) {
 
 int launchLocalRanks(const std::string &self, int nproc, const std::vector<std::string> &rest,
                      const std::string &command) {
-  const int port = freePort();
+  const auto [storeFd, port] = storeSocket();
+  if (storeFd < 0) {
+    std::cerr << "ganc: error: run: cannot listen on a loopback port for the ranks' store ("
+              << std::strerror(errno) << ")" << std::endl;
+    return 2;
+  }
   // Each rank writes its final error line to a file of its own; the launcher prints them once.
   std::vector<int> errorFiles;
   for (int r = 0; r < nproc; ++r)
     errorFiles.push_back(anonymousErrorFile());
   std::vector<pid_t> children;
   for (int r = 0; r < nproc; ++r) {
-    pid_t pid = startRank(self, command, r, nproc, port, rest, errorFiles[static_cast<size_t>(r)]);
+    pid_t pid = startRank(self, command, r, nproc, port, r == 0 ? storeFd : -1, rest,
+                          errorFiles[static_cast<size_t>(r)]);
+    if (r == 0) // rank 0 holds it now; the other ranks connect to the port
+      close(storeFd);
     if (pid < 0) {
       std::cerr << "ganc: error: run: cannot start rank " << r << std::endl;
       for (pid_t child : children)

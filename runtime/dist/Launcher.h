@@ -10,6 +10,11 @@ namespace ganc::runtime {
 /// of stderr), so that the launcher prints each distinct error once.
 constexpr const char *kErrorFileVariable = "GANC_ERROR_FILE";
 
+/// Set by `ganc run` for rank 0: the descriptor of the store's listening socket, which the
+/// launcher bound (to a port the OS picked) and kept listening from the moment it chose the port,
+/// so that no other process can take the port before rank 0 serves the store on it.
+constexpr const char *kStoreListenFdVariable = "GANC_STORE_LISTEN_FD";
+
 /// Starts `nproc` local ranks of `self COMMAND ARGS...` (train, or metrics) on a free port (RANK,
 /// LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT set as torchrun does) and
 /// waits for all of them. The first rank to fail stops the others (SIGTERM, then SIGKILL after a

@@ -93,6 +93,49 @@ def test_a_lone_rank_takes_any_free_port(ganc_bin, datasets, tmp_path):
         assert run.returncode == 0, err
 
 
+def test_run_holds_the_store_port_until_rank_0_serves_it(ganc_bin, datasets, tmp_path):
+    """`ganc run` picks the ranks' store port and holds it, listening, until rank 0 serves the
+    store on that very socket: from the moment the ranks exist no other process can bind the
+    port. (A launcher that found a free port, let it go and had rank 0 bind it again a second
+    later lost it to a run beside it on a GPU machine: EADDRINUSE, and the run failed.) The test
+    tries to take the port for 3 s from the ranks' start (their start-up, the group forming,
+    the first steps of a long run), then stops the run with Ctrl-C: it must have trained."""
+    import socket
+    plan = compile_plan(ganc_bin, "mlp", str(tmp_path))
+    run = subprocess.Popen([ganc_bin, "run", "--nproc", "2",
+                            *train_args(plan, "mlp", datasets["ring"], str(tmp_path / "out"), 10 ** 6)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    port, tries, taken = None, 0, []
+    deadline = time.time() + 60
+    while run.poll() is None and time.time() < deadline:
+        if port is None:  # the ranks' MASTER_PORT, once they have exec'd
+            for pid in subprocess.run(["pgrep", "-P", str(run.pid)], capture_output=True, text=True).stdout.split():
+                try:
+                    env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+                except OSError:
+                    continue
+                port = next((int(v.split(b"=", 1)[1]) for v in env if v.startswith(b"MASTER_PORT=")), port)
+            window = time.time() + 3
+            continue
+        if time.time() > window:
+            break
+        tries += 1
+        thief = socket.socket()
+        try:
+            thief.bind(("127.0.0.1", port))
+            taken.append(tries)  # held for the rest of the test: rank 0 would fail to serve on it
+            break
+        except OSError:
+            thief.close()
+        time.sleep(0.01)
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=300)
+    assert port is not None and tries > 0, "the test never saw the ranks' port"
+    assert not taken, f"the store's port {port} was free at try {taken[0]} while the ranks started: {err}"
+    assert run.returncode == 128 + signal.SIGINT, err
+    assert "training mlp: 2 ranks" in out, out  # the group formed: rank 0 served the store
+
+
 def test_run_prints_an_input_error_once(ganc_bin, tmp_path):
     """Every rank finds the same bad input; `ganc run` says it once, not once per rank."""
     plan = compile_plan(ganc_bin, "dcgan32", str(tmp_path))

@@ -65,9 +65,9 @@ def test_stylegan2_ada_style_code_trains_like_eager_ddp(ganc_bin, digits16, tmp_
     sign-like steps amplify over 17 steps (to 4e-4 relative); float64 leaves 1e-9 of room."""
     model = archive("stylegan2_ada_f64")
     spec = ganc.load_spec(model)
-    out = train_two_ranks(ganc_bin, model, digits16, str(tmp_path))
-    # Fused (the default): the reference upfirdn2d and bias_act of every phase run as ganc's
-    # ops, against eager DDP on the reference compositions.
+    out = train_two_ranks(ganc_bin, model, digits16, str(tmp_path), "--fusion", "on")
+    # Fused (--fusion on; the CPU's default is off): the reference upfirdn2d and bias_act of
+    # every phase run as ganc's ops, against eager DDP on the reference compositions.
     for phase in ("Gmain", "Gpl", "Dmain", "Dreg"):
         assert re.search(rf"phase '{phase}': fused [1-9]\d* resampling\(s\) as ganc::upfirdn2d and [1-9]\d* bias", out), out
     # Both regularisers leave parameters without a gradient, which DDP refuses: those phases'
@@ -103,7 +103,7 @@ def test_stylegan3_style_code_trains_fused_like_eager_ddp(ganc_bin, digits16, tm
     gradient and the final parameters within 1e-9, the magnitude EMAs Dmain updates included."""
     model = archive("stylegan3_f64")
     spec = ganc.load_spec(model)
-    out = train_two_ranks(ganc_bin, model, digits16, str(tmp_path))
+    out = train_two_ranks(ganc_bin, model, digits16, str(tmp_path), "--fusion", "on")
     for phase in ("Gmain", "Dmain", "Dreg"):
         assert re.search(rf"phase '{phase}': fused [1-9]\d* resampling\(s\) as ganc::upfirdn2d and [1-9]\d* bias", out), out
     fused = explained(ganc_bin, str(tmp_path / "plan"))
@@ -125,13 +125,16 @@ def test_stylegan3_style_code_trains_fused_like_eager_ddp(ganc_bin, digits16, tm
 
 
 def test_stylegan3_style_code_unfused_trains_bit_for_bit_like_eager_ddp(ganc_bin, digits16, tmp_path):
-    """The float32 archive with --fusion off: the traced variants per keyword value and the
-    crops as written train bit for bit like eager DDP (gradients of every phase run, final
-    parameters and buffers). The plan compiled with fusion records it; the plan the run
-    trained (its run directory's) fuses nothing."""
+    """The float32 archive as a CPU run takes it by default (--fusion auto is off on the CPU):
+    the traced variants per keyword value and the crops as written train bit for bit like
+    eager DDP (gradients of every phase run, final parameters and buffers). The plan compiled
+    with fusion records it; the plan the run trained (its run directory's) fuses nothing, and
+    the run says so in one line."""
     model = archive("stylegan3")
     spec = ganc.load_spec(model)
-    train_two_ranks(ganc_bin, model, digits16, str(tmp_path), "--fusion", "off")
+    out = train_two_ranks(ganc_bin, model, digits16, str(tmp_path))
+    assert "fusion: off on the CPU (--fusion auto)" in out, out
+    assert not re.search(r"phase '\w+': fused", out), out
     fused = {tuple(p["fused"].values()) for p in json.loads(subprocess.run(
         [ganc_bin, "explain", str(tmp_path / "plan"), "--json"], check=True, capture_output=True).stdout)["phases"]}
     trained = {tuple(p["fused"].values()) for p in json.loads(subprocess.run(
@@ -204,7 +207,7 @@ def test_fused_stylegan2_ada_trains_like_eager_ddp_in_float32(ganc_bin, digits16
     above)."""
     model = archive("stylegan2_ada")
     spec = ganc.load_spec(model)
-    train_two_ranks(ganc_bin, model, digits16, str(tmp_path))
+    train_two_ranks(ganc_bin, model, digits16, str(tmp_path), "--fusion", "on")
     reference.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Gpl": "manual", "Dreg": "manual"})
     first, early = {}, 0.0
     for step, phase, got, ref in gradient_dumps(spec, STEPS, str(tmp_path / "dump"), str(tmp_path / "ddp")):
