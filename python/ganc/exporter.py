@@ -99,7 +99,7 @@ def _jit_deprecation_noted():
 
 
 def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, verbose: bool = True,
-           op_libraries=(), joint: bool | None = None, torchscript: bool = True) -> dict:
+           op_libraries=(), joint: bool | None = None, torchscript: bool | None = None) -> dict:
     """Exports `gan` with every phase method and its spec to the archive `path`.
 
     By default the export is hybrid (see ganc.hybrid): the phase methods are scripted, and each
@@ -128,7 +128,10 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, ver
     `torchscript=False`: the archive is ganc's own, with no TorchScript code (docs/export.md,
     "Without TorchScript"): the spec, the parameters and buffers, each phase's joint graph and
     the sample grid's graph in one torch.save container. Nothing of torch.jit is called, so it
-    works where TorchScript is unavailable; `ganc train` runs it through ganc's executor.
+    works where TorchScript is unavailable; `ganc train` runs it through ganc's executor. By
+    default (`torchscript=None`) the archive is TorchScript's where torch.jit works, and ganc's
+    own, said in one line, where it does not (a PyTorch or a Python without TorchScript);
+    `torchscript=True` insists on TorchScript.
 
     Returns the validated spec. Raises SpecError for a spec that names a method or submodule
     that does not exist or a phase that does not return a scalar, and ExportError, naming the
@@ -136,6 +139,16 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, ver
     """
     if not isinstance(gan, torch.nn.Module):
         raise TypeError(f"ganc.export: the GAN must be a torch.nn.Module, not {type(gan).__name__}")
+    if torchscript is None or torchscript:
+        unavailable = _torchscript_unavailable()
+        if unavailable and torchscript:
+            raise ExportError(f"ganc.export(torchscript=True): TorchScript is unavailable here ({unavailable}); "
+                              "export with torchscript=False (ganc's own archive)")
+        if unavailable:
+            if verbose:
+                print(f"ganc.export: TorchScript is unavailable here ({unavailable}): writing ganc's own "
+                      "archive (torchscript=False), which ganc train runs through ganc's executor")
+        torchscript = not unavailable
     if not torchscript:
         if trace:
             raise ValueError("ganc.export: trace=True makes a TorchScript archive; it cannot go with "
@@ -143,6 +156,19 @@ def export(gan: torch.nn.Module, path: str, spec: dict, trace: bool = False, ver
         return _export_without_torchscript(gan, path, spec, op_libraries)
     with _jit_deprecation_noted():
         return _export(gan, path, spec, trace, verbose, op_libraries, joint)
+
+
+def _torchscript_unavailable() -> str:
+    """Why torch.jit cannot script here (the first line of its error on a one-line function),
+    or "" where it can: a PyTorch built without TorchScript, or a Python it does not support."""
+    def probe(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+    try:
+        with _jit_deprecation_noted():
+            torch.jit.script(probe)
+    except Exception as e:  # noqa: BLE001 - whatever torch.jit raises, TorchScript is not there
+        return (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return ""
 
 
 def _export_without_torchscript(gan, path, spec, op_libraries) -> dict:

@@ -416,10 +416,10 @@ from test_joint import build
 gan, spec = build(model)
 gan.load_state_dict(torch.load(state))
 try:
-    ganc.export(gan, path + ".ts", spec, verbose=False)
-except Exception as e:  # the export names the piece it could not script or trace
+    ganc.export(gan, path + ".ts", spec, verbose=False, torchscript=True)
+except Exception as e:  # the export says TorchScript is not there
     print("the TorchScript export:", str(e).splitlines()[0])
-ganc.export(gan, path, spec, torchscript=False)
+ganc.export(gan, path, spec)  # the default: ganc's own archive where TorchScript is unavailable
 print("exported", path)
 '''
 
@@ -430,9 +430,10 @@ WITHOUT_TORCHSCRIPT = [("mlp", "ring", "ddp"), ("dcgan32", "digits", "ddp"), ("r
 @pytest.mark.parametrize("model,dataset,reducer", WITHOUT_TORCHSCRIPT)
 def test_an_archive_exported_without_torchscript_trains_as_eager_ddp(ganc_bin, datasets, tmp_path, model, dataset,
                                                                      reducer):
-    """ganc.export(..., torchscript=False) in a Python whose torch.jit entry points (public and
-    private) raise: ganc's own archive (spec, state, each phase's joint graph, the sample
-    grid's graph; no TorchScript code), compiled and trained on 2 ranks. Every all-reduced
+    """ganc.export with its defaults in a Python whose torch.jit entry points (public and
+    private) raise: it says so in one line and writes ganc's own archive (spec, state, each
+    phase's joint graph, the sample grid's graph; no TorchScript code), compiled and trained on
+    2 ranks; `torchscript=True` there is refused in one line. Every all-reduced
     gradient and every final parameter equal eager DDP's bit for bit (run here on the same
     weights), the plan's used sets those of the TorchScript door's plan, and the sample grid
     the TorchScript archive's."""
@@ -446,7 +447,10 @@ def test_an_archive_exported_without_torchscript_trains_as_eager_ddp(ganc_bin, d
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     # The patch holds: the TorchScript export cannot run there.
-    assert "the TorchScript export: " in r.stdout and "is unavailable: TorchScript is gone" in r.stdout, r.stdout
+    assert ("the TorchScript export: ganc.export(torchscript=True): TorchScript is unavailable here "
+            "(torch.jit.script is unavailable: TorchScript is gone); export with torchscript=False") in r.stdout, r.stdout
+    assert ("ganc.export: TorchScript is unavailable here (torch.jit.script is unavailable: TorchScript is gone): "
+            "writing ganc's own archive (torchscript=False)") in r.stdout, r.stdout
     ganc.export(gan, scripted, spec, verbose=False)
     assert plan_used(ganc_bin, scripted, tmp_path) == plan_used(ganc_bin, path, tmp_path)
     (tmp_path / "ganc").mkdir()
