@@ -228,7 +228,7 @@ std::string explainFused(const Phase &p) {
          "kernel), " +
          std::to_string(p.fusedBiasActs) +
          " bias + activation(s) as ganc::bias_act; their derivatives are the same ops "
-         "(ganc train --fusion off runs them as written)";
+         "(ganc train runs them so on CUDA; on the CPU, or with --fusion off, as written)";
 }
 
 std::string explainNotFused(const Phase &p) {

@@ -8,6 +8,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <cstdlib>
+#include <string>
+
 namespace ganc::ops {
 namespace {
 
@@ -34,6 +37,17 @@ void check(cudaError_t status, const char *op) {
 /// Outputs up to which ganc's direct kernel resamples; above, cuDNN's convolutions.
 constexpr int64_t kDirectOutputs = int64_t{1} << 20;
 
+/// GANC_UPFIRDN2D_KERNEL=tiled: every resampling the tiled kernel takes runs on it. Not yet the
+/// default: its tile code is checked on the CPU (tests/unit/Upfirdn2dTileTest.cpp), its CUDA
+/// build not yet timed or checked on a GPU (the next call's ops test and resampling probe).
+bool tiledKernelAsked() {
+  static const bool asked = [] {
+    const char *kernel = std::getenv("GANC_UPFIRDN2D_KERNEL");
+    return kernel && std::string(kernel) == "tiled";
+  }();
+  return asked;
+}
+
 at::Tensor upfirdn2dCuda(const at::Tensor &x, const at::Tensor &f, c10::IntArrayRef up,
                          c10::IntArrayRef down, c10::IntArrayRef padding, bool flipFilter,
                          double gain, c10::string_view /*origin*/) {
@@ -46,7 +60,8 @@ at::Tensor upfirdn2dCuda(const at::Tensor &x, const at::Tensor &f, c10::IntArray
   // Measured on an H200 (bench/resample_probe.py, StyleGAN2 at 256 pixels): cuDNN's depthwise
   // kernels beat the direct kernel below from about a million outputs (6 ms against 22 for a
   // [32, 64, 256, 256] float16 image), the direct kernel wins below (one launch, no padding).
-  if (x.size(0) * x.size(1) * out[0] * out[1] > kDirectOutputs)
+  const bool tiled = tiledKernelAsked();
+  if (!tiled && x.size(0) * x.size(1) * out[0] * out[1] > kDirectOutputs)
     return detail::upfirdn2dByConvolution(x, f, r);
   at::Tensor y = at::empty({x.size(0), x.size(1), out[0], out[1]},
                            x.options().memory_format(x.suggest_memory_format()));
@@ -73,7 +88,13 @@ at::Tensor upfirdn2dCuda(const at::Tensor &x, const at::Tensor &f, c10::IntArray
   a.tapColumns = static_cast<int>(taps[1]);
   const at::Tensor w = detail::correlationKernel(f, r);
   a.weights = w.data_ptr<double>();
-  check(cuda::upfirdn2d(a, dtypeOf(x), at::cuda::getCurrentCUDAStream()), "ganc::upfirdn2d");
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  if (tiled && cuda::upfirdn2dTiles(a, x.scalar_type() == at::kDouble ? 8 : 4))
+    check(cuda::upfirdn2dTiled(a, dtypeOf(x), stream), "ganc::upfirdn2d (tiled)");
+  else if (tiled && x.size(0) * x.size(1) * out[0] * out[1] > kDirectOutputs)
+    return detail::upfirdn2dByConvolution(x, f, r);
+  else
+    check(cuda::upfirdn2d(a, dtypeOf(x), stream), "ganc::upfirdn2d");
   return y;
 }
 

@@ -26,8 +26,13 @@ struct Upfirdn2dArgs {
   const double *weights = nullptr;
 };
 
-/// Launches the resampling on `stream`; the launch's status.
+/// Launches the resampling on `stream` (the direct kernel); the launch's status.
 cudaError_t upfirdn2d(const Upfirdn2dArgs &args, Dtype dtype, cudaStream_t stream);
+/// Launches the tiled kernel (ops/cuda/Upfirdn2dTile.h) on `stream`; the launch's status.
+cudaError_t upfirdn2dTiled(const Upfirdn2dArgs &args, Dtype dtype, cudaStream_t stream);
+/// Whether the tiled kernel takes this resampling (its patch fits in shared memory) with
+/// elements of `elementBytes` (8: float64's double arithmetic).
+bool upfirdn2dTiles(const Upfirdn2dArgs &args, int elementBytes);
 
 /// One bias_act over a dense tensor walked by storage offset: channel (i / stride) % size of
 /// bias (null: none). With grad non-null, bias_act_backward: out = d bias_act / dx * grad.
