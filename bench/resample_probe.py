@@ -342,6 +342,8 @@ def main():
     result = {"benchmark": "resample_probe", "machine": f"{where}, {platform.node()}",
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
               "command": " ".join(sys.argv), "torch": torch.__version__, "plugin_built": bool(plugin),
+              # ganc's CUDA kernel for the op: the tiled one by default, "direct" its earlier mix
+              "upfirdn2d_kernel": os.environ.get("GANC_UPFIRDN2D_KERNEL", "tiled"),
               "float64_difference": difference, "resolution": args.resolution, "cbase": args.cbase,
               "title": (f"StyleGAN2's upfirdn2d calls of one G and one D forward at {args.resolution} pixels (channel base "
                         f"{args.cbase}) on {where}, forward and image gradient, seconds summed over "

@@ -37,15 +37,17 @@ void check(cudaError_t status, const char *op) {
 /// Outputs up to which ganc's direct kernel resamples; above, cuDNN's convolutions.
 constexpr int64_t kDirectOutputs = int64_t{1} << 20;
 
-/// GANC_UPFIRDN2D_KERNEL=tiled: every resampling the tiled kernel takes runs on it. Not yet the
-/// default: its tile code is checked on the CPU (tests/unit/Upfirdn2dTileTest.cpp), its CUDA
-/// build not yet timed or checked on a GPU (the next call's ops test and resampling probe).
-bool tiledKernelAsked() {
-  static const bool asked = [] {
+/// The tiled kernel runs every resampling it takes (ops/cuda/Upfirdn2dTile.h), the default since it
+/// was timed on an H200 (bench/results/resample_probe.json, StyleGAN2's calls at 256 pixels,
+/// forward and image gradient: 1.93x the reference compositions at batch 32 and 2.12x at batch 4,
+/// where the direct kernel and cuDNN's convolutions measured 1.35x at batch 32).
+/// GANC_UPFIRDN2D_KERNEL=direct keeps to those two, for comparison.
+bool tiledKernelTaken() {
+  static const bool taken = [] {
     const char *kernel = std::getenv("GANC_UPFIRDN2D_KERNEL");
-    return kernel && std::string(kernel) == "tiled";
+    return !(kernel && std::string(kernel) == "direct");
   }();
-  return asked;
+  return taken;
 }
 
 at::Tensor upfirdn2dCuda(const at::Tensor &x, const at::Tensor &f, c10::IntArrayRef up,
@@ -60,7 +62,7 @@ at::Tensor upfirdn2dCuda(const at::Tensor &x, const at::Tensor &f, c10::IntArray
   // Measured on an H200 (bench/resample_probe.py, StyleGAN2 at 256 pixels): cuDNN's depthwise
   // kernels beat the direct kernel below from about a million outputs (6 ms against 22 for a
   // [32, 64, 256, 256] float16 image), the direct kernel wins below (one launch, no padding).
-  const bool tiled = tiledKernelAsked();
+  const bool tiled = tiledKernelTaken();
   if (!tiled && x.size(0) * x.size(1) * out[0] * out[1] > kDirectOutputs)
     return detail::upfirdn2dByConvolution(x, f, r);
   at::Tensor y = at::empty({x.size(0), x.size(1), out[0], out[1]},

@@ -560,7 +560,7 @@ def test_replays_draw_the_noise_eager_runs_draw_around_other_draws(ganc_bin, dat
 # gathered to rank 0) runs over Gloo (`--dist-backend gloo`, eagerly). NCCL's collectives and
 # their capture are not covered by this; on one GPU nothing can cover them.
 GLOO_ZERO = ["mlp", "dcgan32", "stylegan2", "dcgan32_scaled", "dcgan32_clip_f64"]
-SHARED_GPU = ("--device", "cuda", "--dist-backend", "gloo", "--cuda-graphs", "off", "--deterministic")
+SHARED_GPU = ("--device", "cuda", "--dist-backend", "gloo", "--cuda-graphs", "off", "--deterministic", "--fusion", "off")
 
 
 # Two ranks on the one GPU against eager DDP with two ranks on it, both over Gloo: ganc's
