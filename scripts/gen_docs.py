@@ -38,7 +38,24 @@ def between(text, begin, end, body, path):
 
 
 def cli(tools):
-    return run(os.path.join(tools, "ganc"), "--help-markdown") + run(os.path.join(tools, "ganc-opt"), "--help-markdown")
+    return (run(os.path.join(tools, "ganc"), "--help-markdown") + stylegan_options()
+            + run(os.path.join(tools, "ganc-opt"), "--help-markdown"))
+
+
+def stylegan_options():
+    """`ganc stylegan` (Python): its options from its argparse parser."""
+    from ganc import stylegan
+    parser = stylegan.parser()
+    rows = []
+    for action in parser._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        flag = " ".join(f"`{o}`" for o in action.option_strings)
+        choices = " (" + "\\|".join(action.choices) + ")" if action.choices else ""
+        rows.append(f"| {flag}{choices} | {cell(action.help or '')} |")
+    return ("## ganc stylegan\n\n```\nganc stylegan --outdir DIR --data ZIP --networks REPO [options]\n```\n\n"
+            + " ".join(stylegan.__doc__.split("\n\n", 2)[2].split()) + "\n\n| option | meaning |\n| --- | --- |\n"
+            + "\n".join(rows) + "\n\n")
 
 
 def ir(tools, current):

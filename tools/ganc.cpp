@@ -57,6 +57,9 @@ commands:
                                        a phase's joint graph (ganc.joint): its ops and used
                                        parameters; run through the dispatcher on given tensors
   plot OUT [-o PNG]                    a run's loss curves as a PNG (Python, matplotlib)
+  stylegan --outdir DIR --data ZIP --networks REPO [options]
+                                       a StyleGAN2 run shaped like NVIDIA's train.py: export,
+                                       compile, train, network-snapshot-KIMG.pkl (Python)
   (ganc COMMAND --help lists each command's options; ganc --version says which ganc;
    docs/cli.md has them all)
 

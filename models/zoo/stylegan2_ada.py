@@ -454,10 +454,19 @@ class SynthesisBlock(nn.Module):
         return x, img
 
 
+def _float32_only(num_fp16_res):
+    """These networks compute in float32: train.py's float16 layers (num_fp16_res > 0) are refused."""
+    if num_fp16_res:
+        raise ValueError(f"zoo.stylegan2_ada computes in float32 only: num_fp16_res={num_fp16_res} is not taken "
+                         "(train.py's --fp32 1 sets it to 0)")
+
+
 @persistent_class
 class SynthesisNetwork(nn.Module):
-    def __init__(self, w_dim, img_resolution, img_channels, channel_base=32768, channel_max=512, **block_kwargs):
+    def __init__(self, w_dim, img_resolution, img_channels, channel_base=32768, channel_max=512, num_fp16_res=0,
+                 **block_kwargs):
         super().__init__()
+        _float32_only(num_fp16_res)
         self.w_dim = w_dim
         self.img_resolution = img_resolution
         self.img_resolution_log2 = int(np.log2(img_resolution))
@@ -591,9 +600,10 @@ class DiscriminatorEpilogue(nn.Module):
 
 @persistent_class
 class Discriminator(nn.Module):
-    def __init__(self, c_dim, img_resolution, img_channels, channel_base=32768, channel_max=512,
+    def __init__(self, c_dim, img_resolution, img_channels, channel_base=32768, channel_max=512, num_fp16_res=0,
                  conv_clamp=None, block_kwargs={}, mapping_kwargs={}, epilogue_kwargs={}):
         super().__init__()
+        _float32_only(num_fp16_res)
         self.c_dim = c_dim
         self.img_resolution = img_resolution
         self.img_resolution_log2 = int(np.log2(img_resolution))

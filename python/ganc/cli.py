@@ -2,7 +2,8 @@
 
 `ganc compile|explain|train|run` are the C++ driver, executed in place of this process (so
 signals, exit codes and torchrun's process management see the driver itself); `ganc plot`
-is Python (matplotlib).
+(matplotlib) and `ganc stylegan` (a StyleGAN2 run shaped like NVIDIA's train.py: export,
+compile, `ganc run` and network pickles) are Python.
 """
 from __future__ import annotations
 
@@ -70,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "plot":
         from .plot import main as plot_main
         return plot_main(argv[1:])
+    if argv and argv[0] == "stylegan":
+        from .stylegan import main as stylegan_main
+        return stylegan_main(argv[1:])
     try:
         check_torch()
         path = executable()

@@ -105,6 +105,20 @@ def started_ranks(launcher, n):
     return children
 
 
+def tensors_of(obj, path=""):
+    """(path, tensor) for every tensor in a nested dict/list (a checkpoint: weights, buffers,
+    optimizer and loss-scaler state, the ranks' generator states)."""
+    import torch
+    if torch.is_tensor(obj):
+        yield path, obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from tensors_of(v, f"{path}/{k}")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from tensors_of(v, f"{path}/{i}")
+
+
 def assert_equal(a, b, where):
     """`a` and `b` equal all the way down (tensors bit for bit); `where` names the place that differs."""
     import torch

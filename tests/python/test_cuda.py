@@ -35,7 +35,7 @@ import torch
 
 import ganc
 from ganc import reference
-from conftest import ROOT, TIMING_FIELDS, archive, gradient_dumps
+from conftest import ROOT, TIMING_FIELDS, archive, gradient_dumps, tensors_of
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="no CUDA GPU on this machine; the CUDA Graph tests need one")
@@ -161,18 +161,8 @@ def distances(got_dir, ref_dir, spec, steps, ref_loader=torch.load):
 
 
 def checkpoint_tensors(run_dir):
-    """Every tensor of a run's last checkpoint (weights, buffers, optimizer and loss-scaler
-    state, the ranks' generator states) by its path in the file."""
-    def walk(obj, path):
-        if torch.is_tensor(obj):
-            yield path, obj
-        elif isinstance(obj, dict):
-            for k, v in obj.items():
-                yield from walk(v, f"{path}/{k}")
-        elif isinstance(obj, (list, tuple)):
-            for i, v in enumerate(obj):
-                yield from walk(v, f"{path}/{i}")
-    return dict(walk(ganc.load_checkpoint(os.path.join(run_dir, "checkpoint.pt")), ""))
+    """Every tensor of a run's last checkpoint by its path in the file."""
+    return dict(tensors_of(ganc.load_checkpoint(os.path.join(run_dir, "checkpoint.pt"))))
 
 
 def differing_tensors(run_dir, ref_dir):
