@@ -179,6 +179,7 @@ private:
 
 Status lowerJointGraph(const JointGraph &graph, ir::Phase &phase) {
   phase.joint.ops.clear();
+  phase.jointGroupedConvolutions = graph.groupedConvolutions;
   return JointLowering(graph, phase)
       .run()
       .withContext("the joint graph of phase '" + phase.key() + "'");

@@ -1,6 +1,6 @@
 // Lowering each phase method of an archive to ganc IR (and, for progressive GANs, the
-// stage-specialised TorchScript graphs the runtime runs). The only place that reads
-// TorchScript graphs.
+// stage-specialised TorchScript graphs the runtime runs): the TorchScript door's reader. The
+// phases' joint graphs, ATen op lists, are lowered by frontend/JointLowering.h.
 #pragma once
 
 #include "frontend/Archive.h"

@@ -237,9 +237,15 @@ std::string Phase::jointDeclined() const {
     return "the plan fuses " + std::to_string(fusedResamplings) + " resampling(s) and " +
            std::to_string(fusedBiasActs) + " bias + activation(s) in it, which its joint graph " +
            "does not fuse yet";
-  if (!doubleBackward.empty())
-    return "its grouped convolutions take ganc's double backward, which its joint graph does "
-           "not have yet";
+  if (doubleBackward == "grouped" && jointGroupedConvolutions != 0)
+    return "--double-backward grouped: its joint graph takes ganc's double backward of the "
+           "filters only (filters)";
+  if (doubleBackward == "pytorch" && jointGroupedConvolutions > 0)
+    return "--double-backward pytorch: its joint graph takes ganc's double backward of its " +
+           std::to_string(jointGroupedConvolutions) + " grouped convolution(s) (filters)";
+  if (doubleBackward == "filters" && jointGroupedConvolutions < 0)
+    return "its joint graph was captured with PyTorch's double backward (export it again for "
+           "ganc's)";
   return "";
 }
 

@@ -243,6 +243,10 @@ struct Phase {
   /// no gradient), "grouped" (ganc's for every one); "" runs PyTorch's. Decided by `ganc
   /// compile`, set by `ganc train --double-backward`.
   std::string doubleBackward;
+  /// The grouped convolutions the joint graph was captured with as ganc::convolution: its
+  /// double backward is ganc's for those whose weight takes no gradient ("filters"); -1 where
+  /// it was captured with PyTorch's (or there is no joint graph).
+  int64_t jointGroupedConvolutions = -1;
   /// This phase's bucket caps (0: the module's); `ganc compile --bucket-cap-mb auto` sets them.
   int64_t bucketCapBytes = 0;
   int64_t firstBucketCapBytes = 0;
@@ -282,9 +286,10 @@ struct Phase {
   /// TorchScript): no forward graph, no `loss` value; its ganc.loss is the loss.
   bool onlyJoint() const { return !loss && body.ops.empty() && !joint.ops.empty(); }
   /// Why a run that may choose (`ganc train --executor auto`) takes TorchScript for this phase
-  /// although it has a joint graph: the plan fuses in it, or gives its grouped convolutions
-  /// ganc's double backward, neither of which the joint graph has yet. "" where it takes the
-  /// joint graph (or has none).
+  /// although it has a joint graph: the plan fuses in it (the joint graph does not fuse yet),
+  /// or its double backward is one the joint graph was not captured with (`grouped`, or
+  /// `pytorch`'s per-group convolutions where it has ganc's). "" where it takes the joint graph
+  /// (or has none).
   std::string jointDeclined() const;
   /// Whether the phase shares values with others of its step: it takes one an earlier phase
   /// computed (an `output` input, or a section it runs `through`) or hands one on. On CUDA

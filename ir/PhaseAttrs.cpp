@@ -136,8 +136,13 @@ Status checkTuned(const Phase &p, const Module &) {
 }
 
 Status checkDoubleBackward(const Phase &p, const Module &) {
-  if (!p.doubleBackward.empty() && p.doubleBackward != "filters" && p.doubleBackward != "grouped")
-    return Status::error("double_backward is filters or grouped, not '" + p.doubleBackward + "'");
+  if (!p.doubleBackward.empty() && p.doubleBackward != "filters" && p.doubleBackward != "grouped" &&
+      p.doubleBackward != "pytorch")
+    return Status::error("double_backward is filters, grouped or pytorch, not '" +
+                         p.doubleBackward + "'");
+  if (p.jointGroupedConvolutions < -1)
+    return Status::error("joint_grouped_convolutions is a count, not " +
+                         std::to_string(p.jointGroupedConvolutions));
   return Status::ok();
 }
 
@@ -211,6 +216,10 @@ std::string explainLossScaler(const Phase &p) {
 std::string explainDoubleBackward(const Phase &p) {
   if (p.doubleBackward.empty())
     return "";
+  if (p.doubleBackward == "pytorch")
+    return "double backward: the phase differentiates inside itself; its grouped convolutions "
+           "keep PyTorch's double backward, one convolution per group (--double-backward "
+           "pytorch)";
   return "double backward: the phase differentiates inside itself; its grouped convolutions "
          "run as ganc::convolution, whose second derivative is ganc's " +
          std::string(p.doubleBackward == "filters"

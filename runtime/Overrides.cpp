@@ -160,9 +160,7 @@ Status applyOverrides(frontend::Spec &spec, ir::Module &plan, const TrainOptions
     }
   for (const auto &phase : plan.phases) // --double-backward: how the planned phases take it
     if (!phase->doubleBackward.empty())
-      phase->doubleBackward = o.doubleBackward == DoubleBackward::PyTorch
-                                  ? ""
-                                  : nameOf(o.doubleBackward, doubleBackwardNames());
+      phase->doubleBackward = nameOf(o.doubleBackward, doubleBackwardNames());
   return ir::verifyInvariants(plan).withContext("the recipe given to ganc train");
 }
 

@@ -9,7 +9,6 @@
 #include "ir/Recipe.h"
 #include "ops/Ops.h"
 #include "passes/Pass.h"
-#include "runtime/rundir/RunDir.h"
 #include "support/Files.h"
 #include "support/TextFormat.h"
 #include "support/torch/Collectives.h"
@@ -281,6 +280,12 @@ Status addJointPrograms(const Session &s, backend::ExecutorOptions &options) {
     auto program = backend::JointProgram::compile(graph->second, launchesOf(*phase));
     if (!program)
       return program.status().withContext(s.options.model);
+    if (phase->doubleBackward == "filters" && phase->jointGroupedConvolutions > 0 && s.isRankZero())
+      std::cout << "phase '" << phase->key() << "': " << phase->jointGroupedConvolutions
+                << " grouped convolution" << (phase->jointGroupedConvolutions == 1 ? "" : "s")
+                << " run as ganc::convolution, for its double backward (--double-backward "
+                   "filters; captured so in its joint graph)"
+                << std::endl;
     options.jointPrograms[phase->key()] = program.take();
   }
   return Status::ok();
@@ -320,7 +325,8 @@ Status createExecutor(Session &s) {
       const bool plain = phase.isSection() || !phase.throughSections().empty();
       const bool fuses =
           !plain && compiled && compiled->fusedResamplings + compiled->fusedBiasActs > 0;
-      const bool ownDoubleBackward = compiled && !compiled->doubleBackward.empty();
+      const bool ownDoubleBackward = compiled && (compiled->doubleBackward == "filters" ||
+                                                  compiled->doubleBackward == "grouped");
       const bool needed = spec.stages || !spec.syncBatchNorm.empty();
       if (!needed && !fuses && !ownDoubleBackward)
         continue;

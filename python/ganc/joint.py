@@ -15,6 +15,7 @@ one on given tensors through the dispatcher, with no autograd engine and no Torc
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
@@ -26,7 +27,9 @@ import torch
 import torch.nn as nn
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.utils.stateless import _reparametrize_module
+from torch.overrides import TorchFunctionMode
 
+from . import oplibs
 from .phases import autocast, example_inputs, phase_loss
 from .probe import raised_at
 from .scriptable import ExportError
@@ -53,11 +56,59 @@ class JointGraph:
     # sample graph, which runs as captured).
     precision: str = ""
     batch: int = 0
+    # The grouped convolutions captured as ganc::convolution (GroupedConvolutions); -1: with
+    # PyTorch's double backward (ganc's operators were not loaded).
+    grouped_convolutions: int = -1
 
     @property
     def used(self) -> list[str]:
         """The parameters whose gradient the phase computes, in the gan's order."""
         return [name for kind, name in self.outputs if kind == "gradient"]
+
+
+# The convolutions a phase may call with groups, by their Python functions: (spatial dims,
+# transposed, their arguments after input and weight in order).
+_CONVOLUTIONS = {
+    **{getattr(torch.nn.functional, f"conv{n}d"): (n, False, ("bias", "stride", "padding", "dilation", "groups"))
+       for n in (1, 2, 3)},
+    **{getattr(torch.nn.functional, f"conv_transpose{n}d"):
+       (n, True, ("bias", "stride", "padding", "output_padding", "groups", "dilation")) for n in (1, 2, 3)},
+}
+
+
+class GroupedConvolutions(TorchFunctionMode):
+    """While a phase is captured: each grouped convolution it calls runs as ganc::convolution
+    (with `weight_gradients` off), as `ganc train --double-backward filters` rewrites the
+    TorchScript graph. Where the weight takes no gradient (StyleGAN's FIR filters) autograd then
+    records ganc's double backward, whole-convolution weight-gradient kernels, where PyTorch's
+    makes one convolution per group; the numbers are PyTorch's bit for bit, and a weight that
+    takes a gradient keeps PyTorch's own. The graph holds ATen ops only: the op's autograd
+    kernel runs them. `count` is how many calls it took."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        how = _CONVOLUTIONS.get(func)
+        if how is None:
+            return func(*args, **kwargs)
+        dims, transposed, names = how
+        given = dict(zip(("input", "weight") + names, args), **kwargs)
+        x, w = given.get("input"), given.get("weight")
+        groups = given.get("groups", 1)
+        if (not isinstance(x, torch.Tensor) or not isinstance(groups, int) or groups == 1
+                or isinstance(given.get("padding", 0), str) or x.dim() != dims + 2):
+            return func(*args, **kwargs)
+
+        def each(name, default):
+            value = given.get(name, default)
+            return [int(value)] * dims if isinstance(value, int) else [int(v) for v in value]
+        self.count += 1
+        return torch.ops.ganc.convolution(x, w, given.get("bias"), each("stride", 1), each("padding", 0),
+                                          each("dilation", 1), transposed, each("output_padding", 0), groups,
+                                          False, f"aten::{func.__name__}")
 
 
 def _updated(gan: nn.Module, phase: dict) -> list[str]:
@@ -83,10 +134,12 @@ def capture(gan: nn.Module, phase: dict, args: tuple, precision: str = "float32"
     used: list[str] = []
     logged: list[str] = []
 
+    grouped = contextlib.nullcontext() if not oplibs.load_ganc_ops() else GroupedConvolutions()
+
     def joint(p, b, inputs, seed):
         state = {**dict(zip(pnames, p)), **dict(zip(bnames, b))}
         with _reparametrize_module(gan, state, tie_weights=True):
-            with autocast("cpu", precision):
+            with autocast("cpu", precision), grouped:
                 output = getattr(gan, phase["method"])(*inputs)
             loss = phase_loss(output, phase)
             stats = output[1] if isinstance(output, tuple) else {}
@@ -113,6 +166,7 @@ def capture(gan: nn.Module, phase: dict, args: tuple, precision: str = "float32"
                           "phase with TorchScript (ganc.export) or write the choice with torch.where or "
                           "torch.cond") from None
     graph = JointGraph(phase["name"], phase["method"], module, precision=precision,
+                       grouped_convolutions=grouped.count if isinstance(grouped, GroupedConvolutions) else -1,
                        batch=next((a.shape[0] for a in inputs if isinstance(a, torch.Tensor) and a.dim()), 0))
     graph.inputs = ([("parameter", n) for n in pnames] + [("buffer", n) for n in bnames]
                     + [("input", inp["name"]) for inp in phase["inputs"]] + [("seed", "loss")])
@@ -207,6 +261,8 @@ def op_list(graph: JointGraph) -> dict:
               "inputs": inputs, "nodes": nodes, "outputs": outputs}
     if graph.precision:  # what a run must match to run the graph
         listed.update(precision=graph.precision, batch=graph.batch)
+    if graph.grouped_convolutions >= 0:
+        listed.update(grouped_convolutions=graph.grouped_convolutions)
     return listed
 
 

@@ -16,7 +16,7 @@ import torch
 
 from .scriptable import ExportError
 
-__all__ = ["load", "used_ops", "requirements", "Recorder", "backward_reads"]
+__all__ = ["load", "load_ganc_ops", "used_ops", "requirements", "Recorder", "backward_reads"]
 
 # Namespaces of PyTorch's own operators, which every LibTorch has.
 _BUILTIN = {"aten", "prim", "prims", "quantized", "onnx", "profiler", "cuda", "_caffe2", "attr", "scope",
@@ -36,6 +36,27 @@ def load(paths) -> list:
             raise ExportError(f"ganc.export: op_libraries: {path} does not load: {e}") from None
         loaded.append(path)
     return loaded
+
+
+def load_ganc_ops() -> bool:
+    """ganc's own operators (libganc_ops.so: ganc::convolution, ganc::upfirdn2d, ...) in
+    torch.ops.ganc: $GANC_OPS, else the library beside the installed tools (a pip install's
+    ganc/_bin, an editable install's or $GANC_BUILD_DIR's build tree). False where none is
+    built."""
+    if hasattr(torch.ops.ganc, "convolution"):
+        return True
+    from .cli import ToolsNotFound, tools_dir
+    candidates = [os.environ.get("GANC_OPS", "")]
+    try:
+        tools = tools_dir()
+        candidates += [os.path.join(tools, "libganc_ops.so"), os.path.join(tools, "..", "ops", "libganc_ops.so")]
+    except ToolsNotFound:
+        pass
+    for path in candidates:
+        if path and os.path.isfile(path):
+            torch.ops.load_library(path)
+            return hasattr(torch.ops.ganc, "convolution")
+    return False
 
 
 class Recorder:

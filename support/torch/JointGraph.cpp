@@ -277,6 +277,7 @@ Expected<JointGraph> jointGraphOf(const c10::IValue &stored, const std::string &
   graph.method = j.value("method", std::string());
   graph.precision = j.value("precision", std::string());
   graph.batch = j.value("batch", int64_t{0});
+  graph.groupedConvolutions = j.value("grouped_convolutions", int64_t{-1});
   for (const char *key : {"inputs", "outputs"})
     for (const nlohmann::json &p : j.value(key, nlohmann::json::array())) {
       auto port = portOf(p);

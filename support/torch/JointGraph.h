@@ -42,6 +42,10 @@ struct JointGraph {
   /// The batch the phase was captured for (its inputs' first dimension), or 0 where the op
   /// list does not say.
   int64_t batch = 0;
+  /// The grouped convolutions the capture ran as ganc::convolution (ganc's double backward of
+  /// filters that take no gradient, ganc.joint.GroupedConvolutions); -1 where the op list does
+  /// not say (captured with PyTorch's double backward).
+  int64_t groupedConvolutions = -1;
 
   /// The parameters the graph computes a gradient for: the phase's used parameters.
   std::vector<std::string> used() const;

@@ -140,7 +140,9 @@ def test_stylegan3_style_code_unfused_trains_bit_for_bit_like_eager_ddp(ganc_bin
     trained = {tuple(p["fused"].values()) for p in json.loads(subprocess.run(
         [ganc_bin, "explain", str(tmp_path / "train"), "--json"], check=True, capture_output=True).stdout)["phases"]}
     assert (0, 0) not in fused and trained == {(0, 0)}, (fused, trained)
-    reference.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Dreg": "manual"})
+    # Eager DDP on the Python module: the joint graphs (the CPU's door) hold what it runs.
+    reference.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Dreg": "manual"},
+                  eager_model=functools.partial(zoo.module, "stylegan3"))
     phases = set()
     for step, phase, got, ref in gradient_dumps(spec, STEPS, str(tmp_path / "dump"), str(tmp_path / "ddp")):
         phases.add(phase)
@@ -180,8 +182,9 @@ def test_fir_filters_take_ganc_double_backward_bit_for_bit(ganc_bin, digits16, t
     archive, which takes PyTorch's own double backward: every all-reduced gradient of every
     phase run and the final parameters, float32, 2 ranks."""
     model = archive("stylegan2_ada")
-    # Unfused (--fusion off): the convolutions as the model wrote them.
-    out = train_two_ranks(ganc_bin, model, digits16, str(tmp_path), "--fusion", "off")
+    # Unfused (--fusion off): the convolutions as the model wrote them; the archive's code (the
+    # joint graphs have their own test below).
+    out = train_two_ranks(ganc_bin, model, digits16, str(tmp_path), "--fusion", "off", "--executor", "torchscript")
     # Their filter convolutions: 2 per discriminator block in R1; G's upsampling filters and
     # modulated convolutions (which keep PyTorch's double backward: their weight takes a
     # gradient) in path length.
@@ -189,6 +192,34 @@ def test_fir_filters_take_ganc_double_backward_bit_for_bit(ganc_bin, digits16, t
     assert re.search(r"phase 'Gpl': \d+ grouped convolutions run as ganc::convolution", out), out
     reference.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Gpl": "manual", "Dreg": "manual"})
     assert largest_difference(ganc.load_spec(model), str(tmp_path / "dump"), str(tmp_path / "ddp"), exact=True) == 0
+
+
+def test_joint_graphs_take_ganc_double_backward_of_fir_filters_bit_for_bit(ganc_bin, digits16, tmp_path):
+    """The same phases through their joint graphs (the CPU's default door): the export captured
+    each grouped convolution as ganc::convolution, so R1's and path length's double backward of
+    the FIR filters is ganc's whole-convolution kernels, not one convolution per channel, and
+    the four phases train bit for bit like eager DDP on the Python module the archive was
+    exported from (the joint graphs hold what its autograd Functions' own backward runs; the
+    archive's code derives theirs from their forwards, last bits apart in float32): every
+    all-reduced gradient and the final parameters, float32, 2 ranks. `--double-backward
+    pytorch` and `grouped` take the archive's code instead, saying why."""
+    model = archive("stylegan2_ada")
+    out = train_two_ranks(ganc_bin, model, digits16, str(tmp_path), "--fusion", "off")
+    for phase in ("Gmain", "Gpl", "Dmain", "Dreg"):
+        assert f"{phase} (joint graph, ganc's executor)" in out, out
+    assert "phase 'Dreg': 4 grouped convolutions run as ganc::convolution" in out, out
+    assert re.search(r"phase 'Gpl': \d+ grouped convolutions run as ganc::convolution", out), out
+    reference.run(model, digits16, 2, STEPS, SEED, out_dir=str(tmp_path / "ddp"), reducer={"Gpl": "manual", "Dreg": "manual"},
+                  eager_model=functools.partial(zoo.module, "stylegan2_ada"))
+    assert largest_difference(ganc.load_spec(model), str(tmp_path / "dump"), str(tmp_path / "ddp"), exact=True) == 0
+    plan = str(tmp_path / "plan")
+    for mode in ("pytorch", "grouped"):
+        explain = subprocess.run([ganc_bin, "compile", model, "-o", plan], capture_output=True, text=True)
+        run = subprocess.run([ganc_bin, "train", plan, "--model", model, "--data", digits16, "--steps", "1",
+                              "--out", str(tmp_path / mode), "--fusion", "off", "--double-backward", mode,
+                              "--sample-every", "0", "--checkpoint-every", "0"], capture_output=True, text=True)
+        assert explain.returncode == 0 and run.returncode == 0, run.stderr
+        assert "Gmain (joint graph, ganc's executor)" in run.stdout and "Dreg (eager)" in run.stdout, run.stdout
 
 
 def test_fused_stylegan2_ada_trains_like_eager_ddp_in_float32(ganc_bin, digits16, tmp_path):

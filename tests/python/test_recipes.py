@@ -4,6 +4,7 @@ its `--dry-run` by bench/stylegan2_ada_presets.py), and the recipe around the zo
 StyleGAN2-ADA-style networks trains at 2 ranks bit for bit like eager DDP on its archive,
 EMA ramp-up included."""
 import copy
+import functools
 import json
 import os
 import subprocess
@@ -137,6 +138,30 @@ def test_bad_presets_are_refused_in_one_line():
         recipes.r3gan(nn.Linear(1, 1), nn.Linear(1, 1), gamma=float("nan"), batch_gpu=4)
 
 
+def zoo_recipe(seed, **overrides):
+    """(gan, spec): the recipe around the zoo's StyleGAN2-ADA-style G and D (NVIDIA's signatures)
+    at 16 pixels, their weights drawn after seeding `seed`, in the 'auto' preset for 2 GPUs at
+    batch 8 with `overrides`."""
+    from zoo.stylegan2_ada import Discriminator, Generator
+    torch.manual_seed(seed)
+    G = Generator(z_dim=32, c_dim=0, w_dim=32, img_resolution=16, img_channels=3,
+                  mapping_kwargs=dict(num_layers=2), synthesis_kwargs=dict(channel_base=512, channel_max=32))
+    D = Discriminator(c_dim=0, img_resolution=16, img_channels=3, channel_base=512, channel_max=32)
+    return recipes.stylegan2(G, D, cfg="auto", gpus=2, batch=8, **overrides)
+
+
+def eager_recipe(seed, **overrides):
+    """The recipe's module, for the eager DDP reference: the Python code a user's eager run
+    executes (their autograd Functions' own backward), which ganc's joint graphs hold; the
+    archive's code derives those gradients from the forwards, last bits apart in float32."""
+    return zoo_recipe(seed, **overrides)[0]
+
+
+def style_mixing_gan(seed):
+    gan, _ = zoo_recipe(seed, gamma=1.0)
+    return NvidiaStyleMixing(gan.G, gan.D, recipes.preset("auto", 16, 2, batch=8, gamma=1.0))
+
+
 def test_bad_recipe_arguments_are_refused_in_one_line():
     """ada_target 5 or -1 was accepted, batch_gpu=0 taken as unset, and 'bgcf' at 16 px ended
     in PyTorch's raw "Padding size should be less than ..." at export."""
@@ -158,14 +183,11 @@ def test_the_recipe_trains_like_eager_ddp(ganc_bin, digits16, tmp_path):
     """The zoo's StyleGAN2-ADA-style G and D (NVIDIA's signatures) in the 'auto' preset at 16
     pixels, its batch and gamma overridden to fit the machine: exported, compiled and trained
     at 2 ranks for 17 steps, every phase's gradients, the final parameters and G_ema (ramped
-    up) equal eager DDP on the archive bit for bit (--fusion off: the reference runs the
-    archive's reference resampling)."""
+    up) equal eager DDP on the recipe's Python module bit for bit (--fusion off: the reference
+    runs the module's reference resampling)."""
     from zoo.stylegan2_ada import Discriminator, Generator
-    torch.manual_seed(0)
-    G = Generator(z_dim=32, c_dim=0, w_dim=32, img_resolution=16, img_channels=3,
-                  mapping_kwargs=dict(num_layers=2), synthesis_kwargs=dict(channel_base=512, channel_max=32))
-    D = Discriminator(c_dim=0, img_resolution=16, img_channels=3, channel_base=512, channel_max=32)
-    gan, spec = recipes.stylegan2(G, D, cfg="auto", gpus=2, batch=8, gamma=1.0, ema_kimg=0.1)
+    gan, spec = zoo_recipe(0, gamma=1.0, ema_kimg=0.1)
+    G, D = gan.G, gan.D
     assert spec["ema"] == {"submodule": "G", "copy": "G_ema", "half_life_images": 100.0, "rampup": 0.05}
     model, plan = str(tmp_path / "sg2.pt"), str(tmp_path / "sg2.plan")
     ganc.export(gan, model, spec)
@@ -175,7 +197,8 @@ def test_the_recipe_trains_like_eager_ddp(ganc_bin, digits16, tmp_path):
                           "--checkpoint-every", str(STEPS), "--fusion", "off", "--dump-grads", str(tmp_path / "dump")],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
-    reference.run(model, digits16, 2, STEPS, 3, str(tmp_path / "ddp"), reducer={"Dreg": "manual", "Greg": "manual"})
+    reference.run(model, digits16, 2, STEPS, 3, str(tmp_path / "ddp"), reducer={"Dreg": "manual", "Greg": "manual"},
+                  eager_model=functools.partial(eager_recipe, 0, gamma=1.0, ema_kimg=0.1))
     phases = set()
     for step, phase, got, ref in gradient_dumps(spec, STEPS, str(tmp_path / "dump"), str(tmp_path / "ddp")):
         phases.add(phase)
@@ -389,20 +412,18 @@ def test_the_style_mixing_call_of_stylegan2_ada_pytorch_s_mapping_trains_like_ea
 
 def test_style_mixing_as_nvidia_writes_it_trains_like_eager_ddp(ganc_bin, digits16, tmp_path):
     """In-place slice assignment of a phase's tensors (at a tensor-valued cutoff) and a keyword
-    into the traced mapping network go through: 6 steps at 2 ranks bit for bit like eager DDP."""
-    from zoo.stylegan2_ada import Discriminator, Generator
-    torch.manual_seed(1)
-    G = Generator(z_dim=32, c_dim=0, w_dim=32, img_resolution=16, img_channels=3,
-                  mapping_kwargs=dict(num_layers=2), synthesis_kwargs=dict(channel_base=512, channel_max=32))
-    D = Discriminator(c_dim=0, img_resolution=16, img_channels=3, channel_base=512, channel_max=32)
-    _, spec = recipes.stylegan2(G, D, cfg="auto", gpus=2, batch=8, gamma=1.0)
-    gan = NvidiaStyleMixing(G, D, recipes.preset("auto", 16, 2, batch=8, gamma=1.0))
+    into the traced mapping network go through: 6 steps at 2 ranks bit for bit like eager DDP
+    on the archive, every phase through the archive's code (the cutoff decides what runs, so
+    the generator's phases have no joint graph)."""
+    _, spec = zoo_recipe(1, gamma=1.0)
+    gan = style_mixing_gan(1)
     model, plan = str(tmp_path / "mix.pt"), str(tmp_path / "mix.plan")
     ganc.export(gan, model, spec)
     subprocess.run([ganc_bin, "compile", model, "-o", plan], check=True, capture_output=True)
     run = subprocess.run([ganc_bin, "run", "--nproc", "2", plan, "--model", model, "--data", digits16, "--steps", "6",
                           "--seed", "3", "--out", str(tmp_path / "train"), "--sample-every", "0",
-                          "--checkpoint-every", "0", "--fusion", "off", "--dump-grads", str(tmp_path / "dump")],
+                          "--checkpoint-every", "0", "--fusion", "off", "--executor", "torchscript",
+                          "--dump-grads", str(tmp_path / "dump")],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     reference.run(model, digits16, 2, 6, 3, str(tmp_path / "ddp"), reducer={"Dreg": "manual", "Greg": "manual"})
@@ -505,14 +526,9 @@ def test_ada_with_the_full_pipe_trains_like_eager_ddp(ganc_bin, digits16, tmp_pa
     phase that calls D sees the augmented images, p adjusted every 4 steps from the mean sign
     of D's real logits in Dmain and in R1's Dreg. 9 steps at 2 ranks (R1 through the augmentation at steps 0 and 8):
     every gradient, the final parameters and p after every step equal eager DDP's on the
-    archive bit for bit, and p moved."""
-    from zoo.stylegan2_ada import Discriminator, Generator
-    torch.manual_seed(2)
-    G = Generator(z_dim=32, c_dim=0, w_dim=32, img_resolution=16, img_channels=3,
-                  mapping_kwargs=dict(num_layers=2), synthesis_kwargs=dict(channel_base=512, channel_max=32))
-    D = Discriminator(c_dim=0, img_resolution=16, img_channels=3, channel_base=512, channel_max=32)
-    gan, spec = recipes.stylegan2(G, D, cfg="auto", gpus=2, batch=8, gamma=1.0, d_reg_interval=8, augment="bgc",
-                                  augment_p=0.5, ada_kimg=0.1)
+    Python module bit for bit, and p moved."""
+    ada = dict(gamma=1.0, d_reg_interval=8, augment="bgc", augment_p=0.5, ada_kimg=0.1)
+    gan, spec = zoo_recipe(2, **ada)
     assert spec["controllers"]["augment_p"] == {"type": "ada", "phases": ["Dmain", "Dreg"], "statistic": "signs_real",
                                                 "target": 0.6, "interval": 4, "speed_kimg": 0.1, "initial": 0.5}
     assert [phase["method"] for phase in spec["phases"]] == ["phase_gmain_a", "phase_greg", "phase_dmain_a",
@@ -526,7 +542,8 @@ def test_ada_with_the_full_pipe_trains_like_eager_ddp(ganc_bin, digits16, tmp_pa
                           str(tmp_path / "dump")], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     ref_dir = str(tmp_path / "ddp")
-    reference.run(model, digits16, 2, steps, 4, ref_dir, reducer={"Dreg": "manual", "Greg": "manual"})
+    reference.run(model, digits16, 2, steps, 4, ref_dir, reducer={"Dreg": "manual", "Greg": "manual"},
+                  eager_model=functools.partial(eager_recipe, 2, **ada))
     for step, phase, got, ref in gradient_dumps(spec, steps, str(tmp_path / "dump"), ref_dir):
         assert all(torch.equal(got[name], ref[name]) for name in ref), (step, phase)
     got = ganc.load_checkpoint(str(tmp_path / "dump" / "params_final.pt"))
@@ -539,7 +556,7 @@ def test_ada_with_the_full_pipe_trains_like_eager_ddp(ganc_bin, digits16, tmp_pa
     assert p == pytest.approx(expected, rel=0, abs=1e-7) and len(set(p)) > 1, (p, expected)
     # StyleGAN's network pickle holds the pipe with the p ADA reached.
     from ganc import augment
-    path = ganc.stylegan_snapshot(str(tmp_path / "train" / "checkpoint.pt"), str(tmp_path / "snapshots"), G=G,
+    path = ganc.stylegan_snapshot(str(tmp_path / "train" / "checkpoint.pt"), str(tmp_path / "snapshots"), G=gan.G,
                                   augment_pipe=augment.AugmentPipe(**augment.PIPES["bgc"]))
     import pickle
     with open(path, "rb") as f:

@@ -188,6 +188,7 @@ TEST(IRTest, EveryPhaseAttributeRoundTrips) {
     not_fused upfirdn2d "a learned filter (computed from a parameter) (d.py:12)"
     not_fused bias_act "a gain that is not a constant"
     double_backward grouped
+    joint_grouped_convolutions 2
     bucket_cap 1048576 first 262144
     tuned ranks 8 exposed 0.25 default 0.5
     clip_grad_norm d max_norm 1.0 norm_type inf
@@ -215,6 +216,7 @@ TEST(IRTest, EveryPhaseAttributeRoundTrips) {
   EXPECT_EQ(phase.through, std::vector<std::string>{"fwd"});
   EXPECT_EQ(phase.outputs, std::vector<std::string>{"fake"});
   EXPECT_EQ(phase.doubleBackward, "grouped");
+  EXPECT_EQ(phase.jointGroupedConvolutions, 2);
   ASSERT_EQ(phase.clips.size(), 2u);
   EXPECT_TRUE(std::isinf(phase.clips[0].maxNorm) || std::isinf(phase.clips[0].normType));
   EXPECT_EQ(phase.fusedResamplings, 3);
