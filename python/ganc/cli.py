@@ -71,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "plot":
         from .plot import main as plot_main
         return plot_main(argv[1:])
-    if argv and argv[0] == "stylegan":
-        from .stylegan import main as stylegan_main
-        return stylegan_main(argv[1:])
+    if argv and argv[0] == "stylegan":  # in place of this process, as the driver is
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "ganc.stylegan", *argv[1:]])
     try:
         check_torch()
         path = executable()
