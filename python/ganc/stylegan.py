@@ -310,10 +310,13 @@ class Snapshots:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._poll, daemon=True)
 
+    @staticmethod
+    def step_checkpoints(run_dir: str) -> list[str]:
+        return sorted(n for n in os.listdir(run_dir) if re.fullmatch(r"checkpoint-\d+\.pt", n))
+
     def convert_new(self) -> None:
         from .snapshots import stylegan_snapshot
-        names = sorted(n for n in os.listdir(self.run_dir) if re.fullmatch(r"checkpoint-\d+\.pt", n))
-        for name in names:
+        for name in self.step_checkpoints(self.run_dir):
             if name in self.done:
                 continue
             try:
@@ -416,13 +419,31 @@ def _main(args) -> int:
         json.dump(record, f, indent=2, default=str)
     archive = os.path.join(run_dir, "model.pt")
     ganc.export(gan, archive, spec)
+    try:
+        plan = ganc.compile(archive, os.path.join(run_dir, "model.plan"))
+    except GancError as e:
+        print(f"ganc stylegan: error: {e}", file=sys.stderr)
+        return 1
+    return _train(run_dir, plan, args, (G, D, pipe), training_set_kwargs, options)
+
+
+def _train(run_dir: str, plan, args, nets: tuple, training_set_kwargs: dict, options: dict,
+           resume: bool = False) -> int:
+    """`ganc run` in `run_dir`, each new step checkpoint pickled as it lands (`nets`: G, D and
+    the pipe, fresh instances of the user's classes); `resume` continues from the checkpoint."""
+    import ganc
+    from .api import GancError
+    G, D, pipe = nets
     networks = {"G": G, "D": D, "G_ema": copy.deepcopy(G)}
     if pipe is not None:
         networks["augment_pipe"] = pipe
+    snapshots = Snapshots(run_dir, networks, training_set_kwargs)
+    if resume:  # the pickles of the checkpoints already there were written
+        snapshots.done |= set(Snapshots.step_checkpoints(run_dir))
     try:
-        plan = ganc.compile(archive, os.path.join(run_dir, "model.plan"))
-        with Snapshots(run_dir, networks, training_set_kwargs):
-            ganc.train(plan, archive, args.data, nproc=args.gpus, out=run_dir, **options)
+        with snapshots:
+            ganc.train(plan, os.path.join(run_dir, "model.pt"), args.data, nproc=args.gpus, out=run_dir,
+                       **(dict(resume="auto") if resume else {}), **options)
     except GancError as e:
         print(f"ganc stylegan: error: {e}", file=sys.stderr)
         return 1
@@ -431,8 +452,6 @@ def _main(args) -> int:
 
 def _continue(run_dir: str) -> int:
     """--resume RUN_DIR: the run goes on from its checkpoint exactly, with its own options."""
-    import ganc
-    from .api import GancError
     try:
         with open(os.path.join(run_dir, OPTIONS_FILE)) as f:
             record = json.load(f)
@@ -442,21 +461,9 @@ def _continue(run_dir: str) -> int:
     Generator, Discriminator, NvidiaPipe, _ = load_networks(args.networks)
     data = read_dataset(args.data, args.cond)
     _, _, _, G, D, pipe, training_set_kwargs = build(args, data, Generator, Discriminator, NvidiaPipe)
-    networks = {"G": G, "D": D, "G_ema": copy.deepcopy(G)}
-    if pipe is not None:
-        networks["augment_pipe"] = pipe
     print(f"ganc stylegan: continuing {run_dir} from its checkpoint", flush=True)
-    archive = os.path.join(run_dir, "model.pt")
-    try:
-        snapshots = Snapshots(run_dir, networks, training_set_kwargs)
-        snapshots.done |= {n for n in os.listdir(run_dir) if re.fullmatch(r"checkpoint-\d+\.pt", n)}
-        with snapshots:
-            ganc.train(os.path.join(run_dir, "model.plan"), archive, args.data, nproc=args.gpus, out=run_dir,
-                       resume="auto", **record["run_options"])
-    except GancError as e:
-        print(f"ganc stylegan: error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return _train(run_dir, os.path.join(run_dir, "model.plan"), args, (G, D, pipe), training_set_kwargs,
+                  record["run_options"], resume=True)
 
 
 if __name__ == "__main__":
